@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, then builds and runs
+# the test suite twice - under ASan+UBSan+LSan (every test but label 'large')
+# and under TSan (tests labelled 'tsan'). Warnings are errors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/install-deps.sh
+jobs=$(nproc)
+for preset in ci ci-tsan; do
+  echo "=== test.sh: preset $preset ==="
+  cmake --preset "$preset"
+  cmake --build --preset "$preset" -j "$jobs"
+  ctest --preset "$preset" -j "$jobs"
+done

@@ -1,0 +1,273 @@
+/*
+ * tensorwire.h - the public C11 API of libtensorwire, a reference
+ * implementation of TensorPipe-style tensor pipes that speaks stock
+ * TensorPipe's wire protocol (spec/wire.md).
+ *
+ * Objects: a context owns an event-loop thread, the registered transports and
+ * channels, its listeners and its pipes. A listener accepts pipes on one or
+ * more URLs. A pipe carries messages (metadata, payloads, tensors) in order.
+ *
+ * Rules that hold for every function below unless its comment says otherwise:
+ *   - Thread safety: any function may be called from any thread, including
+ *     from inside a callback.
+ *   - Blocking: no function blocks except tw_context_join().
+ *   - Callbacks: every callback runs on the context's loop thread, never
+ *     inline inside the caller's stack, and exactly once. When the object
+ *     closes (or fails) first, each pending callback fires with an error
+ *     (TW_ERR_CLOSED for a local close, the failure's status otherwise).
+ *   - Errors: functions return tw_status_t; on failure the thread-local
+ *     tw_last_error() names the failing call and the reason. Callbacks get the
+ *     status and a detail string that is valid only during the callback.
+ *   - Outputs (*_out) are written only on success.
+ *   - Lifetime: close (start shutdown, non-blocking), join (wait), destroy
+ *     (free) are separate steps. A pipe or listener handle stays valid until
+ *     its destroy call; the library frees it once its callbacks have run.
+ *
+ * This header must not expose internals: all objects are opaque; only the
+ * message description types are plain structs.
+ */
+#ifndef TENSORWIRE_TENSORWIRE_H
+#define TENSORWIRE_TENSORWIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TW_NODISCARD __attribute__((warn_unused_result))
+#else
+#define TW_NODISCARD
+#endif
+
+#define TW_VERSION_STRING "0.1.0"
+
+/* ---- status -------------------------------------------------------------- */
+
+typedef enum tw_status {
+	TW_OK = 0,
+	TW_ERR_NOMEM = -1,       /* allocation failed */
+	TW_ERR_INVAL = -2,       /* bad argument from the caller */
+	TW_ERR_PROTO = -3,       /* the peer broke the protocol (spec/wire.md) */
+	TW_ERR_CLOSED = -4,      /* the object was closed locally */
+	TW_ERR_EOF = -5,         /* the peer closed the connection */
+	TW_ERR_TIMEDOUT = -6,    /* a deadline passed */
+	TW_ERR_CANCELED = -7,    /* the operation was canceled */
+	TW_ERR_UNSUPPORTED = -8, /* not supported by this build, backend or peer */
+	TW_ERR_NODEV = -9,       /* no usable device (RDMA, GPU) */
+	TW_ERR_SYS = -10,        /* a system call failed; the detail names it */
+	TW_ERR_CONNRESET = -11,  /* the connection was reset (peer died or RST) */
+} tw_status_t;
+
+/* Short constant name of a status ("TW_ERR_PROTO"). Never NULL. */
+const char *tw_status_name(tw_status_t status);
+
+/* Detail of the last failing tensorwire call on this thread, e.g.
+ * "tw_context_listen: tcp transport: bind 127.0.0.1:80: Permission denied".
+ * Empty string if none. Valid until the next tensorwire call on this thread. */
+const char *tw_last_error(void);
+
+/* ---- devices and messages -------------------------------------------------- */
+
+#define TW_DEVICE_TYPE_MAX 16 /* including the terminating NUL */
+
+/* A memory location kind and index: {"cpu", 0}, {"cuda", 1}. */
+typedef struct tw_device {
+	char type[TW_DEVICE_TYPE_MAX];
+	int32_t index;
+} tw_device;
+
+/* Convenience: {"cpu", 0}. */
+tw_device tw_device_cpu(void);
+
+/* A payload: host memory that travels on the descriptor connection. */
+typedef struct tw_payload {
+	void *data;              /* write: source; read side: NULL in descriptors */
+	size_t length;
+	const void *metadata;    /* opaque bytes, may be NULL when metadata_length = 0 */
+	size_t metadata_length;
+} tw_payload;
+
+/* A tensor: memory on some device that travels over a channel. */
+typedef struct tw_tensor {
+	void *data;              /* write: source; read side: NULL in descriptors */
+	size_t length;
+	tw_device source_device; /* device holding the sender's buffer */
+	bool has_target_device;  /* false: the receiver picks (DescriptorReply) */
+	tw_device target_device;
+	const void *metadata;
+	size_t metadata_length;
+} tw_tensor;
+
+/* A message. For tw_pipe_write() it describes what to send; in a
+ * read-descriptor callback it describes what arrived (data pointers NULL). */
+typedef struct tw_message {
+	const void *metadata;
+	size_t metadata_length;
+	size_t num_payloads;
+	const tw_payload *payloads;
+	size_t num_tensors;
+	const tw_tensor *tensors;
+} tw_message;
+
+/* Where the receiver wants a tensor: a buffer of the descriptor's length on
+ * `device`. For a tensor that had a target device, `device` must equal it. */
+typedef struct tw_tensor_allocation {
+	void *data;
+	tw_device device;
+} tw_tensor_allocation;
+
+/* The receiver's buffers for one message: counts must equal the descriptor's;
+ * payload i gets `payloads[i]` of the descriptor's payload length. A buffer
+ * may be NULL only when its length is 0. */
+typedef struct tw_allocation {
+	size_t num_payloads;
+	void *const *payloads;
+	size_t num_tensors;
+	const tw_tensor_allocation *tensors;
+} tw_allocation;
+
+/* ---- objects ----------------------------------------------------------------- */
+
+typedef struct tw_context tw_context;
+typedef struct tw_listener tw_listener;
+typedef struct tw_pipe tw_pipe;
+
+/* ---- context ------------------------------------------------------------------- */
+
+/* Creates a context and starts its loop thread. `name` (may be NULL = "") is
+ * sent to peers in the hello of every pipe this context connects.
+ * On success the caller owns *ctx_out and must close, join and destroy it. */
+TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_out);
+
+/* Registers a transport. `kind` selects the implementation ("uv" = TCP; "shm",
+ * "ibv" as they land); `name` is the name used on the wire (NULL = kind);
+ * higher `priority` wins. `options` is NULL or "key=value,key=value", kind
+ * specific. Must be called before the first listen or connect.
+ * Returns TW_ERR_UNSUPPORTED (with the reason) if the kind is not viable on
+ * this machine; the context stays usable without it. */
+TW_NODISCARD tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind,
+                                                       const char *name, int64_t priority,
+                                                       const char *options);
+
+/* Registers a channel, with the same conventions ("basic"; "mpt", "cma",
+ * "xth", "cuda_ipc", "cuda_gdr" as they land). */
+TW_NODISCARD tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind,
+                                                     const char *name, int64_t priority,
+                                                     const char *options);
+
+/* Listens on `num_urls` URLs ("uv://127.0.0.1:0", "tcp://[::1]:0"), one per
+ * transport. The listener is owned by the caller (close, destroy). */
+TW_NODISCARD tw_status_t tw_context_listen(tw_context *ctx, const char *const *urls,
+                                           size_t num_urls, tw_listener **listener_out);
+
+/* Starts connecting a pipe to `url`. Returns at once; writes and reads may be
+ * queued before the handshake completes. The pipe is owned by the caller. */
+TW_NODISCARD tw_status_t tw_context_connect(tw_context *ctx, const char *url,
+                                            tw_pipe **pipe_out);
+
+/* Starts shutdown: closes every listener and pipe of the context (their
+ * pending callbacks fire with TW_ERR_CLOSED). Non-blocking, idempotent. */
+void tw_context_close(tw_context *ctx);
+
+/* Blocks until the context is closed and every callback has run, then stops
+ * the loop thread. Must not be called from a callback (returns TW_ERR_INVAL). */
+TW_NODISCARD tw_status_t tw_context_join(tw_context *ctx);
+
+/* Frees the context. Closes and joins first if the caller did not. Handles of
+ * its listeners and pipes must not be used afterwards (they are freed too). */
+void tw_context_destroy(tw_context *ctx);
+
+/* ---- listener ------------------------------------------------------------------- */
+
+/* `pipe` is owned by the callee on success (NULL on error). */
+typedef void (*tw_accept_cb)(tw_listener *listener, tw_status_t status, const char *detail,
+                             tw_pipe *pipe, void *arg);
+
+/* Arms one accept: `cb` fires once, with the next pipe whose hello arrived.
+ * Several accepts may be pending; they are served in order. Connections that
+ * arrive while no accept is pending wait in a queue. A bad connection
+ * (malformed hello, closed before its hello) never fails the listener. */
+TW_NODISCARD tw_status_t tw_listener_accept(tw_listener *listener, tw_accept_cb cb, void *arg);
+
+/* Writes the bound URL for `transport` (a registered transport name, or NULL
+ * for the first URL) into buf, e.g. "uv://127.0.0.1:43127". */
+TW_NODISCARD tw_status_t tw_listener_url(tw_listener *listener, const char *transport,
+                                         char *buf, size_t buflen);
+
+/* Stops listening; pending accept callbacks fire with TW_ERR_CLOSED. */
+void tw_listener_close(tw_listener *listener);
+
+/* Closes if needed and releases the handle. */
+void tw_listener_destroy(tw_listener *listener);
+
+/* ---- pipe ------------------------------------------------------------------------ */
+
+typedef void (*tw_write_cb)(tw_pipe *pipe, tw_status_t status, const char *detail, void *arg);
+
+/* `desc` is owned by the pipe and valid until the matching tw_pipe_read()
+ * callback has run (or the pipe is destroyed). NULL on error. */
+typedef void (*tw_read_descriptor_cb)(tw_pipe *pipe, tw_status_t status, const char *detail,
+                                      const tw_message *desc, void *arg);
+
+typedef void (*tw_read_cb)(tw_pipe *pipe, tw_status_t status, const char *detail, void *arg);
+
+/* Queues a message. The message struct, its arrays and metadata are copied
+ * before return; payload and tensor data buffers must stay valid and
+ * unchanged until `cb` runs. Messages arrive in write order. */
+TW_NODISCARD tw_status_t tw_pipe_write(tw_pipe *pipe, const tw_message *msg, tw_write_cb cb,
+                                       void *arg);
+
+/* Asks for the next message's descriptor. At most one descriptor is
+ * outstanding: after a descriptor callback, call tw_pipe_read() for that
+ * message before the next descriptor can be delivered. */
+TW_NODISCARD tw_status_t tw_pipe_read_descriptor(tw_pipe *pipe, tw_read_descriptor_cb cb,
+                                                 void *arg);
+
+/* Receives the message whose descriptor was delivered last into `alloc`
+ * (copied before return; the buffers must stay valid until `cb` runs). */
+TW_NODISCARD tw_status_t tw_pipe_read(tw_pipe *pipe, const tw_allocation *alloc, tw_read_cb cb,
+                                      void *arg);
+
+/* Closes the pipe: its connections are closed and each pending callback fires
+ * with TW_ERR_CLOSED. Non-blocking, idempotent. */
+void tw_pipe_close(tw_pipe *pipe);
+
+/* Closes if needed and releases the handle. */
+void tw_pipe_destroy(tw_pipe *pipe);
+
+/* What the handshake chose. Valid once the pipe is established (before that,
+ * and after a failed handshake, returns TW_ERR_INVAL / the failure). */
+typedef struct tw_pipe_info {
+	char transport[32];    /* wire name, e.g. "uv" */
+	char channel[32];      /* wire name of the channel for (cpu:0, cpu:0), "" if none */
+	char remote_name[256]; /* the peer context's name (server side), else "" */
+	bool is_server;
+} tw_pipe_info;
+
+TW_NODISCARD tw_status_t tw_pipe_get_info(tw_pipe *pipe, tw_pipe_info *info_out);
+
+/* The channel chosen for tensors going from `local` to `remote`, into buf. */
+TW_NODISCARD tw_status_t tw_pipe_channel_for(tw_pipe *pipe, const tw_device *local,
+                                             const tw_device *remote, char *buf,
+                                             size_t buflen);
+
+/* Arms a one-shot notification: `cb` fires once, with TW_OK when the pipe is
+ * established (at once, deferred, if it already is) or with the error that
+ * ended its handshake or the pipe. Optional; at most one armed at a time. */
+typedef void (*tw_established_cb)(tw_pipe *pipe, tw_status_t status, const char *detail,
+                                   void *arg);
+TW_NODISCARD tw_status_t tw_pipe_on_established(tw_pipe *pipe, tw_established_cb cb, void *arg);
+
+/* User data slot, never touched by the library. */
+void tw_pipe_set_user_data(tw_pipe *pipe, void *data);
+void *tw_pipe_get_user_data(tw_pipe *pipe);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORWIRE_TENSORWIRE_H */
