@@ -1,0 +1,394 @@
+/* simverbs configuration: the simulated devices and ports, their limits and
+ * the hazard models. Read once from the file named by SIMVERBS_CONFIG (an INI
+ * file, see docs/simverbs.md); without it one active RoCE device "simrdma0"
+ * bound to the loopback interface. Environment variables override the file.
+ * Also computes a port's GID table from the addresses of the network
+ * namespace the process runs in. Never opens a socket. */
+#include "sv.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+struct sv_config sv_cfg;
+
+void sv_log(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "simverbs[%d]: %s\n", (int)getpid(), buf);
+}
+
+static void dev_defaults(struct sv_dev_cfg *d, int idx)
+{
+	memset(d, 0, sizeof(*d));
+	snprintf(d->name, sizeof(d->name), "simrdma%d", idx);
+	d->guid = 0x5356000000000001ull + (uint64_t)idx;
+	d->vendor_id = 0x5353; /* unknown to perftest: old post_send path, no inline */
+	d->vendor_part_id = 1;
+	d->hw_ver = 1;
+	snprintf(d->fw_ver, sizeof(d->fw_ver), "0.1.0-sim");
+	snprintf(d->board_id, sizeof(d->board_id), "SIM-%04d", idx + 1);
+	snprintf(d->pci, sizeof(d->pci), "0000:%02x:00.0", 0x50 + idx);
+	d->numa_node = 0;
+	d->nports = 1;
+	d->max_qp = 16384;
+	d->max_qp_wr = 16384;
+	d->max_sge = 16;
+	d->max_cq = 16384;
+	d->max_cqe = 1 << 20;
+	d->max_mr = 1 << 20;
+	d->max_pd = 1 << 16;
+	d->max_srq = 1024;
+	d->max_srq_wr = 16384;
+	d->max_srq_sge = 16;
+	d->max_qp_rd_atom = 16;
+	d->max_inline = SV_MAX_INLINE;
+	d->max_mr_size = ~0ull;
+	for (int p = 0; p < SV_MAX_PORT; p++) {
+		struct sv_port_cfg *pc = &d->port[p];
+		pc->cfg_state = IBV_PORT_ACTIVE;
+		pc->link_layer = IBV_LINK_LAYER_ETHERNET;
+		snprintf(pc->netdev, sizeof(pc->netdev), "lo");
+		pc->max_msg_sz = 1u << 30;
+		pc->max_mtu = IBV_MTU_4096;
+		pc->active_mtu = IBV_MTU_4096;
+		pc->state = IBV_PORT_ACTIVE;
+	}
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+static unsigned long long num(const char *v)
+{
+	return strtoull(v, NULL, 0);
+}
+
+static enum ibv_mtu mtu_of(const char *v)
+{
+	switch (atoi(v)) {
+	case 256: return IBV_MTU_256;
+	case 512: return IBV_MTU_512;
+	case 1024: return IBV_MTU_1024;
+	case 2048: return IBV_MTU_2048;
+	default: return IBV_MTU_4096;
+	}
+}
+
+static void set_fork(const char *v)
+{
+	if (!strcmp(v, "legacy"))
+		sv_cfg.fork_mode = SV_FORK_LEGACY;
+	else if (!strcmp(v, "strict"))
+		sv_cfg.fork_mode = SV_FORK_STRICT;
+	else
+		sv_cfg.fork_mode = SV_FORK_MODERN;
+}
+
+static void set_memlock(const char *v)
+{
+	if (!strcmp(v, "always"))
+		sv_cfg.memlock = SV_MEMLOCK_ALWAYS;
+	else if (!strcmp(v, "off"))
+		sv_cfg.memlock = SV_MEMLOCK_OFF;
+	else
+		sv_cfg.memlock = SV_MEMLOCK_KERNEL;
+}
+
+static void port_key(struct sv_dev_cfg *d, int p, const char *k, const char *v)
+{
+	struct sv_port_cfg *pc = &d->port[p];
+	if (!strcmp(k, "state"))
+		pc->cfg_state = !strcmp(v, "down") ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+	else if (!strcmp(k, "link_layer"))
+		pc->link_layer = !strcmp(v, "infiniband") ? IBV_LINK_LAYER_INFINIBAND
+							  : IBV_LINK_LAYER_ETHERNET;
+	else if (!strcmp(k, "netdev"))
+		snprintf(pc->netdev, sizeof(pc->netdev), "%s", v);
+	else if (!strcmp(k, "max_msg_sz"))
+		pc->max_msg_sz = (uint32_t)num(v);
+	else if (!strcmp(k, "mtu") || !strcmp(k, "active_mtu"))
+		pc->active_mtu = mtu_of(v);
+	else if (!strcmp(k, "lid"))
+		pc->lid = (uint16_t)num(v);
+	else
+		sv_log("config: unknown port key '%s' ignored", k);
+}
+
+static void dev_key(struct sv_dev_cfg *d, const char *k, const char *v)
+{
+	if (!strncmp(k, "port", 4) && isdigit((unsigned char)k[4]) && k[5] == '.') {
+		int p = k[4] - '1';
+		if (p >= 0 && p < SV_MAX_PORT)
+			port_key(d, p, k + 6, v);
+		return;
+	}
+	if (!strcmp(k, "ports")) {
+		d->nports = (int)num(v);
+		if (d->nports < 1)
+			d->nports = 1;
+		if (d->nports > SV_MAX_PORT)
+			d->nports = SV_MAX_PORT;
+	} else if (!strcmp(k, "vendor_id"))
+		d->vendor_id = (uint32_t)num(v);
+	else if (!strcmp(k, "vendor_part_id"))
+		d->vendor_part_id = (uint32_t)num(v);
+	else if (!strcmp(k, "guid"))
+		d->guid = num(v);
+	else if (!strcmp(k, "pci"))
+		snprintf(d->pci, sizeof(d->pci), "%s", v);
+	else if (!strcmp(k, "numa_node"))
+		d->numa_node = atoi(v);
+	else if (!strcmp(k, "board_id"))
+		snprintf(d->board_id, sizeof(d->board_id), "%s", v);
+	else if (!strcmp(k, "max_qp_wr"))
+		d->max_qp_wr = (int)num(v);
+	else if (!strcmp(k, "max_qp"))
+		d->max_qp = (int)num(v);
+	else if (!strcmp(k, "max_srq"))
+		d->max_srq = (int)num(v);
+	else if (!strcmp(k, "max_srq_wr"))
+		d->max_srq_wr = (int)num(v);
+	else if (!strcmp(k, "max_cqe"))
+		d->max_cqe = (int)num(v);
+	else if (!strcmp(k, "max_sge")) {
+		d->max_sge = (int)num(v);
+		if (d->max_sge > SV_MAX_SGE)
+			d->max_sge = SV_MAX_SGE;
+	} else if (!strcmp(k, "max_inline_data")) {
+		d->max_inline = (int)num(v);
+		if (d->max_inline > SV_MAX_INLINE)
+			d->max_inline = SV_MAX_INLINE;
+	} else
+		sv_log("config: unknown device key '%s' ignored", k);
+}
+
+static enum ibv_wc_status status_of(const char *v)
+{
+	if (!strcmp(v, "REM_ACCESS_ERR"))
+		return IBV_WC_REM_ACCESS_ERR;
+	if (!strcmp(v, "GENERAL_ERR"))
+		return IBV_WC_GENERAL_ERR;
+	return IBV_WC_LOC_PROT_ERR;
+}
+
+static void global_key(const char *sec, const char *k, const char *v)
+{
+	if (!strcmp(k, "fork"))
+		set_fork(v);
+	else if (!strcmp(k, "memlock"))
+		set_memlock(v);
+	else if (!strcmp(k, "devmem_max_msg"))
+		sv_cfg.devmem_max_msg = (int)num(v);
+	else if (!strcmp(k, "devmem_status"))
+		sv_cfg.devmem_status = status_of(v);
+	else if (!strcmp(k, "err_cqe_garbage"))
+		sv_cfg.err_cqe_garbage = num(v) != 0;
+	else if (!strcmp(k, "time_scale"))
+		sv_cfg.time_scale = strtod(v, NULL);
+	else if (!strcmp(k, "control"))
+		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", v);
+	else if (!strcmp(k, "trace"))
+		sv_cfg.trace = num(v) != 0;
+	else
+		sv_log("config: unknown key '%s' in [%s] ignored", k, sec);
+}
+
+static void parse_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		sv_log("config: cannot open SIMVERBS_CONFIG=%s: %s; using the default device",
+		       path, strerror(errno));
+		return;
+	}
+	char line[1024], sec[128] = "";
+	struct sv_dev_cfg *cur = NULL;
+	bool any_dev = false;
+	while (fgets(line, sizeof(line), f)) {
+		char *c = strpbrk(line, ";#");
+		if (c)
+			*c = 0;
+		char *s = trim(line);
+		if (!*s)
+			continue;
+		if (*s == '[') {
+			char *e = strchr(s, ']');
+			if (e)
+				*e = 0;
+			snprintf(sec, sizeof(sec), "%s", trim(s + 1));
+			cur = NULL;
+			if (!strncmp(sec, "device", 6)) {
+				if (!any_dev) {
+					sv_cfg.ndev = 0;
+					any_dev = true;
+				}
+				if (sv_cfg.ndev < SV_MAX_DEV) {
+					cur = &sv_cfg.dev[sv_cfg.ndev];
+					dev_defaults(cur, sv_cfg.ndev);
+					char *n = trim(sec + 6);
+					if (*n)
+						snprintf(cur->name, sizeof(cur->name), "%s", n);
+					sv_cfg.ndev++;
+				}
+			}
+			continue;
+		}
+		char *eq = strchr(s, '=');
+		if (!eq)
+			continue;
+		*eq = 0;
+		char *k = trim(s), *v = trim(eq + 1);
+		if (cur)
+			dev_key(cur, k, v);
+		else if (strncmp(sec, "device", 6))
+			global_key(sec, k, v);
+	}
+	fclose(f);
+}
+
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+static void load(void)
+{
+	sv_cfg.ndev = 1;
+	dev_defaults(&sv_cfg.dev[0], 0);
+	sv_cfg.fork_mode = SV_FORK_MODERN;
+	sv_cfg.memlock = SV_MEMLOCK_KERNEL;
+	sv_cfg.devmem_max_msg = 32;
+	sv_cfg.devmem_status = IBV_WC_LOC_PROT_ERR;
+	sv_cfg.err_cqe_garbage = true;
+	sv_cfg.time_scale = 1.0;
+	const char *e = getenv("SIMVERBS_CONFIG");
+	if (e && *e)
+		parse_file(e);
+	if ((e = getenv("SIMVERBS_FORK")))
+		set_fork(e);
+	if ((e = getenv("SIMVERBS_MEMLOCK")))
+		set_memlock(e);
+	if ((e = getenv("SIMVERBS_TIME_SCALE")))
+		sv_cfg.time_scale = strtod(e, NULL);
+	if ((e = getenv("SIMVERBS_CONTROL")))
+		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", e);
+	if ((e = getenv("SIMVERBS_TRACE")))
+		sv_cfg.trace = atoi(e) != 0;
+	if ((e = getenv("SIMVERBS_NETDEV")) && *e)
+		for (int d = 0; d < sv_cfg.ndev; d++)
+			for (int p = 0; p < SV_MAX_PORT; p++)
+				snprintf(sv_cfg.dev[d].port[p].netdev,
+					 sizeof(sv_cfg.dev[d].port[p].netdev), "%s", e);
+	if (sv_cfg.time_scale <= 0)
+		sv_cfg.time_scale = 1.0;
+	for (int d = 0; d < sv_cfg.ndev; d++)
+		for (int p = 0; p < sv_cfg.dev[d].nports; p++)
+			sv_port_refresh(&sv_cfg.dev[d], p);
+}
+
+void sv_config_load(void)
+{
+	pthread_once(&cfg_once, load);
+}
+
+/* "auto": the first interface that is up, not loopback, with an IPv4 address;
+ * resolved once and then kept, so the port stays bound when that link goes down. */
+static void resolve_auto(struct sv_port_cfg *pc, struct ifaddrs *ifs)
+{
+	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+			continue;
+		snprintf(pc->netdev, sizeof(pc->netdev), "%s", i->ifa_name);
+		return;
+	}
+	snprintf(pc->netdev, sizeof(pc->netdev), "lo");
+}
+
+static void add_gid(struct sv_port_cfg *pc, const uint8_t raw[16])
+{
+	if (pc->ngid >= SV_MAX_GID)
+		return;
+	memcpy(pc->gid[pc->ngid].raw, raw, 16);
+	pc->gid_type[pc->ngid] = IBV_GID_TYPE_ROCE_V2;
+	pc->ngid++;
+}
+
+void sv_port_refresh(struct sv_dev_cfg *d, int p)
+{
+	struct sv_port_cfg *pc = &d->port[p];
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs) != 0)
+		ifs = NULL;
+	if (!strcmp(pc->netdev, "auto"))
+		resolve_auto(pc, ifs);
+	bool found = false, up = false;
+	struct sv_port_cfg tmp = *pc;
+	tmp.ngid = 0;
+	for (int fam = 0; fam < 2; fam++)
+		for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+			if (!i->ifa_addr || strcmp(i->ifa_name, pc->netdev))
+				continue;
+			found = true;
+			if ((i->ifa_flags & IFF_UP) && (i->ifa_flags & IFF_RUNNING))
+				up = true;
+			uint8_t raw[16] = {0};
+			if (fam == 0 && i->ifa_addr->sa_family == AF_INET) {
+				raw[10] = raw[11] = 0xff;
+				memcpy(raw + 12, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+				add_gid(&tmp, raw);
+			} else if (fam == 1 && i->ifa_addr->sa_family == AF_INET6) {
+				memcpy(raw, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+				add_gid(&tmp, raw);
+			}
+		}
+	if (ifs)
+		freeifaddrs(ifs);
+	pc->ngid = tmp.ngid;
+	memcpy(pc->gid, tmp.gid, sizeof(pc->gid));
+	memcpy(pc->gid_type, tmp.gid_type, sizeof(pc->gid_type));
+	pc->netdev_down = !(found && up);
+	bool active = pc->cfg_state == IBV_PORT_ACTIVE && !pc->netdev_down && !pc->ctl_down;
+	pc->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+}
+
+int sv_find_port_by_ip(uint32_t ip_be, int *dev_out, int *port_out, int *gid_out)
+{
+	sv_config_load();
+	for (int d = 0; d < sv_cfg.ndev; d++)
+		for (int p = 0; p < sv_cfg.dev[d].nports; p++) {
+			struct sv_port_cfg *pc = &sv_cfg.dev[d].port[p];
+			for (int g = 0; g < pc->ngid; g++) {
+				const uint8_t *r = pc->gid[g].raw;
+				static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+				if (!memcmp(r, pfx, 12) && !memcmp(r + 12, &ip_be, 4)) {
+					*dev_out = d;
+					*port_out = p + 1;
+					*gid_out = g;
+					return 0;
+				}
+			}
+		}
+	return -1;
+}
+
+int simverbs_find_port_by_ip(uint32_t ip_be, int *dev_out, int *port_out, int *gid_out)
+{
+	return sv_find_port_by_ip(ip_be, dev_out, port_out, gid_out);
+}
