@@ -1,0 +1,168 @@
+/*
+ * liar.c - tw-agent-liar, a harness self-test tool: runs a real adapter and
+ * relays its agent-protocol lines (spec/agent.md) unchanged, except for one
+ * deliberate lie. The harness tests (harness.selftest.*) run interop cases
+ * through it and expect them to FAIL with the matching reason, which proves
+ * the checks of tw-interop can fail.
+ *
+ *   tw-agent-liar FAULT CMD...
+ *
+ * FAULT is one of:
+ *   corrupt-read     the first successful "read" event reports a wrong xxh3
+ *   wrong-target     the first descriptor reports tensor 0 without target device
+ *   double-event     the first "write" event is sent twice
+ *   drop-event       the first "write" event is never sent
+ *   wrong-channel    "info" reports channel "mpt"
+ *   crash            the first "read" request kills the adapter and the liar
+ *                    with SIGABRT
+ *
+ * It must never be used outside these self-tests.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+static int child_in = -1;
+static pid_t child;
+static const char *fault;
+static int done_once;
+
+static void *pump_stdin(void *arg)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	(void)arg;
+	while ((n = getline(&line, &cap, stdin)) > 0) {
+		if (!strcmp(fault, "crash") && strstr(line, "\"read\"") &&
+		    strstr(line, "\"cmd\"")) {
+			kill(child, SIGKILL);
+			signal(SIGABRT, SIG_DFL);
+			abort();
+		}
+		for (ssize_t off = 0; off < n;) {
+			ssize_t w = write(child_in, line + off, (size_t)(n - off));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0)
+				goto out;
+			off += w;
+		}
+	}
+out:
+	free(line);
+	close(child_in);
+	return NULL;
+}
+
+/* Returns how many times to print the (possibly altered) line. */
+static int lie(json_t *m)
+{
+	const char *ev = json_string_value(json_object_get(m, "event"));
+	bool ok = json_is_true(json_object_get(m, "ok"));
+	if (done_once || !ok)
+		return 1;
+	if (!strcmp(fault, "corrupt-read") && ev && !strcmp(ev, "read")) {
+		json_t *t = json_array_get(json_object_get(m, "tensors"), 0);
+		if (!t)
+			t = json_array_get(json_object_get(m, "payloads"), 0);
+		if (t) {
+			const char *h = json_string_value(json_object_get(t, "xxh3"));
+			char buf[17];
+			snprintf(buf, sizeof(buf), "%s", h ? h : "0000000000000000");
+			buf[15] = buf[15] == '0' ? '1' : '0';
+			json_object_set_new(t, "xxh3", json_string(buf));
+			done_once = 1;
+		}
+	} else if (!strcmp(fault, "wrong-target") && ev && !strcmp(ev, "read_descriptor")) {
+		json_t *t = json_array_get(json_object_get(json_object_get(m, "descriptor"), "tensors"), 0);
+		if (t) {
+			json_object_set_new(t, "target_device", json_null());
+			done_once = 1;
+		}
+	} else if (!strcmp(fault, "double-event") && ev && !strcmp(ev, "write")) {
+		done_once = 1;
+		return 2;
+	} else if (!strcmp(fault, "drop-event") && ev && !strcmp(ev, "write")) {
+		done_once = 1;
+		return 0;
+	} else if (!strcmp(fault, "wrong-channel") && !ev && json_object_get(m, "channel")) {
+		json_object_set_new(m, "channel", json_string("mpt"));
+		done_once = 1;
+	}
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const faults[] = {"corrupt-read", "wrong-target", "double-event",
+	                                     "drop-event", "wrong-channel", "crash"};
+	bool known = false;
+	if (argc >= 2)
+		for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+			known |= !strcmp(argv[1], faults[i]);
+	if (argc < 3 || !known) {
+		fprintf(stderr, "usage: tw-agent-liar FAULT CMD... (see liar.c for the faults)\n");
+		return 2;
+	}
+	fault = argv[1];
+	int in[2], out[2];
+	if (pipe(in) || pipe(out)) {
+		perror("tw-agent-liar: pipe");
+		return 1;
+	}
+	child = fork();
+	if (child < 0) {
+		perror("tw-agent-liar: fork");
+		return 1;
+	}
+	if (child == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[0]);
+		close(in[1]);
+		close(out[0]);
+		close(out[1]);
+		execvp(argv[2], argv + 2);
+		fprintf(stderr, "tw-agent-liar: exec %s: %s\n", argv[2], strerror(errno));
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	child_in = in[1];
+	pthread_t th;
+	pthread_create(&th, NULL, pump_stdin, NULL);
+	FILE *f = fdopen(out[0], "r");
+	char *line = NULL;
+	size_t cap = 0;
+	while (f && getline(&line, &cap, f) > 0) {
+		json_t *m = json_loads(line, 0, NULL);
+		if (!m) {
+			fputs(line, stdout);
+		} else {
+			int times = lie(m);
+			char *s = json_dumps(m, JSON_COMPACT);
+			for (int i = 0; s && i < times; i++)
+				printf("%s\n", s);
+			free(s);
+			json_decref(m);
+		}
+		fflush(stdout);
+	}
+	free(line);
+	pthread_join(th, NULL);
+	int st = 0;
+	waitpid(child, &st, 0);
+	if (f)
+		fclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}

@@ -1,0 +1,362 @@
+/*
+ * agent.c - shared adapter helpers: generator, checksums, message
+ * descriptions and serialised JSON-line output (see agent.h).
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+/* ---- generator ------------------------------------------------------------------ */
+
+#define TW_AGENT_GAMMA UINT64_C(0x9E3779B97F4A7C15)
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+uint64_t tw_agent_gen_word(uint64_t seed, uint64_t k)
+{
+	return mix64(seed + (k + 1) * TW_AGENT_GAMMA);
+}
+
+static void store_le64(unsigned char *p, uint64_t w)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(w >> (8 * i));
+}
+
+/* Fills `len` bytes that start at byte offset `first_word * 8` of the stream. */
+static void gen_fill_from(unsigned char *p, size_t len, uint64_t seed, uint64_t first_word)
+{
+	uint64_t state = seed + (first_word + 1) * TW_AGENT_GAMMA;
+	size_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		store_le64(p + i, mix64(state));
+		state += TW_AGENT_GAMMA;
+	}
+	if (i < len) {
+		unsigned char tail[8];
+		store_le64(tail, mix64(state));
+		memcpy(p + i, tail, len - i);
+	}
+}
+
+void tw_agent_gen_fill(void *buf, size_t len, uint64_t seed)
+{
+	if (len > 0)
+		gen_fill_from(buf, len, seed, 0);
+}
+
+uint64_t tw_agent_xxh3(const void *data, size_t len)
+{
+	static const unsigned char empty[1];
+	return XXH3_64bits(len ? data : empty, len);
+}
+
+uint64_t tw_agent_gen_xxh3(uint64_t seed, uint64_t len)
+{
+	enum { CHUNK = 64 << 10 }; /* a multiple of 8, so chunks start on words */
+	unsigned char chunk[CHUNK];
+	if (len <= CHUNK) {
+		gen_fill_from(chunk, (size_t)len, seed, 0);
+		return tw_agent_xxh3(chunk, (size_t)len);
+	}
+	XXH3_state_t *st = XXH3_createState();
+	if (!st) {
+		fprintf(stderr, "tw_agent_gen_xxh3: XXH3_createState: out of memory\n");
+		abort();
+	}
+	XXH3_64bits_reset(st);
+	for (uint64_t off = 0; off < len; off += CHUNK) {
+		size_t n = (size_t)(len - off < CHUNK ? len - off : CHUNK);
+		gen_fill_from(chunk, n, seed, off / 8);
+		XXH3_64bits_update(st, chunk, n);
+	}
+	uint64_t h = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return h;
+}
+
+void tw_agent_hex64(uint64_t h, char out[17])
+{
+	snprintf(out, 17, "%016" PRIx64, h);
+}
+
+/* ---- devices ---------------------------------------------------------------------- */
+
+int tw_agent_device_parse(const char *s, tw_agent_device *dev)
+{
+	const char *colon = strchr(s, ':');
+	if (!colon || colon == s || (size_t)(colon - s) >= TW_AGENT_DEVICE_TYPE_MAX)
+		return -1;
+	char *end;
+	errno = 0;
+	long idx = strtol(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || idx < INT32_MIN || idx > INT32_MAX)
+		return -1;
+	memset(dev, 0, sizeof(*dev));
+	memcpy(dev->type, s, (size_t)(colon - s));
+	dev->index = (int32_t)idx;
+	return 0;
+}
+
+void tw_agent_device_format(const tw_agent_device *dev, char *buf, size_t buflen)
+{
+	snprintf(buf, buflen, "%s:%" PRId32, dev->type, dev->index);
+}
+
+/* ---- message descriptions ------------------------------------------------------------ */
+
+static int parse_buf(const json_t *j, const char *what, tw_agent_buf *b, char *err,
+                     size_t errlen)
+{
+	b->len = 0;
+	b->seed = 0;
+	if (!j || json_is_null(j))
+		return 0;
+	if (!json_is_object(j)) {
+		snprintf(err, errlen, "%s: expected an object {\"len\", \"seed\"}", what);
+		return -1;
+	}
+	const json_t *len = json_object_get(j, "len");
+	const json_t *seed = json_object_get(j, "seed");
+	if (len && (!json_is_integer(len) || json_integer_value(len) < 0)) {
+		snprintf(err, errlen, "%s.len: expected a non-negative integer", what);
+		return -1;
+	}
+	if (seed && (!json_is_integer(seed) || json_integer_value(seed) < 0)) {
+		snprintf(err, errlen, "%s.seed: expected a non-negative integer", what);
+		return -1;
+	}
+	b->len = len ? (uint64_t)json_integer_value(len) : 0;
+	b->seed = seed ? (uint64_t)json_integer_value(seed) : 0;
+	if (b->len > SIZE_MAX / 2) {
+		snprintf(err, errlen, "%s.len: %" PRIu64 " is too large", what, b->len);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_device(const json_t *j, const char *what, tw_agent_device *dev, char *err,
+                        size_t errlen)
+{
+	if (!json_is_string(j) || tw_agent_device_parse(json_string_value(j), dev) != 0) {
+		snprintf(err, errlen, "%s: expected a device string such as \"cpu:0\"", what);
+		return -1;
+	}
+	return 0;
+}
+
+void tw_agent_msg_free(tw_agent_msg *m)
+{
+	if (!m)
+		return;
+	free(m->payloads);
+	free(m->tensors);
+	free(m);
+}
+
+int tw_agent_msg_parse(const json_t *j, tw_agent_msg **out, char *err, size_t errlen)
+{
+	char what[64];
+	if (!json_is_object(j)) {
+		snprintf(err, errlen, "message: expected an object");
+		return -1;
+	}
+	tw_agent_msg *m = calloc(1, sizeof(*m));
+	if (!m)
+		goto err_nomem;
+	if (parse_buf(json_object_get(j, "metadata"), "message.metadata", &m->metadata, err,
+	              errlen))
+		goto err_free;
+	const json_t *ps = json_object_get(j, "payloads");
+	const json_t *ts = json_object_get(j, "tensors");
+	if ((ps && !json_is_array(ps)) || (ts && !json_is_array(ts))) {
+		snprintf(err, errlen, "message.payloads/tensors: expected arrays");
+		goto err_free;
+	}
+	m->num_payloads = ps ? json_array_size(ps) : 0;
+	m->num_tensors = ts ? json_array_size(ts) : 0;
+	if (m->num_payloads) {
+		m->payloads = calloc(m->num_payloads, sizeof(*m->payloads));
+		if (!m->payloads)
+			goto err_nomem;
+	}
+	if (m->num_tensors) {
+		m->tensors = calloc(m->num_tensors, sizeof(*m->tensors));
+		if (!m->tensors)
+			goto err_nomem;
+	}
+	for (size_t i = 0; i < m->num_payloads; i++) {
+		const json_t *p = json_array_get(ps, i);
+		snprintf(what, sizeof(what), "message.payloads[%zu]", i);
+		if (parse_buf(p, what, &m->payloads[i].data, err, errlen))
+			goto err_free;
+		snprintf(what, sizeof(what), "message.payloads[%zu].metadata", i);
+		if (parse_buf(json_object_get(p, "metadata"), what, &m->payloads[i].metadata, err,
+		              errlen))
+			goto err_free;
+	}
+	for (size_t i = 0; i < m->num_tensors; i++) {
+		const json_t *t = json_array_get(ts, i);
+		tw_agent_tensor *tt = &m->tensors[i];
+		snprintf(what, sizeof(what), "message.tensors[%zu]", i);
+		if (parse_buf(t, what, &tt->data, err, errlen))
+			goto err_free;
+		snprintf(what, sizeof(what), "message.tensors[%zu].metadata", i);
+		if (parse_buf(json_object_get(t, "metadata"), what, &tt->metadata, err, errlen))
+			goto err_free;
+		const json_t *src = json_object_get(t, "source_device");
+		snprintf(what, sizeof(what), "message.tensors[%zu].source_device", i);
+		if (src) {
+			if (parse_device(src, what, &tt->source_device, err, errlen))
+				goto err_free;
+		} else {
+			(void)tw_agent_device_parse("cpu:0", &tt->source_device);
+		}
+		const json_t *dst = json_object_get(t, "target_device");
+		snprintf(what, sizeof(what), "message.tensors[%zu].target_device", i);
+		if (dst && !json_is_null(dst)) {
+			if (parse_device(dst, what, &tt->target_device, err, errlen))
+				goto err_free;
+			tt->has_target_device = true;
+		}
+	}
+	*out = m;
+	return 0;
+
+err_nomem:
+	snprintf(err, errlen, "message: out of memory");
+err_free:
+	tw_agent_msg_free(m);
+	return -1;
+}
+
+void *tw_agent_buf_make(const tw_agent_buf *b, bool *failed)
+{
+	*failed = false;
+	if (b->len == 0)
+		return NULL;
+	void *p = malloc((size_t)b->len);
+	if (!p) {
+		*failed = true;
+		return NULL;
+	}
+	tw_agent_gen_fill(p, (size_t)b->len, b->seed);
+	return p;
+}
+
+json_t *tw_agent_sum_json(const void *data, size_t len)
+{
+	char hex[17];
+	tw_agent_hex64(tw_agent_xxh3(data, len), hex);
+	return json_pack("{s:I,s:s}", "len", (json_int_t)len, "xxh3", hex);
+}
+
+/* ---- JSON lines ------------------------------------------------------------------------- */
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void tw_agent_emit(json_t *obj)
+{
+	char *line = json_dumps(obj, JSON_COMPACT);
+	json_decref(obj);
+	if (!line) {
+		fprintf(stderr, "agent: json_dumps failed (out of memory)\n");
+		abort();
+	}
+	pthread_mutex_lock(&out_lock);
+	fputs(line, stdout);
+	fputc('\n', stdout);
+	fflush(stdout);
+	pthread_mutex_unlock(&out_lock);
+	free(line);
+}
+
+static json_t *id_json(json_int_t id)
+{
+	return id < 0 ? json_null() : json_integer(id);
+}
+
+json_t *tw_agent_error_json(const char *kind, const char *status, const char *text)
+{
+	return json_pack("{s:s,s:s,s:s}", "kind", kind, "status", status ? status : "",
+	                 "text", text ? text : "");
+}
+
+void tw_agent_respond_ok(json_int_t id, json_t *fields)
+{
+	json_t *o = fields ? fields : json_object();
+	json_object_set_new(o, "id", id_json(id));
+	json_object_set_new(o, "ok", json_true());
+	tw_agent_emit(o);
+}
+
+void tw_agent_respond_err(json_int_t id, const char *kind, const char *status,
+                          const char *text)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "id", id_json(id));
+	json_object_set_new(o, "ok", json_false());
+	json_object_set_new(o, "error", tw_agent_error_json(kind, status, text));
+	tw_agent_emit(o);
+}
+
+void tw_agent_event_ok(const char *name, json_int_t id, json_t *fields)
+{
+	json_t *o = fields ? fields : json_object();
+	json_object_set_new(o, "event", json_string(name));
+	json_object_set_new(o, "id", id_json(id));
+	json_object_set_new(o, "ok", json_true());
+	tw_agent_emit(o);
+}
+
+void tw_agent_event_err(const char *name, json_int_t id, const char *kind, const char *status,
+                        const char *text)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "event", json_string(name));
+	json_object_set_new(o, "id", id_json(id));
+	json_object_set_new(o, "ok", json_false());
+	json_object_set_new(o, "error", tw_agent_error_json(kind, status, text));
+	tw_agent_emit(o);
+}
+
+json_t *tw_agent_read_request(void)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	for (;;) {
+		ssize_t n = getline(&line, &cap, stdin);
+		if (n < 0) {
+			free(line);
+			return NULL;
+		}
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		if (n == 0)
+			continue; /* blank lines are allowed and ignored */
+		json_error_t jerr;
+		json_t *req = json_loads(line, 0, &jerr);
+		if (!req || !json_is_object(req)) {
+			char text[256];
+			snprintf(text, sizeof(text), "request is not a JSON object: %s",
+			         req ? "not an object" : jerr.text);
+			json_decref(req);
+			tw_agent_respond_err(-1, "inval", "bad_request", text);
+			continue;
+		}
+		free(line);
+		return req;
+	}
+}

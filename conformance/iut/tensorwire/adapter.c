@@ -1,0 +1,784 @@
+/*
+ * adapter.c - the agent-protocol adapter (spec/agent.md) over libtensorwire,
+ * through its public header only (tensorwire/tensorwire.h).
+ *
+ * The harness spawns this program and speaks JSON lines over stdin/stdout.
+ * Requests are handled one at a time on the main thread; the library runs
+ * its callbacks on the context's loop thread, and each callback becomes
+ * exactly one event line (output is serialised in common/agent.c). This
+ * program adds no behaviour of its own: it must not retry, reorder, filter or
+ * deduplicate anything the library does, because the harness judges the
+ * library through it. Diagnostics go to stderr; stdout carries protocol lines
+ * only.
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tensorwire/tensorwire.h>
+
+#include "agent.h"
+
+/* ---- adapter state ------------------------------------------------------------ */
+
+#define MAX_DESCS 64
+
+typedef struct pipe_entry {
+	char id[24];
+	tw_pipe *pipe;
+	bool is_server;
+	/* descriptors delivered and not read yet (owned by the library) */
+	const tw_message *descs[MAX_DESCS];
+	size_t ndescs;
+} pipe_entry;
+
+typedef struct listener_entry {
+	char id[24];
+	tw_listener *listener;
+} listener_entry;
+
+/* g_lock guards the tables and every pipe_entry; it is never held while
+ * calling the library. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pipe_entry **g_pipes;
+static size_t g_npipes, g_cappipes;
+static listener_entry **g_listeners;
+static size_t g_nlisteners, g_caplisteners;
+static unsigned long g_next_pipe = 1, g_next_listener = 1;
+static tw_context *g_ctx;
+static bool g_ctx_closed;
+
+static const char *kind_of(tw_status_t st)
+{
+	switch (st) {
+	case TW_OK: return "ok";
+	case TW_ERR_NOMEM: return "nomem";
+	case TW_ERR_INVAL: return "inval";
+	case TW_ERR_PROTO: return "proto";
+	case TW_ERR_CLOSED: return "closed";
+	case TW_ERR_EOF: return "eof";
+	case TW_ERR_TIMEDOUT: return "timedout";
+	case TW_ERR_CANCELED: return "canceled";
+	case TW_ERR_UNSUPPORTED: return "unsupported";
+	case TW_ERR_NODEV: return "nodev";
+	case TW_ERR_SYS: return "sys";
+	case TW_ERR_CONNRESET: return "reset";
+	}
+	return "other";
+}
+
+static void respond_status(json_int_t id, tw_status_t st, const char *call)
+{
+	char text[1024];
+	snprintf(text, sizeof(text), "%s: %s", call, tw_last_error());
+	tw_agent_respond_err(id, kind_of(st), tw_status_name(st), text);
+}
+
+static void event_status(const char *name, json_int_t id, tw_status_t st, const char *detail)
+{
+	tw_agent_event_err(name, id, kind_of(st), tw_status_name(st), detail ? detail : "");
+}
+
+static pipe_entry *add_pipe(tw_pipe *p, bool is_server)
+{
+	pipe_entry *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->pipe = p;
+	e->is_server = is_server;
+	pthread_mutex_lock(&g_lock);
+	if (g_npipes == g_cappipes) {
+		size_t ncap = g_cappipes ? 2 * g_cappipes : 16;
+		pipe_entry **n = realloc(g_pipes, ncap * sizeof(*n));
+		if (!n) {
+			pthread_mutex_unlock(&g_lock);
+			free(e);
+			return NULL;
+		}
+		g_pipes = n;
+		g_cappipes = ncap;
+	}
+	snprintf(e->id, sizeof(e->id), "p%lu", g_next_pipe++);
+	g_pipes[g_npipes++] = e;
+	pthread_mutex_unlock(&g_lock);
+	return e;
+}
+
+static pipe_entry *find_pipe(const json_t *req)
+{
+	const char *id = json_string_value(json_object_get(req, "pipe"));
+	pipe_entry *r = NULL;
+	if (!id)
+		return NULL;
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_npipes; i++) {
+		if (strcmp(g_pipes[i]->id, id) == 0)
+			r = g_pipes[i];
+	}
+	pthread_mutex_unlock(&g_lock);
+	return r;
+}
+
+static listener_entry *find_listener(const json_t *req)
+{
+	const char *id = json_string_value(json_object_get(req, "listener"));
+	listener_entry *r = NULL;
+	if (!id)
+		return NULL;
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_nlisteners; i++) {
+		if (strcmp(g_listeners[i]->id, id) == 0)
+			r = g_listeners[i];
+	}
+	pthread_mutex_unlock(&g_lock);
+	return r;
+}
+
+/* Callback argument: the request id, boxed (callbacks get a void *). */
+typedef struct op {
+	json_int_t id;
+	pipe_entry *pe;
+	void **bufs;      /* write: source buffers; read: destination buffers */
+	size_t nbufs;
+	size_t *lens;     /* read: lengths, payloads then tensors */
+	char (*devs)[48]; /* read: tensor devices */
+	size_t npayloads, ntensors;
+} op;
+
+static op *op_new(json_int_t id, pipe_entry *pe)
+{
+	op *o = calloc(1, sizeof(*o));
+	if (o) {
+		o->id = id;
+		o->pe = pe;
+	}
+	return o;
+}
+
+static void op_free(op *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < o->nbufs; i++)
+		free(o->bufs[i]);
+	free(o->bufs);
+	free(o->lens);
+	free(o->devs);
+	free(o);
+}
+
+/* ---- commands ------------------------------------------------------------------- */
+
+static void cmd_hello(json_int_t id)
+{
+	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[s],s:[s]}", "impl", "tensorwire",
+	                                  "version", TW_VERSION_STRING, "protocol",
+	                                  TW_AGENT_PROTOCOL_VERSION, "transports", "uv", "channels",
+	                                  "basic"));
+}
+
+/* {"k": v, ...} -> "k=v,k=v" (NULL when empty). */
+static char *options_string(const json_t *opts)
+{
+	if (!json_is_object(opts) || json_object_size(opts) == 0)
+		return NULL;
+	char *s = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&s, &len);
+	if (!f)
+		return NULL;
+	const char *k;
+	json_t *v;
+	bool first = true;
+	json_object_foreach((json_t *)opts, k, v) {
+		fprintf(f, "%s%s=", first ? "" : ",", k);
+		if (json_is_string(v))
+			fputs(json_string_value(v), f);
+		else if (json_is_integer(v))
+			fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		else if (json_is_boolean(v))
+			fputs(json_is_true(v) ? "1" : "0", f);
+		first = false;
+	}
+	fclose(f);
+	return s;
+}
+
+static void cmd_context(json_int_t id, const json_t *req)
+{
+	if (g_ctx) {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     "context: this adapter already has a context");
+		return;
+	}
+	const json_t *ts = json_object_get(req, "transports");
+	const json_t *cs = json_object_get(req, "channels");
+	if (!json_is_array(ts) || !json_is_array(cs)) {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     "context: 'transports' and 'channels' must be arrays");
+		return;
+	}
+	tw_context *ctx;
+	tw_status_t st = tw_context_create(json_string_value(json_object_get(req, "name")), &ctx);
+	if (st != TW_OK) {
+		respond_status(id, st, "tw_context_create");
+		return;
+	}
+	json_t *skipped = json_array();
+	for (int pass = 0; pass < 2; pass++) {
+		const json_t *arr = pass ? cs : ts;
+		size_t i;
+		json_t *t;
+		json_array_foreach(arr, i, t) {
+			const char *name = json_string_value(json_object_get(t, "name"));
+			const char *kind = json_string_value(json_object_get(t, "kind"));
+			json_int_t prio = json_integer_value(json_object_get(t, "priority"));
+			char *opts = options_string(json_object_get(t, "options"));
+			if (!kind)
+				kind = name;
+			st = pass ? tw_context_register_channel(ctx, kind ? kind : "", name, prio, opts)
+			          : tw_context_register_transport(ctx, kind ? kind : "", name, prio, opts);
+			free(opts);
+			if (st == TW_ERR_UNSUPPORTED) {
+				json_array_append_new(skipped, json_pack("{s:s,s:s}", "name", name ? name : "",
+				                                         "reason", tw_last_error()));
+			} else if (st != TW_OK) {
+				respond_status(id, st, pass ? "tw_context_register_channel"
+				                            : "tw_context_register_transport");
+				json_decref(skipped);
+				tw_context_destroy(ctx);
+				return;
+			}
+		}
+	}
+	g_ctx = ctx;
+	tw_agent_respond_ok(id, json_pack("{s:o}", "skipped", skipped));
+}
+
+static bool need_ctx(json_int_t id)
+{
+	if (!g_ctx || g_ctx_closed) {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     g_ctx ? "the context is closed" : "no context: send 'context' first");
+		return false;
+	}
+	return true;
+}
+
+static void cmd_listen(json_int_t id, const json_t *req)
+{
+	if (!need_ctx(id))
+		return;
+	const json_t *us = json_object_get(req, "urls");
+	size_t n = json_array_size(us);
+	const char **urls = n ? calloc(n, sizeof(*urls)) : NULL;
+	if (!n || !urls) {
+		free(urls);
+		tw_agent_respond_err(id, "inval", "bad_request", "listen: 'urls' must list URLs");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		urls[i] = json_string_value(json_array_get(us, i));
+		if (!urls[i]) {
+			free(urls);
+			tw_agent_respond_err(id, "inval", "bad_request", "listen: URLs must be strings");
+			return;
+		}
+	}
+	tw_listener *l;
+	tw_status_t st = tw_context_listen(g_ctx, urls, n, &l);
+	if (st != TW_OK) {
+		free(urls);
+		respond_status(id, st, "tw_context_listen");
+		return;
+	}
+	json_t *bound = json_array();
+	for (size_t i = 0; i < n; i++) {
+		char scheme[64], buf[512];
+		const char *sep = strstr(urls[i], "://");
+		size_t sl = sep ? (size_t)(sep - urls[i]) : 0;
+		snprintf(scheme, sizeof(scheme), "%.*s", (int)(sl < sizeof(scheme) ? sl : 0), urls[i]);
+		st = tw_listener_url(l, scheme[0] ? scheme : NULL, buf, sizeof(buf));
+		json_array_append_new(bound, json_string(st == TW_OK ? buf : ""));
+	}
+	free(urls);
+	listener_entry *e = calloc(1, sizeof(*e));
+	pthread_mutex_lock(&g_lock);
+	listener_entry **nl = NULL;
+	if (e && g_nlisteners == g_caplisteners) {
+		size_t ncap = g_caplisteners ? 2 * g_caplisteners : 8;
+		nl = realloc(g_listeners, ncap * sizeof(*nl));
+		if (nl) {
+			g_listeners = nl;
+			g_caplisteners = ncap;
+		}
+	}
+	if (!e || g_nlisteners == g_caplisteners) {
+		pthread_mutex_unlock(&g_lock);
+		free(e);
+		json_decref(bound);
+		tw_listener_destroy(l);
+		tw_agent_respond_err(id, "nomem", "malloc", "listen: out of memory");
+		return;
+	}
+	e->listener = l;
+	snprintf(e->id, sizeof(e->id), "l%lu", g_next_listener++);
+	g_listeners[g_nlisteners++] = e;
+	pthread_mutex_unlock(&g_lock);
+	tw_agent_respond_ok(id, json_pack("{s:s,s:o}", "listener", e->id, "urls", bound));
+}
+
+static void on_accept(tw_listener *listener, tw_status_t status, const char *detail, tw_pipe *pipe,
+                      void *arg)
+{
+	op *o = arg;
+	if (status != TW_OK) {
+		event_status("accept", o->id, status, detail);
+	} else {
+		pipe_entry *e = add_pipe(pipe, true);
+		if (!e) {
+			tw_pipe_destroy(pipe);
+			tw_agent_event_err("accept", o->id, "nomem", "adapter", "adapter: out of memory");
+		} else {
+			tw_agent_event_ok("accept", o->id, json_pack("{s:s}", "pipe", e->id));
+		}
+	}
+	op_free(o);
+}
+
+static void cmd_accept(json_int_t id, const json_t *req)
+{
+	listener_entry *le = find_listener(req);
+	if (!le) {
+		tw_agent_respond_err(id, "inval", "bad_request", "accept: unknown listener");
+		return;
+	}
+	op *o = op_new(id, NULL);
+	if (!o) {
+		tw_agent_respond_err(id, "nomem", "malloc", "accept: out of memory");
+		return;
+	}
+	/* The event may overtake the response (spec/agent.md 3.4). On failure
+	 * the library runs no callback, so the op is still ours to free. */
+	tw_status_t st = tw_listener_accept(le->listener, on_accept, o);
+	if (st != TW_OK) {
+		op_free(o);
+		respond_status(id, st, "tw_listener_accept");
+		return;
+	}
+	tw_agent_respond_ok(id, NULL);
+}
+
+static void cmd_connect(json_int_t id, const json_t *req)
+{
+	if (!need_ctx(id))
+		return;
+	const char *url = json_string_value(json_object_get(req, "url"));
+	tw_pipe *p;
+	tw_status_t st = tw_context_connect(g_ctx, url ? url : "", &p);
+	if (st != TW_OK) {
+		respond_status(id, st, "tw_context_connect");
+		return;
+	}
+	pipe_entry *e = add_pipe(p, false);
+	if (!e) {
+		tw_pipe_destroy(p);
+		tw_agent_respond_err(id, "nomem", "malloc", "connect: out of memory");
+		return;
+	}
+	tw_agent_respond_ok(id, json_pack("{s:s}", "pipe", e->id));
+}
+
+static void on_write(tw_pipe *pipe, tw_status_t status, const char *detail, void *arg)
+{
+	op *o = arg;
+	if (status != TW_OK)
+		event_status("write", o->id, status, detail);
+	else
+		tw_agent_event_ok("write", o->id, NULL);
+	op_free(o);
+}
+
+static void to_tw_device(const tw_agent_device *d, tw_device *out)
+{
+	memset(out, 0, sizeof(*out));
+	snprintf(out->type, sizeof(out->type), "%s", d->type);
+	out->index = d->index;
+}
+
+static void cmd_write(json_int_t id, const json_t *req)
+{
+	pipe_entry *pe = find_pipe(req);
+	if (!pe) {
+		tw_agent_respond_err(id, "inval", "bad_request", "write: unknown pipe");
+		return;
+	}
+	char err[256];
+	tw_agent_msg *m;
+	if (tw_agent_msg_parse(json_object_get(req, "message"), &m, err, sizeof(err)) != 0) {
+		tw_agent_respond_err(id, "inval", "bad_request", err);
+		return;
+	}
+	/* Metadata arrays are copied by tw_pipe_write; data buffers live in the op. */
+	size_t nb = 1 + 2 * m->num_payloads + 2 * m->num_tensors;
+	op *o = op_new(id, pe);
+	tw_payload *ps = calloc(m->num_payloads + 1, sizeof(*ps));
+	tw_tensor *ts = calloc(m->num_tensors + 1, sizeof(*ts));
+	if (o)
+		o->bufs = calloc(nb, sizeof(void *));
+	bool failed = !o || !ps || !ts || !o->bufs;
+#define MAKE(b) (failed ? NULL : (o->bufs[o->nbufs++] = tw_agent_buf_make((b), &failed)))
+	tw_message msg = {0};
+	msg.metadata = MAKE(&m->metadata);
+	msg.metadata_length = (size_t)m->metadata.len;
+	for (size_t i = 0; i < m->num_payloads && !failed; i++) {
+		ps[i].data = MAKE(&m->payloads[i].data);
+		ps[i].length = (size_t)m->payloads[i].data.len;
+		ps[i].metadata = MAKE(&m->payloads[i].metadata);
+		ps[i].metadata_length = (size_t)m->payloads[i].metadata.len;
+	}
+	for (size_t i = 0; i < m->num_tensors && !failed; i++) {
+		const tw_agent_tensor *t = &m->tensors[i];
+		ts[i].data = MAKE(&t->data);
+		ts[i].length = (size_t)t->data.len;
+		to_tw_device(&t->source_device, &ts[i].source_device);
+		ts[i].has_target_device = t->has_target_device;
+		if (t->has_target_device)
+			to_tw_device(&t->target_device, &ts[i].target_device);
+		ts[i].metadata = MAKE(&t->metadata);
+		ts[i].metadata_length = (size_t)t->metadata.len;
+	}
+#undef MAKE
+	msg.num_payloads = m->num_payloads;
+	msg.payloads = ps;
+	msg.num_tensors = m->num_tensors;
+	msg.tensors = ts;
+	tw_agent_msg_free(m);
+	if (failed) {
+		free(ps);
+		free(ts);
+		op_free(o);
+		tw_agent_respond_err(id, "nomem", "malloc", "write: cannot allocate the message's buffers");
+		return;
+	}
+	tw_status_t st = tw_pipe_write(pe->pipe, &msg, on_write, o);
+	free(ps);
+	free(ts);
+	if (st != TW_OK) {
+		op_free(o);
+		respond_status(id, st, "tw_pipe_write");
+		return;
+	}
+	tw_agent_respond_ok(id, NULL);
+}
+
+static json_t *device_json(const tw_device *d)
+{
+	char buf[48];
+	snprintf(buf, sizeof(buf), "%s:%" PRId32, d->type, d->index);
+	return json_string(buf);
+}
+
+static json_t *descriptor_json(const tw_message *d)
+{
+	json_t *ps = json_array(), *ts = json_array();
+	for (size_t i = 0; i < d->num_payloads; i++) {
+		const tw_payload *p = &d->payloads[i];
+		json_array_append_new(ps, json_pack("{s:I,s:o}", "len", (json_int_t)p->length,
+		                                    "metadata",
+		                                    tw_agent_sum_json(p->metadata, p->metadata_length)));
+	}
+	for (size_t i = 0; i < d->num_tensors; i++) {
+		const tw_tensor *t = &d->tensors[i];
+		json_array_append_new(
+		        ts, json_pack("{s:I,s:o,s:o,s:o}", "len", (json_int_t)t->length, "source_device",
+		                      device_json(&t->source_device), "target_device",
+		                      t->has_target_device ? device_json(&t->target_device) : json_null(),
+		                      "metadata", tw_agent_sum_json(t->metadata, t->metadata_length)));
+	}
+	return json_pack("{s:o,s:o,s:o}", "metadata",
+	                 tw_agent_sum_json(d->metadata, d->metadata_length), "payloads", ps, "tensors",
+	                 ts);
+}
+
+static void on_descriptor(tw_pipe *pipe, tw_status_t status, const char *detail,
+                          const tw_message *desc, void *arg)
+{
+	op *o = arg;
+	if (status != TW_OK) {
+		event_status("read_descriptor", o->id, status, detail);
+		op_free(o);
+		return;
+	}
+	json_t *dj = descriptor_json(desc);
+	bool overflow = false;
+	pthread_mutex_lock(&g_lock);
+	if (o->pe->ndescs < MAX_DESCS)
+		o->pe->descs[o->pe->ndescs++] = desc;
+	else
+		overflow = true;
+	pthread_mutex_unlock(&g_lock);
+	if (overflow)
+		fprintf(stderr, "tensorwire adapter: more than %d unread descriptors; "
+		                "the harness should read before asking for more\n", MAX_DESCS);
+	tw_agent_event_ok("read_descriptor", o->id, json_pack("{s:o}", "descriptor", dj));
+	op_free(o);
+}
+
+static void cmd_read_descriptor(json_int_t id, const json_t *req)
+{
+	pipe_entry *pe = find_pipe(req);
+	if (!pe) {
+		tw_agent_respond_err(id, "inval", "bad_request", "read_descriptor: unknown pipe");
+		return;
+	}
+	op *o = op_new(id, pe);
+	if (!o) {
+		tw_agent_respond_err(id, "nomem", "malloc", "read_descriptor: out of memory");
+		return;
+	}
+	tw_status_t st = tw_pipe_read_descriptor(pe->pipe, on_descriptor, o);
+	if (st != TW_OK) {
+		op_free(o);
+		respond_status(id, st, "tw_pipe_read_descriptor");
+		return;
+	}
+	tw_agent_respond_ok(id, NULL);
+}
+
+static void on_read(tw_pipe *pipe, tw_status_t status, const char *detail, void *arg)
+{
+	op *o = arg;
+	if (status != TW_OK) {
+		event_status("read", o->id, status, detail);
+		op_free(o);
+		return;
+	}
+	json_t *ps = json_array(), *ts = json_array();
+	for (size_t i = 0; i < o->npayloads; i++)
+		json_array_append_new(ps, tw_agent_sum_json(o->bufs[i], o->lens[i]));
+	for (size_t i = 0; i < o->ntensors; i++) {
+		size_t k = o->npayloads + i;
+		json_t *tj = tw_agent_sum_json(o->bufs[k], o->lens[k]);
+		json_object_set_new(tj, "device", json_string(o->devs[i]));
+		json_array_append_new(ts, tj);
+	}
+	tw_agent_event_ok("read", o->id, json_pack("{s:o,s:o}", "payloads", ps, "tensors", ts));
+	op_free(o);
+}
+
+static void cmd_read(json_int_t id, const json_t *req)
+{
+	pipe_entry *pe = find_pipe(req);
+	if (!pe) {
+		tw_agent_respond_err(id, "inval", "bad_request", "read: unknown pipe");
+		return;
+	}
+	const tw_message *d = NULL;
+	pthread_mutex_lock(&g_lock);
+	if (pe->ndescs > 0) {
+		d = pe->descs[0];
+		memmove(pe->descs, pe->descs + 1, (pe->ndescs - 1) * sizeof(pe->descs[0]));
+		pe->ndescs--;
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!d) {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     "read: no descriptor delivered that was not read yet");
+		return;
+	}
+	const json_t *adev = json_object_get(json_object_get(req, "allocation"), "tensors");
+	size_t np = d->num_payloads, nt = d->num_tensors, n = np + nt;
+	op *o = op_new(id, pe);
+	void **pbufs = calloc(np + 1, sizeof(void *));
+	tw_tensor_allocation *tas = calloc(nt + 1, sizeof(*tas));
+	if (o) {
+		o->bufs = calloc(n + 1, sizeof(void *));
+		o->lens = calloc(n + 1, sizeof(size_t));
+		o->devs = calloc(nt + 1, sizeof(*o->devs));
+		o->npayloads = np;
+		o->ntensors = nt;
+		o->nbufs = n;
+	}
+	if (!o || !pbufs || !tas || !o->bufs || !o->lens || !o->devs)
+		goto err_nomem;
+	for (size_t i = 0; i < np; i++) {
+		o->lens[i] = d->payloads[i].length;
+		if (o->lens[i] && !(o->bufs[i] = malloc(o->lens[i])))
+			goto err_nomem;
+		pbufs[i] = o->bufs[i];
+	}
+	for (size_t i = 0; i < nt; i++) {
+		const tw_tensor *t = &d->tensors[i];
+		size_t k = np + i;
+		o->lens[k] = t->length;
+		if (o->lens[k] && !(o->bufs[k] = malloc(o->lens[k])))
+			goto err_nomem;
+		tas[i].data = o->bufs[k];
+		tas[i].device = t->has_target_device ? t->target_device : tw_device_cpu();
+		const char *want =
+		        json_string_value(json_object_get(json_array_get(adev, i), "device"));
+		if (want) {
+			tw_agent_device ad;
+			if (tw_agent_device_parse(want, &ad) != 0) {
+				op_free(o);
+				free(pbufs);
+				free(tas);
+				tw_agent_respond_err(id, "inval", "bad_request",
+				                     "read: allocation.tensors[].device is malformed");
+				return;
+			}
+			to_tw_device(&ad, &tas[i].device);
+		}
+		snprintf(o->devs[i], sizeof(o->devs[i]), "%s:%" PRId32, tas[i].device.type,
+		         tas[i].device.index);
+	}
+	tw_allocation alloc = {.num_payloads = np, .payloads = pbufs, .num_tensors = nt,
+	                       .tensors = tas};
+	tw_status_t st = tw_pipe_read(pe->pipe, &alloc, on_read, o);
+	free(pbufs);
+	free(tas);
+	if (st != TW_OK) {
+		op_free(o);
+		respond_status(id, st, "tw_pipe_read");
+		return;
+	}
+	tw_agent_respond_ok(id, NULL);
+	return;
+
+err_nomem:
+	op_free(o);
+	free(pbufs);
+	free(tas);
+	tw_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate the buffers");
+}
+
+static void cmd_info(json_int_t id, const json_t *req)
+{
+	pipe_entry *pe = find_pipe(req);
+	if (!pe) {
+		tw_agent_respond_err(id, "inval", "bad_request", "info: unknown pipe");
+		return;
+	}
+	tw_pipe_info info;
+	tw_status_t st = tw_pipe_get_info(pe->pipe, &info);
+	if (st != TW_OK) {
+		respond_status(id, st, "tw_pipe_get_info");
+		return;
+	}
+	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", info.transport, "channel",
+	                                  info.channel, "remote_name", info.remote_name, "is_server",
+	                                  info.is_server));
+}
+
+static void cmd_close(json_int_t id, const json_t *req)
+{
+	if (json_object_get(req, "pipe")) {
+		pipe_entry *pe = find_pipe(req);
+		if (!pe) {
+			tw_agent_respond_err(id, "inval", "bad_request", "close: unknown pipe");
+			return;
+		}
+		tw_pipe_close(pe->pipe);
+	} else if (json_object_get(req, "listener")) {
+		listener_entry *le = find_listener(req);
+		if (!le) {
+			tw_agent_respond_err(id, "inval", "bad_request", "close: unknown listener");
+			return;
+		}
+		tw_listener_close(le->listener);
+	} else if (json_is_true(json_object_get(req, "context"))) {
+		if (g_ctx && !g_ctx_closed) {
+			g_ctx_closed = true;
+			tw_context_close(g_ctx);
+		}
+	} else {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     "close: name a 'pipe', a 'listener' or 'context': true");
+		return;
+	}
+	tw_agent_respond_ok(id, NULL);
+}
+
+static tw_status_t shutdown_context(void)
+{
+	if (!g_ctx)
+		return TW_OK;
+	g_ctx_closed = true;
+	tw_context_close(g_ctx);
+	return tw_context_join(g_ctx);
+}
+
+static void release_all(void)
+{
+	/* After join no callback can run, so the tables are ours alone. */
+	for (size_t i = 0; i < g_npipes; i++) {
+		tw_pipe_destroy(g_pipes[i]->pipe);
+		free(g_pipes[i]);
+	}
+	for (size_t i = 0; i < g_nlisteners; i++) {
+		tw_listener_destroy(g_listeners[i]->listener);
+		free(g_listeners[i]);
+	}
+	free(g_pipes);
+	free(g_listeners);
+	g_pipes = NULL;
+	g_listeners = NULL;
+	g_npipes = g_nlisteners = 0;
+	if (g_ctx)
+		tw_context_destroy(g_ctx);
+	g_ctx = NULL;
+}
+
+int main(void)
+{
+	json_t *req;
+	while ((req = tw_agent_read_request()) != NULL) {
+		const json_t *idj = json_object_get(req, "id");
+		json_int_t id = json_is_integer(idj) ? json_integer_value(idj) : -1;
+		const char *cmd = json_string_value(json_object_get(req, "cmd"));
+		if (!cmd)
+			cmd = "";
+		if (id < 0)
+			tw_agent_respond_err(-1, "inval", "bad_request",
+			                     "request without a non-negative integer 'id'");
+		else if (!strcmp(cmd, "hello"))
+			cmd_hello(id);
+		else if (!strcmp(cmd, "context"))
+			cmd_context(id, req);
+		else if (!strcmp(cmd, "listen"))
+			cmd_listen(id, req);
+		else if (!strcmp(cmd, "accept"))
+			cmd_accept(id, req);
+		else if (!strcmp(cmd, "connect"))
+			cmd_connect(id, req);
+		else if (!strcmp(cmd, "write"))
+			cmd_write(id, req);
+		else if (!strcmp(cmd, "read_descriptor"))
+			cmd_read_descriptor(id, req);
+		else if (!strcmp(cmd, "read"))
+			cmd_read(id, req);
+		else if (!strcmp(cmd, "info"))
+			cmd_info(id, req);
+		else if (!strcmp(cmd, "close"))
+			cmd_close(id, req);
+		else if (!strcmp(cmd, "shutdown")) {
+			tw_status_t st = shutdown_context();
+			if (st != TW_OK)
+				respond_status(id, st, "tw_context_join");
+			else
+				tw_agent_respond_ok(id, NULL);
+		} else {
+			char text[128];
+			snprintf(text, sizeof(text), "unknown command '%.64s'", cmd);
+			tw_agent_respond_err(id, "unsupported", "unknown_command", text);
+		}
+		json_decref(req);
+	}
+	(void)shutdown_context();
+	release_all();
+	return 0;
+}

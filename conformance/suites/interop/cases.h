@@ -1,0 +1,31 @@
+/*
+ * cases.h - the interop cases of tensorwire issue 2 item 8: which messages a
+ * case sends, in both directions of one pipe, between two implementations.
+ * A case only shapes messages (counts, lengths, devices); the driver
+ * (harness/interop.c) assigns seeds, sends, receives and checks.
+ */
+#ifndef TW_SUITES_INTEROP_CASES_H
+#define TW_SUITES_INTEROP_CASES_H
+
+#include <stdbool.h>
+
+#include "agent.h"
+
+typedef struct tw_interop_case {
+	const char *id;      /* stable name used in test names and the matrix */
+	const char *title;   /* one line for humans */
+	int num_messages;    /* per direction */
+	bool burst;          /* write every message before the first read */
+	bool large;          /* CTest label `large`: needs ~10 GiB, run alone */
+	int wait_s;          /* how long any single wait may take */
+	/* Shapes message `index`: counts, lengths, devices (seeds are the
+	 * driver's). Returns -1 on allocation failure. */
+	int (*shape)(int index, tw_agent_msg *m);
+} tw_interop_case;
+
+extern const tw_interop_case tw_interop_cases[];
+extern const int tw_interop_num_cases;
+
+const tw_interop_case *tw_interop_case_find(const char *id);
+
+#endif /* TW_SUITES_INTEROP_CASES_H */
