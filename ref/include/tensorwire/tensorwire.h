@@ -146,7 +146,11 @@ TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_ou
 /* Registers a transport. `kind` selects the implementation ("uv" = TCP; "shm",
  * "ibv" as they land); `name` is the name used on the wire (NULL = kind);
  * higher `priority` wins. `options` is NULL or "key=value,key=value", kind
- * specific. Must be called before the first listen or connect.
+ * specific, plus one key every kind accepts: "max_object_bytes=N", the
+ * largest nop-object frame (hello, Brochure, Descriptor...) this context
+ * accepts from a peer before failing that pipe with TW_ERR_PROTO (default
+ * 64 MiB; the last registration that sets it wins; payload and tensor frames
+ * are not limited by it). Must be called before the first listen or connect.
  * Returns TW_ERR_UNSUPPORTED (with the reason) if the kind is not viable on
  * this machine; the context stays usable without it. */
 TW_NODISCARD tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind,
@@ -198,7 +202,22 @@ TW_NODISCARD tw_status_t tw_listener_accept(tw_listener *listener, tw_accept_cb 
 TW_NODISCARD tw_status_t tw_listener_url(tw_listener *listener, const char *transport,
                                          char *buf, size_t buflen);
 
-/* Stops listening; pending accept callbacks fire with TW_ERR_CLOSED. */
+/* Observes connections the listener dropped before they became pipes: a
+ * malformed hello, one closed before its hello, an unknown registration id,
+ * a failed accept. `cb` runs on the loop thread once per dropped connection
+ * (not once in all: it is an observer) with the status (TW_ERR_PROTO,
+ * TW_ERR_EOF, ...) and a detail naming the peer and the problem; the listener
+ * keeps accepting either way. Replaces any previous observer; cb NULL stops
+ * observing. Optional. */
+typedef void (*tw_listener_error_cb)(tw_listener *listener, tw_status_t status,
+                                     const char *detail, void *arg);
+TW_NODISCARD tw_status_t tw_listener_on_error(tw_listener *listener, tw_listener_error_cb cb,
+                                              void *arg);
+
+/* Stops listening; pending accept callbacks fire with TW_ERR_CLOSED. Server
+ * pipes still waiting for their requested connections (spec 3.8) fail with
+ * TW_ERR_CLOSED too (as in stock): keep the listener open until the pipes
+ * you accepted are established (tw_pipe_on_established). */
 void tw_listener_close(tw_listener *listener);
 
 /* Closes if needed and releases the handle. */

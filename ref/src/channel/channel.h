@@ -1,0 +1,117 @@
+/*
+ * channel.h - what a channel is to the core (spec/wire.md section 4).
+ *
+ * A channel moves tensor bytes between two pipe endpoints. The core only
+ * uses it through two objects:
+ *
+ *   tw_channel_ctx  one per registered channel per context: viability, the
+ *                   devices it serves with their device descriptors, how many
+ *                   connections one channel instance needs, and opening an
+ *                   instance over those connections.
+ *   tw_channel      one per pipe that selected the channel: send/recv.
+ *
+ * Rules every implementation follows (the core relies on them):
+ *   - Loop thread only (except create/destroy, see below).
+ *   - Callbacks never run inside the call that queued them; every send/recv
+ *     gets exactly one callback.
+ *   - send(k) on one side is matched with recv(k) on the other: operations
+ *     are FIFO per channel and carry no tags; lengths are known to both sides
+ *     from the Descriptor and are never sent by the channel.
+ *   - Zero-length send/recv complete locally with no wire traffic (spec 4.1).
+ *   - The channel owns the connections handed to open() and closes them on
+ *     close(). An error fails the operation that saw it (later ones fail
+ *     too); the core then closes the whole pipe. After close() the channel
+ *     never touches a caller buffer again and pending operations fail with
+ *     TW_ERR_CLOSED.
+ *   - A channel that needs more than the pipe's connections (mpt's lanes)
+ *     creates its own transport instances and listeners through
+ *     tw_channel_env: the core knows nothing of them.
+ *   - Detail strings name the channel ("basic channel: ...") and pass the
+ *     transport's detail along.
+ */
+#ifndef TW_CHANNEL_CHANNEL_H
+#define TW_CHANNEL_CHANNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/loop.h"
+#include "tensorwire/tensorwire.h"
+#include "transport/transport.h"
+
+typedef struct tw_channel_ctx tw_channel_ctx;
+typedef struct tw_channel tw_channel;
+
+/* Which end of the pipe an instance is on: the client opened the
+ * connections ("connect"), the server received them ("listen"). */
+typedef enum tw_endpoint { TW_ENDPOINT_CONNECT = 0, TW_ENDPOINT_LISTEN = 1 } tw_endpoint_t;
+
+/* A buffer on some device. */
+typedef struct tw_buffer {
+	void *ptr;
+	uint64_t len;
+	tw_device device;
+} tw_buffer;
+
+typedef void (*tw_channel_cb)(tw_channel *ch, tw_status_t status, const char *detail, void *arg);
+
+/* What a channel context may use from its host context. */
+typedef struct tw_channel_env {
+	tw_loop *loop;
+	/* Looks up a built-in transport kind (for lanes); NULL if unknown. */
+	const tw_transport_ops *(*find_transport_kind)(const char *kind);
+} tw_channel_env;
+
+/* A device this channel serves and its device descriptor (spec 6.1). */
+typedef struct tw_channel_device {
+	tw_device device;
+	char *descriptor;
+	size_t descriptor_len;
+} tw_channel_device;
+
+typedef struct tw_channel_ops {
+	const char *kind; /* "basic" */
+	/* Any thread. TW_ERR_UNSUPPORTED with the reason if not viable here,
+	 * TW_ERR_INVAL for bad options. Fills the base's device list. */
+	tw_status_t (*create)(const tw_channel_env *env, const char *options, tw_channel_ctx **out,
+	                      char *detail, size_t detail_len);
+	/* NULL means string equality of the two device descriptors. */
+	bool (*can_communicate)(tw_channel_ctx *c, const tw_channel_device *local,
+	                        const char *remote, size_t remote_len);
+	/* Connections of the pipe's transport one instance needs (basic: 1). */
+	size_t (*num_connections)(tw_channel_ctx *c);
+	/* Loop thread. Takes ownership of conns[0..n) (also on failure). */
+	tw_status_t (*open)(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *const *conns,
+	                    size_t num_conns, tw_channel **out, char *detail, size_t detail_len);
+	/* Loop thread, context shutting down after every instance closed. */
+	void (*shutdown)(tw_channel_ctx *c);
+	/* Any thread, after the loop stopped. */
+	void (*destroy)(tw_channel_ctx *c);
+} tw_channel_ops;
+
+struct tw_channel_ctx {
+	const tw_channel_ops *ops;
+	const tw_channel_env *env;
+	size_t num_devices;
+	tw_channel_device *devices;
+};
+
+typedef struct tw_channel_instance_ops {
+	/* Queue a send/recv of buf->len bytes. TW_OK: cb will run; otherwise
+	 * (TW_ERR_NOMEM) nothing was queued. */
+	tw_status_t (*send)(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg);
+	tw_status_t (*recv)(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg);
+	/* See the rules above. The owner calls it once and forgets the pointer. */
+	void (*close)(tw_channel *ch);
+} tw_channel_instance_ops;
+
+struct tw_channel {
+	const tw_channel_instance_ops *ops;
+	tw_channel_ctx *ctx;
+};
+
+/* The kinds built into this library (registry.c). */
+const tw_channel_ops *tw__channel_find_kind(const char *kind);
+
+#endif /* TW_CHANNEL_CHANNEL_H */

@@ -1,0 +1,410 @@
+/*
+ * context.c - the context: its loop thread, the registry of transports and
+ * channels (sorted by priority, spec 3.5), URL resolution, and the
+ * close / join / destroy sequence.
+ *
+ * Shutdown: tw_context_close posts one command that closes every listener
+ * and pipe on the loop thread. When the last of them has finished (every
+ * callback delivered), the loop shuts the transports and channels down and
+ * stops accepting work; the thread exits once libuv has closed every handle.
+ * tw_context_join waits for that; tw_context_destroy frees what is left.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "platform/platform.h"
+
+
+tw_device tw_device_cpu(void)
+{
+	tw_device d;
+	memset(&d, 0, sizeof(d));
+	memcpy(d.type, "cpu", 4);
+	d.index = 0;
+	return d;
+}
+
+/* ---- loop-side shutdown ----------------------------------------------- */
+
+void tw__ctx_check_done(tw_context *ctx)
+{
+	if (!ctx->closing || ctx->finished)
+		return;
+	if (!tw__list_empty(&ctx->live_pipes) || !tw__list_empty(&ctx->live_listeners))
+		return;
+	if (!tw__loop_finish(&ctx->loop))
+		return; /* work still queued: we come back after it ran */
+	ctx->finished = true;
+	for (size_t i = 0; i < ctx->num_transports; i++)
+		if (ctx->transports[i].ops->shutdown)
+			ctx->transports[i].ops->shutdown(ctx->transports[i].t);
+	for (size_t i = 0; i < ctx->num_channels; i++)
+		if (ctx->channels[i].ops->shutdown)
+			ctx->channels[i].ops->shutdown(ctx->channels[i].c);
+}
+
+static void tw__ctx_idle_check(void *arg)
+{
+	tw__ctx_check_done(arg);
+}
+
+static void tw__ctx_do_close(void *arg)
+{
+	tw_context *ctx = arg;
+	if (ctx->closing)
+		return;
+	ctx->closing = true;
+	tw_list *it, *tmp;
+	TW_LIST_FOREACH_SAFE(it, tmp, &ctx->live_listeners)
+	{
+		tw_listener *l = TW_CONTAINER_OF(it, tw_listener, live_link);
+		tw__listener_close_internal(l);
+	}
+	/* Closing one pipe may finish (and unlink) others, so start over from
+	 * the front each time. */
+	for (;;) {
+		tw_pipe *victim = NULL;
+		for (it = ctx->live_pipes.next; it != &ctx->live_pipes; it = it->next) {
+			tw_pipe *p = TW_CONTAINER_OF(it, tw_pipe, live_link);
+			if (p->state != TW_PIPE_FAILED) {
+				victim = p;
+				break;
+			}
+		}
+		if (!victim)
+			break;
+		tw__pipe_close_internal(victim, TW_ERR_CLOSED, "context closed");
+	}
+	tw__ctx_check_done(ctx);
+}
+
+/* ---- registry ------------------------------------------------------------ */
+
+tw_transport_reg *tw__ctx_find_transport(tw_context *ctx, const char *name, size_t len)
+{
+	for (size_t i = 0; i < ctx->num_transports; i++)
+		if (ctx->transports[i].name_len == len && memcmp(ctx->transports[i].name, name, len) == 0)
+			return &ctx->transports[i];
+	return NULL;
+}
+
+tw_channel_reg *tw__ctx_find_channel(tw_context *ctx, const char *name, size_t len)
+{
+	for (size_t i = 0; i < ctx->num_channels; i++)
+		if (ctx->channels[i].name_len == len && memcmp(ctx->channels[i].name, name, len) == 0)
+			return &ctx->channels[i];
+	return NULL;
+}
+
+tw_status_t tw__ctx_freeze(tw_context *ctx, const char *fn)
+{
+	pthread_mutex_lock(&ctx->mu);
+	bool closed = ctx->close_posted;
+	ctx->frozen = true;
+	pthread_mutex_unlock(&ctx->mu);
+	if (closed)
+		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+	return TW_OK;
+}
+
+tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url,
+                                tw_transport_reg **reg_out, const char **address_out)
+{
+	const char *sep = strstr(url, "://");
+	if (!sep)
+		return tw__api_fail(TW_ERR_INVAL, "%s: URL '%s' has no scheme (want e.g. uv://127.0.0.1:0)",
+		                    fn, url);
+	size_t slen = (size_t)(sep - url);
+	if (strlen(url) >= TW_URL_MAX)
+		return tw__api_fail(TW_ERR_INVAL, "%s: URL '%s' is longer than %d bytes", fn, url,
+		                    TW_URL_MAX - 1);
+	tw_transport_reg *reg = tw__ctx_find_transport(ctx, url, slen);
+	for (size_t i = 0; !reg && i < ctx->num_transports; i++) {
+		const tw_transport_ops *ops = ctx->transports[i].ops;
+		if (strlen(ops->kind) == slen && memcmp(ops->kind, url, slen) == 0)
+			reg = &ctx->transports[i];
+		for (size_t k = 0; !reg && ops->schemes && ops->schemes[k]; k++)
+			if (strlen(ops->schemes[k]) == slen && memcmp(ops->schemes[k], url, slen) == 0)
+				reg = &ctx->transports[i];
+	}
+	if (!reg)
+		return tw__api_fail(TW_ERR_INVAL,
+		                    "%s: no registered transport for the scheme of '%s' (register one "
+		                    "with tw_context_register_transport first)",
+		                    fn, url);
+	*reg_out = reg;
+	*address_out = sep + 3;
+	return TW_OK;
+}
+
+/* Splits "max_object_bytes=N" out of an options string; the rest goes to the
+ * kind. Returns INVAL on a bad value. */
+static tw_status_t tw__ctx_split_options(tw_context *ctx, const char *fn, const char *options,
+                                         char *rest, size_t rest_len, uint64_t *max_object)
+{
+	rest[0] = '\0';
+	if (!options)
+		return TW_OK;
+	size_t out = 0;
+	const char *p = options;
+	while (*p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		static const char key[] = "max_object_bytes=";
+		if (len > sizeof(key) - 1 && memcmp(p, key, sizeof(key) - 1) == 0) {
+			char num[32];
+			size_t nl = len - (sizeof(key) - 1);
+			if (nl >= sizeof(num))
+				goto bad;
+			memcpy(num, p + sizeof(key) - 1, nl);
+			num[nl] = '\0';
+			char *e;
+			unsigned long long v = strtoull(num, &e, 10);
+			if (*e != '\0' || num[0] < '0' || num[0] > '9' || v == 0)
+				goto bad;
+			*max_object = v;
+		} else if (len > 0) {
+			if (out + len + 2 > rest_len)
+				return tw__api_fail(TW_ERR_INVAL, "%s: options too long", fn);
+			if (out > 0)
+				rest[out++] = ',';
+			memcpy(rest + out, p, len);
+			out += len;
+			rest[out] = '\0';
+		}
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return TW_OK;
+bad:
+	return tw__api_fail(TW_ERR_INVAL, "%s: bad max_object_bytes in '%s'", fn, options);
+}
+
+static tw_status_t tw__ctx_check_name(const char *fn, const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n >= TW_NAME_MAX)
+		return tw__api_fail(TW_ERR_INVAL, "%s: name '%s' must have 1 to %d bytes", fn, name,
+		                    TW_NAME_MAX - 1);
+	return TW_OK;
+}
+
+tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, const char *name,
+                                          int64_t priority, const char *options)
+{
+	static const char fn[] = "tw_context_register_transport";
+	tw__api_clear();
+	if (!ctx || !kind)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx and kind must not be NULL", fn);
+	const tw_transport_ops *ops = tw__transport_find_kind(kind);
+	if (!ops)
+		return tw__api_fail(TW_ERR_UNSUPPORTED, "%s: no transport kind '%s' in this build", fn,
+		                    kind);
+	if (!name)
+		name = ops->kind;
+	tw_status_t st = tw__ctx_check_name(fn, name);
+	if (st != TW_OK)
+		return st;
+	char rest[256];
+	uint64_t max_object = 0;
+	st = tw__ctx_split_options(ctx, fn, options, rest, sizeof(rest), &max_object);
+	if (st != TW_OK)
+		return st;
+	tw_transport *t = NULL;
+	char detail[TW_DETAIL_MAX] = "";
+	st = ops->create(&ctx->loop, rest, &t, detail, sizeof(detail));
+	if (st != TW_OK)
+		return tw__api_fail(st, "%s: %s", fn, detail);
+	pthread_mutex_lock(&ctx->mu);
+	if (ctx->frozen || ctx->close_posted) {
+		pthread_mutex_unlock(&ctx->mu);
+		ops->destroy(t);
+		return tw__api_fail(TW_ERR_INVAL, "%s: must be called before the first listen or connect",
+		                    fn);
+	}
+	if (tw__ctx_find_transport(ctx, name, strlen(name)) || ctx->num_transports == TW_REGS_MAX) {
+		pthread_mutex_unlock(&ctx->mu);
+		ops->destroy(t);
+		return tw__api_fail(TW_ERR_INVAL, "%s: transport name '%s' already registered (or too many)",
+		                    fn, name);
+	}
+	size_t pos = ctx->num_transports;
+	while (pos > 0 && ctx->transports[pos - 1].priority < priority) {
+		ctx->transports[pos] = ctx->transports[pos - 1];
+		pos--;
+	}
+	tw_transport_reg *reg = &ctx->transports[pos];
+	memset(reg, 0, sizeof(*reg));
+	reg->name_len = strlen(name);
+	memcpy(reg->name, name, reg->name_len + 1);
+	reg->ops = ops;
+	reg->t = t;
+	reg->priority = priority;
+	ctx->num_transports++;
+	if (max_object)
+		ctx->max_object = max_object;
+	pthread_mutex_unlock(&ctx->mu);
+	return TW_OK;
+}
+
+tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const char *name,
+                                        int64_t priority, const char *options)
+{
+	static const char fn[] = "tw_context_register_channel";
+	tw__api_clear();
+	if (!ctx || !kind)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx and kind must not be NULL", fn);
+	const tw_channel_ops *ops = tw__channel_find_kind(kind);
+	if (!ops)
+		return tw__api_fail(TW_ERR_UNSUPPORTED, "%s: no channel kind '%s' in this build", fn,
+		                    kind);
+	if (!name)
+		name = ops->kind;
+	tw_status_t st = tw__ctx_check_name(fn, name);
+	if (st != TW_OK)
+		return st;
+	tw_channel_ctx *c = NULL;
+	char detail[TW_DETAIL_MAX] = "";
+	st = ops->create(&ctx->chenv, options ? options : "", &c, detail, sizeof(detail));
+	if (st != TW_OK)
+		return tw__api_fail(st, "%s: %s", fn, detail);
+	pthread_mutex_lock(&ctx->mu);
+	if (ctx->frozen || ctx->close_posted) {
+		pthread_mutex_unlock(&ctx->mu);
+		ops->destroy(c);
+		return tw__api_fail(TW_ERR_INVAL, "%s: must be called before the first listen or connect",
+		                    fn);
+	}
+	if (tw__ctx_find_channel(ctx, name, strlen(name)) || ctx->num_channels == TW_REGS_MAX) {
+		pthread_mutex_unlock(&ctx->mu);
+		ops->destroy(c);
+		return tw__api_fail(TW_ERR_INVAL, "%s: channel name '%s' already registered (or too many)",
+		                    fn, name);
+	}
+	size_t pos = ctx->num_channels;
+	while (pos > 0 && ctx->channels[pos - 1].priority < priority) {
+		ctx->channels[pos] = ctx->channels[pos - 1];
+		pos--;
+	}
+	tw_channel_reg *reg = &ctx->channels[pos];
+	memset(reg, 0, sizeof(*reg));
+	reg->name_len = strlen(name);
+	memcpy(reg->name, name, reg->name_len + 1);
+	reg->ops = ops;
+	reg->c = c;
+	reg->priority = priority;
+	ctx->num_channels++;
+	pthread_mutex_unlock(&ctx->mu);
+	return TW_OK;
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
+{
+	static const char fn[] = "tw_context_create";
+	tw__api_clear();
+	if (!ctx_out)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx_out must not be NULL", fn);
+	if (!name)
+		name = "";
+	tw_context *ctx = tw__calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return tw__api_fail(TW_ERR_NOMEM, "%s: out of memory", fn);
+	ctx->name_len = strlen(name);
+	ctx->name = tw__memdup_str(name, ctx->name_len);
+	if (!ctx->name) {
+		tw__free(ctx);
+		return tw__api_fail(TW_ERR_NOMEM, "%s: out of memory", fn);
+	}
+	ctx->max_object = TW_DEFAULT_MAX_OBJECT;
+	pthread_mutex_init(&ctx->mu, NULL);
+	pthread_mutex_init(&ctx->join_mu, NULL);
+	tw__list_init(&ctx->all_pipes);
+	tw__list_init(&ctx->all_listeners);
+	tw__list_init(&ctx->live_pipes);
+	tw__list_init(&ctx->live_listeners);
+	ctx->chenv.loop = &ctx->loop;
+	ctx->chenv.find_transport_kind = tw__transport_find_kind;
+	char detail[TW_DETAIL_MAX] = "";
+	tw_status_t st = tw__loop_start(&ctx->loop, tw__ctx_idle_check, ctx, detail, sizeof(detail));
+	if (st != TW_OK) {
+		pthread_mutex_destroy(&ctx->mu);
+		pthread_mutex_destroy(&ctx->join_mu);
+		tw__free(ctx->name);
+		tw__free(ctx);
+		return tw__api_fail(st, "%s: %s", fn, detail);
+	}
+	*ctx_out = ctx;
+	return TW_OK;
+}
+
+void tw_context_close(tw_context *ctx)
+{
+	if (!ctx)
+		return;
+	pthread_mutex_lock(&ctx->mu);
+	if (!ctx->close_posted) {
+		ctx->close_posted = true;
+		/* If the loop already finished there is nothing left to close. */
+		if (!tw__loop_post(&ctx->loop, &ctx->close_cmd, tw__ctx_do_close, ctx)) {
+		}
+	}
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+tw_status_t tw_context_join(tw_context *ctx)
+{
+	static const char fn[] = "tw_context_join";
+	tw__api_clear();
+	if (!ctx)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx must not be NULL", fn);
+	if (tw__loop_on_thread(&ctx->loop))
+		return tw__api_fail(TW_ERR_INVAL,
+		                    "%s: called on the context's loop thread (from a callback)", fn);
+	tw_context_close(ctx);
+	pthread_mutex_lock(&ctx->join_mu);
+	if (!ctx->joined) {
+		tw__loop_join(&ctx->loop);
+		for (size_t i = 0; i < ctx->num_transports; i++)
+			ctx->transports[i].ops->destroy(ctx->transports[i].t);
+		for (size_t i = 0; i < ctx->num_channels; i++)
+			ctx->channels[i].ops->destroy(ctx->channels[i].c);
+		ctx->joined = true;
+	}
+	pthread_mutex_unlock(&ctx->join_mu);
+	return TW_OK;
+}
+
+void tw_context_destroy(tw_context *ctx)
+{
+	if (!ctx)
+		return;
+	if (tw__loop_on_thread(&ctx->loop)) {
+		/* Freeing the loop from inside it cannot work; leaking is the only
+		 * safe answer to this misuse. */
+		(void)tw__api_fail(TW_ERR_INVAL,
+		                   "tw_context_destroy: called on the context's loop thread; ignored");
+		return;
+	}
+	if (tw_context_join(ctx) != TW_OK)
+		return; /* cannot happen off the loop thread */
+	/* The loop has stopped: whatever the application did not destroy goes. */
+	while (!tw__list_empty(&ctx->all_pipes)) {
+		tw_pipe *p = TW_CONTAINER_OF(ctx->all_pipes.next, tw_pipe, all_link);
+		tw__list_remove(&p->all_link);
+		tw__pipe_free(p);
+	}
+	while (!tw__list_empty(&ctx->all_listeners)) {
+		tw_listener *l = TW_CONTAINER_OF(ctx->all_listeners.next, tw_listener, all_link);
+		tw__list_remove(&l->all_link);
+		tw__listener_free(l);
+	}
+	pthread_mutex_destroy(&ctx->mu);
+	pthread_mutex_destroy(&ctx->join_mu);
+	tw__free(ctx->name);
+	tw__free(ctx);
+}

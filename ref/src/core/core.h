@@ -1,0 +1,346 @@
+/*
+ * core.h - the internal objects behind the public handles: context,
+ * listener, pipe, and the messages a pipe carries. Shared by the files of
+ * src/core only; transports and channels must not include it.
+ *
+ * Threads. Each context runs one loop thread (loop.h). Public functions
+ * validate their arguments and copy what they must on the caller's thread,
+ * then post a command to the loop; everything that touches pipe, listener or
+ * connection state runs on the loop thread. The few fields that other
+ * threads read (handles' reference counts, the "info" a pipe reports, the
+ * descriptor awaiting tw_pipe_read) are marked (mu): guarded by ctx->mu.
+ *
+ * Lifetimes. A pipe or listener is freed when its reference count drops to
+ * zero. References: the application's handle (dropped by *_destroy), "live"
+ * (held while the loop still works on the object: dropped once it is closed
+ * and its last internal callback has run), and one per posted command. The
+ * context frees whatever is left when it is destroyed.
+ */
+#ifndef TW_CORE_CORE_H
+#define TW_CORE_CORE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "channel/channel.h"
+#include "core/error.h"
+#include "core/list.h"
+#include "core/loop.h"
+#include "tensorwire/tensorwire.h"
+#include "transport/transport.h"
+#include "wire/packets.h"
+
+#define TW_NAME_MAX 32 /* wire names of transports and channels, with NUL */
+#define TW_REGS_MAX 16
+#define TW_DEFAULT_MAX_OBJECT ((uint64_t)64 << 20)
+#define TW_URL_MAX 128
+
+/* ---- registrations ------------------------------------------------------ */
+
+typedef struct tw_transport_reg {
+	char name[TW_NAME_MAX];
+	size_t name_len;
+	const tw_transport_ops *ops;
+	tw_transport *t;
+	int64_t priority;
+} tw_transport_reg;
+
+typedef struct tw_channel_reg {
+	char name[TW_NAME_MAX];
+	size_t name_len;
+	const tw_channel_ops *ops;
+	tw_channel_ctx *c;
+	int64_t priority;
+} tw_channel_reg;
+
+/* ---- context --------------------------------------------------------------- */
+
+struct tw_context {
+	tw_loop loop;
+	tw_channel_env chenv;
+	char *name;
+	size_t name_len;
+	uint64_t max_object; /* limit for nop-object frames (spec 2.2 has none) */
+
+	pthread_mutex_t mu;
+	/* registry: sorted by priority, highest first; frozen (mu) by the first
+	 * listen or connect, read-only afterwards */
+	tw_transport_reg transports[TW_REGS_MAX];
+	size_t num_transports;
+	tw_channel_reg channels[TW_REGS_MAX];
+	size_t num_channels;
+	bool frozen;                 /* (mu) */
+	tw_list all_pipes;           /* (mu) every pipe not yet freed */
+	tw_list all_listeners;       /* (mu) */
+	bool close_posted;           /* (mu) */
+	tw_deferred close_cmd;
+
+	pthread_mutex_t join_mu;     /* serialises join/destroy */
+	bool joined;                 /* (join_mu) */
+
+	/* loop thread */
+	bool closing;
+	tw_list live_pipes;
+	tw_list live_listeners;
+	bool finished;
+};
+
+/* Loop thread: look up a registration by wire name (NULL if none). */
+tw_transport_reg *tw__ctx_find_transport(tw_context *ctx, const char *name, size_t len);
+tw_channel_reg *tw__ctx_find_channel(tw_context *ctx, const char *name, size_t len);
+/* Any thread: resolve "scheme://address" to a registration; INVAL with
+ * tw_last_error set (prefixed with `fn`) if nothing matches. */
+tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url,
+                                tw_transport_reg **reg_out, const char **address_out);
+/* Any thread: freezes the registry; TW_ERR_CLOSED if the context is closing. */
+tw_status_t tw__ctx_freeze(tw_context *ctx, const char *fn);
+/* Loop thread: an object finished; maybe the context can stop. */
+void tw__ctx_check_done(tw_context *ctx);
+
+/* ---- listener ---------------------------------------------------------------- */
+
+typedef struct tw_listener_entry {
+	tw_listener *listener;
+	tw_transport_reg *reg;
+	tw_tlistener *tl;
+	char address[TW_URL_MAX]; /* transport syntax, immutable once listening */
+} tw_listener_entry;
+
+/* A connection that has not sent its hello yet. */
+typedef struct tw_hello_wait {
+	tw_list link;
+	tw_listener *listener;
+	tw_conn *conn;
+	tw_transport_reg *reg;
+	char peer[TW_URL_MAX];
+} tw_hello_wait;
+
+/* Where a RequestedConnection with this id goes (spec 3.8). */
+typedef struct tw_registration {
+	uint64_t id;
+	tw_pipe *pipe;
+	int slot; /* TW_SLOT_* or the index of a channel connection */
+} tw_registration;
+
+enum { TW_SLOT_DESCRIPTOR = -1, TW_SLOT_REPLY = -2 };
+
+typedef struct tw_accept_req {
+	tw_list link;
+	tw_deferred dfr;
+	tw_listener *listener;
+	tw_accept_cb cb;
+	void *arg;
+	tw_pipe *pipe;
+	tw_status_t status;
+	char detail[TW_DETAIL_MAX];
+} tw_accept_req;
+
+struct tw_listener {
+	tw_context *ctx;
+	tw_list all_link;       /* (mu) ctx->all_listeners */
+	int refs;               /* atomic */
+	size_t num_entries;     /* immutable after listen */
+	tw_listener_entry entries[TW_REGS_MAX];
+	tw_listener_error_cb err_cb; /* (mu) */
+	void *err_arg;               /* (mu) */
+	bool close_posted;           /* (mu) */
+	tw_deferred close_cmd;
+
+	/* loop thread */
+	tw_list live_link;
+	bool closed;
+	bool live;
+	unsigned inflight;
+	tw_list accepts;        /* tw_accept_req waiting for a pipe */
+	tw_list ready;          /* server pipes waiting for an accept */
+	tw_list hellos;         /* tw_hello_wait */
+	uint64_t next_id;       /* registration ids, per listener (spec 3.8) */
+	tw_registration *regs;
+	size_t num_regs, cap_regs;
+};
+
+void tw__listener_unref(tw_listener *l);
+/* Frees without any check (context destroy, last reference). */
+void tw__listener_free(tw_listener *l);
+/* Loop thread: closes the listener (accepts fail, waiting pipes fail). */
+void tw__listener_close_internal(tw_listener *l);
+/* Loop thread, for pipes: registration ids (spec 3.8). */
+tw_status_t tw__listener_register(tw_listener *l, tw_pipe *p, int slot, uint64_t *id_out);
+void tw__listener_unregister_pipe(tw_listener *l, tw_pipe *p);
+tw_listener_entry *tw__listener_entry_for(tw_listener *l, tw_transport_reg *reg);
+/* Loop thread: a server pipe stopped needing the listener. */
+void tw__listener_pipe_released(tw_listener *l);
+
+/* ---- messages ------------------------------------------------------------------ */
+
+enum tw_out_state { TW_OUT_QUEUED, TW_OUT_WAIT_REPLY, TW_OUT_READY, TW_OUT_SENDING };
+
+/* A message being written (spec 3.10, sender side). */
+typedef struct tw_out_msg {
+	tw_list link;
+	tw_deferred dfr;
+	tw_pipe *pipe;
+	tw_write_cb cb;
+	void *arg;
+	/* copy of the application's message (buffers are the application's) */
+	tw_message msg;
+	tw_payload *payloads;
+	tw_tensor *tensors;
+	uint8_t *meta;          /* all metadata bytes, one block */
+	tw_nop_writer desc;     /* the encoded Descriptor */
+	size_t num_untargeted;  /* tensors without a target device */
+	tw_device *targets;     /* per tensor: the device it goes to */
+	enum tw_out_state state;
+	unsigned pending;       /* transport/channel operations in flight */
+	bool done;
+	tw_status_t status;
+	char detail[TW_DETAIL_MAX];
+} tw_out_msg;
+
+enum tw_in_state { TW_IN_WANT_DESC, TW_IN_DESC_POSTED, TW_IN_DESC_READY, TW_IN_READING };
+
+/* A message being read (spec 3.10, receiver side). */
+typedef struct tw_in_msg {
+	tw_list link;
+	tw_deferred desc_dfr;
+	tw_deferred read_dfr;
+	tw_pipe *pipe;
+	tw_read_descriptor_cb desc_cb;
+	void *desc_arg;
+	tw_read_cb read_cb;
+	void *read_arg;
+	bool desc_cb_fired;
+	bool read_requested;
+	bool read_cb_fired;
+	enum tw_in_state state;
+	tw_wire_descriptor wire;   /* decoded Descriptor */
+	bool have_wire;
+	tw_message view;           /* what the application sees */
+	tw_payload *payloads;
+	tw_tensor *tensors;
+	/* the allocation, copied */
+	void **pay_bufs;
+	tw_tensor_allocation *ten_allocs;
+	tw_nop_writer reply;       /* encoded DescriptorReply, if any */
+	unsigned pending;
+	tw_status_t status;
+	char detail[TW_DETAIL_MAX];
+} tw_in_msg;
+
+/* Any thread: copies and validates a message for writing (sets
+ * tw_last_error prefixed with `fn` on failure). */
+tw_status_t tw__out_msg_new(const char *fn, const tw_message *msg, tw_out_msg **out);
+void tw__out_msg_free(tw_out_msg *m);
+/* Loop thread: builds the application's view of a decoded descriptor. */
+tw_status_t tw__in_msg_build_view(tw_in_msg *m, char *detail, size_t detail_len);
+void tw__in_msg_free(tw_in_msg *m);
+void tw__device_from_wire(tw_device *dst, const tw_wire_device *src);
+bool tw__device_eq(const tw_device *a, const tw_device *b);
+/* "cpu:0" into buf. */
+const char *tw__device_str(const tw_device *d, char *buf, size_t buflen);
+/* Checks a tw_device from the application (NUL-terminated type). */
+bool tw__device_valid(const tw_device *d);
+
+/* ---- pipe ---------------------------------------------------------------------- */
+
+enum tw_pipe_state {
+	TW_PIPE_CLIENT_CONNECTING, /* hello + brochure sent, waiting for the answer */
+	TW_PIPE_SERVER_BROCHURE,   /* waiting for the brochure */
+	TW_PIPE_SERVER_CONNS,      /* answer sent, waiting for requested connections */
+	TW_PIPE_ESTABLISHED,
+	TW_PIPE_FAILED,            /* closed or failed: err holds why */
+};
+
+typedef struct tw_pipe_channel {
+	tw_channel_reg *reg;
+	tw_channel *ch;         /* once opened */
+	size_t num_conns;
+	tw_conn **conns;        /* gathered before open */
+	size_t arrived;
+	uint64_t *ids;          /* registration ids (server: ours; client: the answer's) */
+} tw_pipe_channel;
+
+typedef struct tw_pipe_pair {
+	tw_device local;
+	tw_device remote;
+	size_t chan;            /* index into pipe->chans */
+} tw_pipe_pair;
+
+struct tw_pipe {
+	tw_context *ctx;
+	tw_list all_link;       /* (mu) ctx->all_pipes */
+	int refs;               /* atomic */
+	void *user_data;        /* atomic */
+	bool is_server;
+	char label[TW_URL_MAX + 48];
+
+	/* (mu) what other threads may look at */
+	tw_status_t info_status;    /* INVAL while handshaking, OK once established */
+	char info_detail[TW_DETAIL_MAX];
+	tw_pipe_info info;
+	tw_in_msg *delivered;       /* descriptor delivered, tw_pipe_read() not yet called */
+	bool est_armed;
+	bool close_posted;
+	tw_deferred close_cmd;
+
+	/* loop thread */
+	tw_list live_link;
+	tw_list ready_link;         /* server: listener->ready until accepted */
+	bool live;
+	bool started;
+	enum tw_pipe_state state;
+	tw_status_t err;
+	char err_detail[TW_DETAIL_MAX];
+	unsigned inflight;
+	tw_listener *listener;      /* server, until established or failed */
+	tw_transport_reg *boot_reg; /* transport of the bootstrap connection */
+	tw_transport_reg *reg;      /* chosen transport */
+	const char *connect_address; /* client: the URL's address (points into url) */
+	char url[TW_URL_MAX];
+	tw_conn *boot;
+	tw_conn *d;
+	tw_conn *r;
+	tw_conn *d_replacement;     /* server: arrived replacement descriptor connection */
+	size_t awaiting;            /* server: requested connections still to arrive */
+	bool need_replacement;
+	tw_pipe_channel *chans;
+	size_t num_chans;
+	tw_pipe_pair *pairs;
+	size_t num_pairs;
+	char remote_name[256];
+
+	tw_list out_msgs;           /* writes whose callback has not run */
+	tw_list in_msgs;            /* reads whose callbacks have not all run */
+	tw_in_msg *d_busy;          /* its descriptor is on D or awaits read() */
+
+	tw_established_cb est_cb;   /* set by the arming thread before posting */
+	void *est_arg;
+	tw_deferred est_cmd;
+	tw_deferred est_dfr;
+	bool est_pending;
+	bool est_ok;
+	tw_deferred start_cmd;
+	tw_deferred finish_dfr;
+};
+
+void tw__pipe_unref(tw_pipe *p);
+/* Frees without any check (context destroy, last reference). */
+void tw__pipe_free(tw_pipe *p);
+/* Loop thread. */
+tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boot,
+                             const char *remote_name, size_t remote_name_len, const char *peer);
+void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn);
+void tw__pipe_close_internal(tw_pipe *p, tw_status_t status, const char *detail);
+/* Loop thread: selection and answer helpers (negotiate.c). */
+tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w);
+tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_writer *answer,
+                                 char *detail, size_t detail_len);
+tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a,
+                                 uint64_t *id_d_out, bool *need_d_out, uint64_t *id_r_out,
+                                 char *detail, size_t detail_len);
+
+/* ---- built-in kinds (registry.c) ---- */
+extern const tw_channel_ops *const tw__channel_kinds[];
+
+#endif /* TW_CORE_CORE_H */

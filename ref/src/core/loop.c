@@ -1,0 +1,221 @@
+/*
+ * loop.c - the loop thread and its posted/deferred queues (see loop.h).
+ */
+#include "core/loop.h"
+
+#include <string.h>
+
+#include "core/error.h"
+
+struct tw_sync_call {
+	tw_deferred node;
+	void (*fn)(void *);
+	void *arg;
+	tw_loop *loop;
+	bool done;
+};
+
+static void tw__loop_run_deferred(tw_loop *l)
+{
+	/* Run only what was queued before this pass: work deferred by these
+	 * functions runs in the next pass, so nothing can starve the loop. */
+	tw_deferred *d = l->def_head;
+	l->def_head = l->def_tail = NULL;
+	while (d) {
+		tw_deferred *next = d->next;
+		d->next = NULL;
+		d->fn(d->arg);
+		d = next;
+	}
+}
+
+static void tw__loop_check(tw_loop *l)
+{
+	if (l->def_head == NULL && l->idle_active) {
+		uv_idle_stop(&l->idle);
+		l->idle_active = false;
+	}
+	if (!l->finishing && l->idle_check)
+		l->idle_check(l->idle_check_arg);
+}
+
+static void tw__loop_on_idle(uv_idle_t *h)
+{
+	tw_loop *l = h->data;
+	tw__loop_run_deferred(l);
+	tw__loop_check(l);
+}
+
+static void tw__loop_on_async(uv_async_t *h)
+{
+	tw_loop *l = h->data;
+	for (;;) {
+		pthread_mutex_lock(&l->mu);
+		tw_deferred *d = l->posted_head;
+		l->posted_head = l->posted_tail = NULL;
+		pthread_mutex_unlock(&l->mu);
+		if (!d)
+			break;
+		while (d) {
+			tw_deferred *next = d->next;
+			d->next = NULL;
+			d->fn(d->arg);
+			d = next;
+		}
+	}
+	tw__loop_check(l);
+}
+
+/* The loop this thread runs, if any. */
+static _Thread_local tw_loop *current_loop;
+
+static void *tw__loop_thread(void *arg)
+{
+	tw_loop *l = arg;
+	current_loop = l;
+	uv_run(&l->uv, UV_RUN_DEFAULT);
+	pthread_mutex_lock(&l->mu);
+	l->exited = true;
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+tw_status_t tw__loop_start(tw_loop *l, void (*idle_check)(void *), void *arg, char *detail,
+                           size_t detail_len)
+{
+	memset(l, 0, sizeof(*l));
+	int rc = uv_loop_init(&l->uv);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "uv_loop_init: %s", uv_strerror(rc));
+		return TW_ERR_SYS;
+	}
+	rc = uv_async_init(&l->uv, &l->async, tw__loop_on_async);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "uv_async_init: %s", uv_strerror(rc));
+		goto err_loop;
+	}
+	l->async.data = l;
+	uv_idle_init(&l->uv, &l->idle);
+	l->idle.data = l;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	l->accepting = true;
+	l->idle_check = idle_check;
+	l->idle_check_arg = arg;
+	rc = pthread_create(&l->thread, NULL, tw__loop_thread, l);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "pthread_create: %s", strerror(rc));
+		pthread_mutex_destroy(&l->mu);
+		pthread_cond_destroy(&l->cv);
+		uv_close((uv_handle_t *)&l->async, NULL);
+		uv_close((uv_handle_t *)&l->idle, NULL);
+		uv_run(&l->uv, UV_RUN_DEFAULT);
+		goto err_loop;
+	}
+	l->thread_started = true;
+	return TW_OK;
+err_loop:
+	uv_loop_close(&l->uv);
+	return TW_ERR_SYS;
+}
+
+bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+{
+	d->next = NULL;
+	d->fn = fn;
+	d->arg = arg;
+	pthread_mutex_lock(&l->mu);
+	if (!l->accepting) {
+		pthread_mutex_unlock(&l->mu);
+		return false;
+	}
+	if (l->posted_tail)
+		l->posted_tail->next = d;
+	else
+		l->posted_head = d;
+	l->posted_tail = d;
+	/* uv_async_send is async-signal-safe and thread-safe; calling it under
+	 * the lock keeps the handle alive (finish closes it under the lock). */
+	uv_async_send(&l->async);
+	pthread_mutex_unlock(&l->mu);
+	return true;
+}
+
+static void tw__loop_sync_trampoline(void *arg)
+{
+	struct tw_sync_call *c = arg;
+	c->fn(c->arg);
+	pthread_mutex_lock(&c->loop->mu);
+	c->done = true;
+	pthread_cond_broadcast(&c->loop->cv);
+	pthread_mutex_unlock(&c->loop->mu);
+}
+
+bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
+{
+	if (tw__loop_on_thread(l)) {
+		fn(arg);
+		return true;
+	}
+	struct tw_sync_call c = { .fn = fn, .arg = arg, .loop = l, .done = false };
+	if (!tw__loop_post(l, &c.node, tw__loop_sync_trampoline, &c))
+		return false;
+	pthread_mutex_lock(&l->mu);
+	while (!c.done)
+		pthread_cond_wait(&l->cv, &l->mu);
+	pthread_mutex_unlock(&l->mu);
+	return true;
+}
+
+void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+{
+	d->next = NULL;
+	d->fn = fn;
+	d->arg = arg;
+	if (l->def_tail)
+		l->def_tail->next = d;
+	else
+		l->def_head = d;
+	l->def_tail = d;
+	if (!l->idle_active) {
+		uv_idle_start(&l->idle, tw__loop_on_idle);
+		l->idle_active = true;
+	}
+}
+
+bool tw__loop_on_thread(tw_loop *l)
+{
+	return current_loop == l;
+}
+
+bool tw__loop_finish(tw_loop *l)
+{
+	if (l->finishing)
+		return true;
+	if (l->def_head)
+		return false;
+	pthread_mutex_lock(&l->mu);
+	if (l->posted_head) {
+		pthread_mutex_unlock(&l->mu);
+		return false;
+	}
+	l->accepting = false;
+	l->finishing = true;
+	uv_close((uv_handle_t *)&l->async, NULL);
+	pthread_mutex_unlock(&l->mu);
+	if (l->idle_active)
+		uv_idle_stop(&l->idle);
+	uv_close((uv_handle_t *)&l->idle, NULL);
+	return true;
+}
+
+void tw__loop_join(tw_loop *l)
+{
+	if (!l->thread_started)
+		return;
+	pthread_join(l->thread, NULL);
+	l->thread_started = false;
+	uv_loop_close(&l->uv);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+}

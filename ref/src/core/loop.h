@@ -1,0 +1,80 @@
+/*
+ * loop.h - one libuv event loop running on its own thread, plus the two
+ * queues every other part of the library relies on:
+ *
+ *   - posted work (tw__loop_post): any thread hands a function to the loop
+ *     thread; a locked queue drained after a uv_async wake-up. This is how
+ *     public API calls are marshalled onto the loop.
+ *   - deferred work (tw__loop_defer): loop-thread only; the function runs in
+ *     a later pass of the loop, never inside the caller's stack. This is how
+ *     every callback (ours to the application, and transports/channels to the
+ *     core) is made "never inline".
+ *
+ * Both queues are intrusive (the caller embeds a tw_deferred), so queueing
+ * never allocates and never fails. The loop must not know what a context,
+ * pipe or transport is: the owner installs an `idle_check` hook that decides
+ * when the loop may stop (tw__loop_finish).
+ */
+#ifndef TW_CORE_LOOP_H
+#define TW_CORE_LOOP_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "tensorwire/tensorwire.h"
+
+typedef struct tw_deferred {
+	struct tw_deferred *next;
+	void (*fn)(void *arg);
+	void *arg;
+} tw_deferred;
+
+typedef struct tw_loop {
+	uv_loop_t uv;
+	uv_async_t async;
+	uv_idle_t idle;
+	pthread_t thread;
+	bool thread_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;          /* signals tw__loop_call_sync completions */
+	tw_deferred *posted_head;   /* under mu */
+	tw_deferred *posted_tail;
+	bool accepting;             /* under mu: false once the loop is finishing */
+	bool exited;                /* under mu: the thread returned from uv_run */
+	tw_deferred *def_head;      /* loop thread only */
+	tw_deferred *def_tail;
+	bool idle_active;
+	bool finishing;
+	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
+	void *idle_check_arg;
+} tw_loop;
+
+/* Initialises the loop and starts its thread. */
+TW_NODISCARD tw_status_t tw__loop_start(tw_loop *l, void (*idle_check)(void *), void *arg,
+                                        char *detail, size_t detail_len);
+
+/* Any thread: runs fn(arg) on the loop thread soon. Returns false (and does
+ * nothing) if the loop has finished and accepts no more work. */
+TW_NODISCARD bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
+
+/* Any thread: runs fn(arg) on the loop thread and waits for it to return
+ * (directly if already on the loop thread). False if the loop has finished. */
+TW_NODISCARD bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg);
+
+/* Loop thread: runs fn(arg) in a later pass of the loop. */
+void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
+
+/* True on the loop's own thread. */
+bool tw__loop_on_thread(tw_loop *l);
+
+/* Loop thread: if no posted or deferred work is waiting, stops accepting
+ * work and lets the thread exit once every handle has closed; returns true.
+ * Returns false (and changes nothing) if work is still queued. */
+bool tw__loop_finish(tw_loop *l);
+
+/* Any thread but the loop's: waits for the thread to exit and releases the
+ * loop. Idempotent. */
+void tw__loop_join(tw_loop *l);
+
+#endif /* TW_CORE_LOOP_H */

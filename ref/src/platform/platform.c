@@ -1,0 +1,175 @@
+/*
+ * platform.c - allocation and socket wrappers with fault points (see
+ * platform.h). Nothing here keeps state except the fault rule table.
+ */
+#define _GNU_SOURCE /* accept4, GNU strerror_r */
+#include "platform/platform.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "platform/fault.h"
+
+void *tw__malloc(size_t n)
+{
+	if (TW_FAULT_POINT("malloc"))
+		return NULL;
+	return malloc(n ? n : 1);
+}
+
+void *tw__calloc(size_t count, size_t size)
+{
+	if (TW_FAULT_POINT("malloc"))
+		return NULL;
+	if (count == 0 || size == 0)
+		count = size = 1;
+	return calloc(count, size);
+}
+
+void *tw__realloc(void *p, size_t n)
+{
+	if (TW_FAULT_POINT("malloc"))
+		return NULL;
+	return realloc(p, n ? n : 1);
+}
+
+void tw__free(void *p)
+{
+	free(p);
+}
+
+char *tw__memdup_str(const void *s, size_t n)
+{
+	if (n == SIZE_MAX)
+		return NULL;
+	char *d = tw__malloc(n + 1);
+	if (!d)
+		return NULL;
+	if (n)
+		memcpy(d, s, n);
+	d[n] = '\0';
+	return d;
+}
+
+int tw__sys_socket(int domain, int type, int protocol)
+{
+	if (TW_FAULT_POINT("sys/socket")) {
+		errno = EMFILE;
+		return -1;
+	}
+	return socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+}
+
+int tw__sys_bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return bind(fd, addr, len);
+}
+
+int tw__sys_listen(int fd, int backlog)
+{
+	return listen(fd, backlog);
+}
+
+int tw__sys_accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	if (TW_FAULT_POINT("sys/accept")) {
+		errno = EMFILE;
+		return -1;
+	}
+	return accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
+
+int tw__sys_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	if (TW_FAULT_POINT("sys/connect")) {
+		errno = ECONNREFUSED;
+		return -1;
+	}
+	return connect(fd, addr, len);
+}
+
+int tw__sys_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	return setsockopt(fd, level, name, val, len);
+}
+
+int tw__sys_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	return getsockopt(fd, level, name, val, len);
+}
+
+int tw__sys_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return getsockname(fd, addr, len);
+}
+
+int tw__sys_getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return getpeername(fd, addr, len);
+}
+
+ssize_t tw__sys_readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	if (TW_FAULT_POINT("sys/eintr")) {
+		errno = EINTR;
+		return -1;
+	}
+	if (TW_FAULT_POINT("sys/read/fail")) {
+		errno = ECONNRESET;
+		return -1;
+	}
+	if (iovcnt > 0 && TW_FAULT_POINT("sys/read/short")) {
+		for (int i = 0; i < iovcnt; i++)
+			if (iov[i].iov_len > 0)
+				return read(fd, iov[i].iov_base, 1);
+	}
+	return readv(fd, iov, iovcnt);
+}
+
+ssize_t tw__sys_writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	if (TW_FAULT_POINT("sys/eintr")) {
+		errno = EINTR;
+		return -1;
+	}
+	if (TW_FAULT_POINT("sys/write/fail")) {
+		errno = EPIPE;
+		return -1;
+	}
+	struct msghdr msg;
+	memset(&msg, 0, sizeof(msg));
+	msg.msg_iov = (struct iovec *)iov;
+	msg.msg_iovlen = (size_t)iovcnt;
+	if (iovcnt > 0 && TW_FAULT_POINT("sys/write/short")) {
+		for (int i = 0; i < iovcnt; i++) {
+			if (iov[i].iov_len > 0) {
+				struct iovec one = { iov[i].iov_base, 1 };
+				msg.msg_iov = &one;
+				msg.msg_iovlen = 1;
+				return sendmsg(fd, &msg, MSG_NOSIGNAL);
+			}
+		}
+	}
+	return sendmsg(fd, &msg, MSG_NOSIGNAL);
+}
+
+int tw__sys_close(int fd)
+{
+	return close(fd);
+}
+
+const char *tw__strerror(int err, char *buf, size_t buflen)
+{
+	/* GNU strerror_r may return a static string instead of filling buf. */
+	const char *s = strerror_r(err, buf, buflen);
+	if (s != buf) {
+		size_t n = strlen(s);
+		if (n >= buflen)
+			n = buflen - 1;
+		memcpy(buf, s, n);
+		buf[n] = '\0';
+	}
+	return buf;
+}

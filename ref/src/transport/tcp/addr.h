@@ -1,0 +1,24 @@
+/*
+ * addr.h - TCP addresses in the syntax stock TensorPipe's uv transport uses
+ * (spec/wire.md 2.2): "A.B.C.D:port", "[v6]:port", "[v6%ifname]:port"; a
+ * missing port means 0. Numeric only: no name resolution happens here, so
+ * parsing never blocks.
+ */
+#ifndef TW_TRANSPORT_TCP_ADDR_H
+#define TW_TRANSPORT_TCP_ADDR_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "tensorwire/tensorwire.h"
+
+#define TW_TCP_ADDR_MAX 80
+
+/* TW_OK or TW_ERR_INVAL with a detail naming what is wrong. */
+TW_NODISCARD tw_status_t tw__tcp_addr_parse(const char *s, struct sockaddr_storage *ss,
+                                            socklen_t *len_out, char *detail,
+                                            size_t detail_len);
+/* Formats a sockaddr as "A.B.C.D:port" or "[v6]:port" (buf >= TW_TCP_ADDR_MAX). */
+void tw__tcp_addr_format(const struct sockaddr *sa, char *buf, size_t buflen);
+
+#endif /* TW_TRANSPORT_TCP_ADDR_H */

@@ -1,0 +1,831 @@
+/*
+ * tcp.c - the TCP transport, stock TensorPipe's "uv" (spec/wire.md 2.2):
+ * every frame is u64le(length) followed by the bytes, TCP_NODELAY on both
+ * ends, listener backlog 128, domain descriptor "uv:*".
+ *
+ * Sockets are non-blocking and watched with a uv_poll_t; the syscalls
+ * themselves go through platform.h so fault points can shorten or fail them.
+ * Reads are demand-driven: the socket is only read while a read is queued.
+ * Small frames are read through a 64 KiB buffer; the body of a large frame is
+ * read straight into the caller's buffer (readv of {rest of frame, buffer})
+ * so a tensor is never held twice. Writes gather the queued frames into one
+ * writev and loop over short writes, so frames beyond 4 GiB work (Linux
+ * moves at most 0x7ffff000 bytes per call).
+ *
+ * This file must not know about nop objects, packets or pipes.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "core/error.h"
+#include "platform/fault.h"
+#include "platform/platform.h"
+#include "transport/tcp/addr.h"
+#include "transport/tcp/tcp.h"
+#include "transport/transport.h"
+#include "wire/frame.h"
+
+#define TCP_RBUF_SIZE ((size_t)64 * 1024)
+#define TCP_IOV_BATCH 64
+#define TCP_HEADER TW_FRAME_UV_HEADER_SIZE
+#define TCP_BACKLOG 128
+#define TCP_ACCEPT_BACKOFF_MS 100
+
+enum tcp_op_kind { TCP_OP_WRITE, TCP_OP_READ_INTO, TCP_OP_READ_ALLOC };
+enum tcp_state { TCP_CONNECTING, TCP_OPEN, TCP_FAILED, TCP_CLOSED };
+
+typedef struct tcp_conn tcp_conn;
+
+typedef struct tcp_op {
+	struct tcp_op *next;
+	tw_deferred dfr;
+	tcp_conn *conn;
+	enum tcp_op_kind kind;
+	tw_status_t status;
+	/* write: iov[0] is the length header, then the caller's pieces */
+	uint8_t hdr[TCP_HEADER];
+	size_t num_iov;
+	tw_iov *iov;
+	size_t cur;
+	uint64_t off;
+	/* read */
+	uint8_t *buf;
+	uint64_t len;
+	uint64_t max;
+	uint64_t got;
+	bool have_header;
+	tw_conn_write_cb wcb;
+	tw_conn_read_cb rcb;
+	void *arg;
+	tw_iov iov_inline[4];
+} tcp_op;
+
+struct tcp_conn {
+	tw_conn base;
+	int fd;
+	uv_poll_t poll;
+	int poll_events;
+	enum tcp_state state;
+	tw_status_t err;
+	char err_detail[TW_DETAIL_MAX];
+	tcp_op *wq_head, *wq_tail;
+	tcp_op *rq_head, *rq_tail;
+	uint8_t *rbuf;
+	size_t rpos, rend;
+	unsigned refs; /* the poll handle + every op not yet called back */
+	char peer[TW_TCP_ADDR_MAX];
+};
+
+typedef struct tcp_listener {
+	tw_tlistener base;
+	int fd;
+	uv_poll_t poll;
+	uv_timer_t backoff;
+	int open_handles;
+	bool closed;
+	tw_tlistener_accept_cb cb;
+	void *arg;
+	char address[TW_TCP_ADDR_MAX];
+} tcp_listener;
+
+typedef struct tcp_transport {
+	tw_transport base;
+} tcp_transport;
+
+static const tw_conn_ops tcp_conn_ops;
+static const tw_tlistener_ops tcp_listener_ops;
+
+static void tcp_drive(tcp_conn *c);
+static void tcp_update_poll(tcp_conn *c);
+
+/* ---- connection lifetime ------------------------------------------------ */
+
+static void tcp_conn_unref(tcp_conn *c)
+{
+	if (--c->refs > 0)
+		return;
+	tw__free(c->rbuf);
+	tw__free(c);
+}
+
+static void tcp_op_deliver(void *arg)
+{
+	tcp_op *op = arg;
+	tcp_conn *c = op->conn;
+	const char *detail = op->status == TW_OK ? "" : c->err_detail;
+	if (op->status != TW_OK && op->kind == TCP_OP_READ_ALLOC) {
+		tw__free(op->buf);
+		op->buf = NULL;
+	}
+	if (op->kind == TCP_OP_WRITE)
+		op->wcb(&c->base, op->status, detail, op->arg);
+	else
+		op->rcb(&c->base, op->status, detail, op->status == TW_OK ? op->buf : NULL,
+		        op->status == TW_OK ? op->len : 0, op->arg);
+	if (op->iov != op->iov_inline)
+		tw__free(op->iov);
+	tw__free(op);
+	tcp_conn_unref(c);
+}
+
+/* Completes `op` (already unlinked) with `status`, deferred. */
+static void tcp_op_complete(tcp_op *op, tw_status_t status)
+{
+	op->status = status;
+	tw__loop_defer(op->conn->base.transport->loop, &op->dfr, tcp_op_deliver, op);
+}
+
+static void tcp_fail_queue(tcp_op **head, tcp_op **tail, tw_status_t status)
+{
+	tcp_op *op = *head;
+	*head = *tail = NULL;
+	while (op) {
+		tcp_op *next = op->next;
+		op->next = NULL;
+		tcp_op_complete(op, status);
+		op = next;
+	}
+}
+
+/* Fails the connection: every pending and later op gets this status. */
+__attribute__((format(printf, 3, 4))) static void tcp_fail(tcp_conn *c, tw_status_t status,
+                                                           const char *fmt, ...)
+{
+	if (c->state == TCP_FAILED || c->state == TCP_CLOSED)
+		return;
+	c->state = TCP_FAILED;
+	c->err = status;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err_detail, sizeof(c->err_detail), fmt, ap);
+	va_end(ap);
+	tcp_fail_queue(&c->wq_head, &c->wq_tail, status);
+	tcp_fail_queue(&c->rq_head, &c->rq_tail, status);
+	tcp_update_poll(c);
+}
+
+static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
+{
+	char eb[128];
+	tw_status_t st = (err == ECONNRESET || err == EPIPE) ? TW_ERR_CONNRESET : TW_ERR_SYS;
+	tcp_fail(c, st, "tcp transport: %s %s: %s", what, c->peer, tw__strerror(err, eb, sizeof(eb)));
+}
+
+static void tcp_on_poll_closed(uv_handle_t *h)
+{
+	tcp_conn *c = h->data;
+	if (c->fd >= 0)
+		tw__sys_close(c->fd);
+	c->fd = -1;
+	tcp_conn_unref(c);
+}
+
+static void tcp_conn_close(tw_conn *base)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	if (c->state == TCP_CLOSED)
+		return;
+	if (c->state != TCP_FAILED) {
+		c->err = TW_ERR_CLOSED;
+		tw__detail(c->err_detail, sizeof(c->err_detail),
+		           "tcp transport: connection to %s closed locally", c->peer);
+	}
+	c->state = TCP_CLOSED;
+	tcp_fail_queue(&c->wq_head, &c->wq_tail, TW_ERR_CLOSED);
+	tcp_fail_queue(&c->rq_head, &c->rq_tail, TW_ERR_CLOSED);
+	uv_poll_stop(&c->poll);
+	c->poll_events = 0;
+	uv_close((uv_handle_t *)&c->poll, tcp_on_poll_closed);
+}
+
+static const char *tcp_conn_peer(tw_conn *base)
+{
+	return ((tcp_conn *)base)->peer;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* Consumes `n` written bytes from the head of the write queue, completing
+ * the ops that are done. */
+static void tcp_advance_writes(tcp_conn *c, size_t n)
+{
+	while (c->wq_head) {
+		tcp_op *op = c->wq_head;
+		while (op->cur < op->num_iov) {
+			uint64_t rem = op->iov[op->cur].len - op->off;
+			if (rem == 0) {
+				op->cur++;
+				op->off = 0;
+				continue;
+			}
+			if (n == 0)
+				return;
+			uint64_t take = rem < n ? rem : n;
+			op->off += take;
+			n -= (size_t)take;
+		}
+		c->wq_head = op->next;
+		if (!c->wq_head)
+			c->wq_tail = NULL;
+		op->next = NULL;
+		tcp_op_complete(op, TW_OK);
+	}
+}
+
+static void tcp_drive_writes(tcp_conn *c)
+{
+	while (c->state == TCP_OPEN && c->wq_head) {
+		struct iovec iov[TCP_IOV_BATCH];
+		int n = 0;
+		for (tcp_op *op = c->wq_head; op && n < TCP_IOV_BATCH; op = op->next) {
+			for (size_t i = op->cur; i < op->num_iov && n < TCP_IOV_BATCH; i++) {
+				uint64_t skip = i == op->cur ? op->off : 0;
+				if (op->iov[i].len == skip)
+					continue;
+				iov[n].iov_base = (uint8_t *)op->iov[i].base + skip;
+				iov[n].iov_len = (size_t)(op->iov[i].len - skip);
+				n++;
+			}
+		}
+		if (n == 0) { /* only empty pieces left: complete them */
+			tcp_advance_writes(c, 0);
+			continue;
+		}
+		ssize_t w = tw__sys_writev(c->fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			tcp_fail_errno(c, "write to", errno);
+			return;
+		}
+		tcp_advance_writes(c, (size_t)w);
+	}
+}
+
+static tw_status_t tcp_conn_write(tw_conn *base, const tw_iov *iov, size_t num_iov,
+                                  unsigned flags, tw_conn_write_cb cb, void *arg)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	tcp_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->iov = op->iov_inline;
+	if (num_iov + 1 > sizeof(op->iov_inline) / sizeof(op->iov_inline[0])) {
+		op->iov = tw__calloc(num_iov + 1, sizeof(tw_iov));
+		if (!op->iov) {
+			tw__free(op);
+			return TW_ERR_NOMEM;
+		}
+	}
+	uint64_t total = 0;
+	for (size_t i = 0; i < num_iov; i++) {
+		op->iov[i + 1] = iov[i];
+		total += iov[i].len;
+	}
+	tw__frame_uv_header_put(op->hdr, total);
+	op->iov[0].base = op->hdr;
+	op->iov[0].len = TCP_HEADER;
+	op->num_iov = num_iov + 1;
+	op->kind = TCP_OP_WRITE;
+	op->conn = c;
+	op->wcb = cb;
+	op->arg = arg;
+	c->refs++;
+	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
+		tcp_op_complete(op, c->err);
+		return TW_OK;
+	}
+	if (c->wq_tail)
+		c->wq_tail->next = op;
+	else
+		c->wq_head = op;
+	c->wq_tail = op;
+	tcp_drive(c);
+	return TW_OK;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Reads into `dst` (may be NULL) and the free tail of the read buffer.
+ * Returns bytes read into dst, or -1 if the connection failed, or -2 if the
+ * socket has nothing now. Bytes beyond dst land in the read buffer. */
+static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64_t frame_len,
+                             uint64_t frame_got)
+{
+	if (c->rpos == c->rend)
+		c->rpos = c->rend = 0;
+	else if (c->rpos > 0 && (dst_len == 0 || TCP_RBUF_SIZE - c->rend < TCP_HEADER)) {
+		memmove(c->rbuf, c->rbuf + c->rpos, c->rend - c->rpos);
+		c->rend -= c->rpos;
+		c->rpos = 0;
+	}
+	struct iovec iov[2];
+	int n = 0;
+	if (dst_len > 0) {
+		iov[n].iov_base = dst;
+		iov[n].iov_len = (size_t)dst_len;
+		n++;
+	}
+	if (c->rend < TCP_RBUF_SIZE) {
+		iov[n].iov_base = c->rbuf + c->rend;
+		iov[n].iov_len = TCP_RBUF_SIZE - c->rend;
+		n++;
+	}
+	for (;;) {
+		ssize_t r = tw__sys_readv(c->fd, iov, n);
+		if (r > 0) {
+			uint64_t into_dst = (uint64_t)r < dst_len ? (uint64_t)r : dst_len;
+			c->rend += (size_t)((uint64_t)r - into_dst);
+			return (ssize_t)into_dst;
+		}
+		if (r == 0) {
+			if (frame_len == UINT64_MAX)
+				tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s",
+				         c->peer);
+			else
+				tcp_fail(c, TW_ERR_EOF,
+				         "tcp transport: connection closed by peer %s in the middle of a "
+				         "frame (%llu of %llu bytes received)",
+				         c->peer, (unsigned long long)frame_got,
+				         (unsigned long long)frame_len);
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -2;
+		tcp_fail_errno(c, "read from", errno);
+		return -1;
+	}
+}
+
+static void tcp_drive_reads(tcp_conn *c)
+{
+	while (c->state == TCP_OPEN && c->rq_head) {
+		tcp_op *op = c->rq_head;
+		if (!c->rbuf) {
+			c->rbuf = tw__malloc(TCP_RBUF_SIZE);
+			if (!c->rbuf) {
+				tcp_fail(c, TW_ERR_NOMEM, "tcp transport: read buffer of %zu bytes: out of memory",
+				         TCP_RBUF_SIZE);
+				return;
+			}
+		}
+		if (!op->have_header) {
+			if (c->rend - c->rpos < TCP_HEADER) {
+				ssize_t r = tcp_read_some(c, NULL, 0,
+				                          c->rend == c->rpos ? UINT64_MAX : TCP_HEADER,
+				                          c->rend - c->rpos);
+				if (r < 0)
+					return;
+				continue;
+			}
+			uint64_t len = tw__frame_uv_header_get(c->rbuf + c->rpos);
+			c->rpos += TCP_HEADER;
+			if (op->kind == TCP_OP_READ_INTO && len != op->len) {
+				tcp_fail(c, TW_ERR_PROTO,
+				         "tcp transport: frame from %s has %llu bytes where %llu were expected",
+				         c->peer, (unsigned long long)len, (unsigned long long)op->len);
+				return;
+			}
+			if (op->kind == TCP_OP_READ_ALLOC) {
+				if (len > op->max) {
+					tcp_fail(c, TW_ERR_PROTO,
+					         "tcp transport: frame from %s has %llu bytes, more than the "
+					         "limit of %llu",
+					         c->peer, (unsigned long long)len, (unsigned long long)op->max);
+					return;
+				}
+				op->len = len;
+				if (len > 0) {
+					op->buf = tw__malloc((size_t)len);
+					if (!op->buf) {
+						tcp_fail(c, TW_ERR_NOMEM,
+						         "tcp transport: frame of %llu bytes from %s: out of memory",
+						         (unsigned long long)len, c->peer);
+						return;
+					}
+				}
+			}
+			op->have_header = true;
+		}
+		uint64_t want = op->len - op->got;
+		size_t avail = c->rend - c->rpos;
+		if (avail > 0 && want > 0) {
+			size_t take = want < avail ? (size_t)want : avail;
+			memcpy(op->buf + op->got, c->rbuf + c->rpos, take);
+			c->rpos += take;
+			op->got += take;
+			want -= take;
+		}
+		if (want > 0) {
+			/* Small rests go through the buffer (one syscall may bring the
+			 * next frames too); large ones straight into the caller's. */
+			bool direct = want >= TCP_RBUF_SIZE / 2;
+			ssize_t r = tcp_read_some(c, direct ? op->buf + op->got : NULL, direct ? want : 0,
+			                          op->len, op->got);
+			if (r < 0)
+				return;
+			op->got += (uint64_t)r;
+			continue;
+		}
+		c->rq_head = op->next;
+		if (!c->rq_head)
+			c->rq_tail = NULL;
+		op->next = NULL;
+		tcp_op_complete(op, TW_OK);
+	}
+}
+
+static tw_status_t tcp_queue_read(tcp_conn *c, tcp_op *op)
+{
+	op->conn = c;
+	c->refs++;
+	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
+		tcp_op_complete(op, c->err);
+		return TW_OK;
+	}
+	if (c->rq_tail)
+		c->rq_tail->next = op;
+	else
+		c->rq_head = op;
+	c->rq_tail = op;
+	tcp_drive(c);
+	return TW_OK;
+}
+
+static tw_status_t tcp_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw_conn_read_cb cb,
+                                      void *arg)
+{
+	tcp_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->kind = TCP_OP_READ_INTO;
+	op->buf = buf;
+	op->len = len;
+	op->rcb = cb;
+	op->arg = arg;
+	op->iov = op->iov_inline;
+	return tcp_queue_read((tcp_conn *)base, op);
+}
+
+static tw_status_t tcp_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_read_cb cb,
+                                       void *arg)
+{
+	tcp_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->kind = TCP_OP_READ_ALLOC;
+	op->max = max_len;
+	op->rcb = cb;
+	op->arg = arg;
+	op->iov = op->iov_inline;
+	return tcp_queue_read((tcp_conn *)base, op);
+}
+
+/* ---- polling -------------------------------------------------------------- */
+
+static void tcp_on_poll(uv_poll_t *h, int status, int events);
+
+static void tcp_update_poll(tcp_conn *c)
+{
+	if (c->state == TCP_CLOSED)
+		return;
+	int want = 0;
+	if (c->state == TCP_CONNECTING)
+		want = UV_WRITABLE;
+	else if (c->state == TCP_OPEN)
+		want = (c->rq_head ? UV_READABLE : 0) | (c->wq_head ? UV_WRITABLE : 0);
+	if (want == c->poll_events)
+		return;
+	c->poll_events = want;
+	if (want == 0) {
+		uv_poll_stop(&c->poll);
+		return;
+	}
+	int rc = uv_poll_start(&c->poll, want, tcp_on_poll);
+	if (rc != 0) {
+		c->poll_events = 0;
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: uv_poll_start on connection to %s: %s",
+		         c->peer, uv_strerror(rc));
+	}
+}
+
+static void tcp_finish_connect(tcp_conn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		err = errno;
+	if (err == EINPROGRESS || err == EALREADY)
+		return;
+	if (err != 0) {
+		char eb[128];
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->peer, tw__strerror(err, eb, sizeof(eb)));
+		return;
+	}
+	c->state = TCP_OPEN;
+}
+
+static void tcp_drive(tcp_conn *c)
+{
+	if (c->state == TCP_OPEN)
+		tcp_drive_writes(c);
+	if (c->state == TCP_OPEN)
+		tcp_drive_reads(c);
+	tcp_update_poll(c);
+}
+
+static void tcp_on_poll(uv_poll_t *h, int status, int events)
+{
+	tcp_conn *c = h->data;
+	if (status < 0) {
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->peer,
+		         uv_strerror(status));
+		return;
+	}
+	if (c->state == TCP_CONNECTING && (events & UV_WRITABLE))
+		tcp_finish_connect(c);
+	tcp_drive(c);
+}
+
+static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tcp_state state, const char *peer,
+                              char *detail, size_t detail_len)
+{
+	tcp_conn *c = tw__calloc(1, sizeof(*c));
+	if (!c) {
+		tw__detail(detail, detail_len, "tcp transport: connection to %s: out of memory", peer);
+		tw__sys_close(fd);
+		return NULL;
+	}
+	c->base.ops = &tcp_conn_ops;
+	c->base.transport = &t->base;
+	c->fd = fd;
+	c->state = state;
+	c->refs = 1;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	int rc = uv_poll_init_socket(&t->base.loop->uv, &c->poll, fd);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "tcp transport: uv_poll_init_socket for %s: %s", peer,
+		           uv_strerror(rc));
+		tw__sys_close(fd);
+		tw__free(c);
+		return NULL;
+	}
+	c->poll.data = c;
+	return c;
+}
+
+static void tcp_set_nodelay(int fd)
+{
+	int one = 1;
+	/* Best effort, as in stock: a failure only costs latency. */
+	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static tw_status_t tcp_connect(tw_transport *base, const char *address, tw_conn **out,
+                               char *detail, size_t detail_len)
+{
+	tcp_transport *t = (tcp_transport *)base;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	char peer[TW_TCP_ADDR_MAX];
+	tw__tcp_addr_format((struct sockaddr *)&ss, peer, sizeof(peer));
+	int fd = tw__sys_socket(ss.ss_family, SOCK_STREAM, 0);
+	if (fd < 0) {
+		char eb[128];
+		tw__detail(detail, detail_len, "tcp transport: socket for %s: %s", peer,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		return TW_ERR_SYS;
+	}
+	tcp_set_nodelay(fd);
+	int rc = tw__sys_connect(fd, (struct sockaddr *)&ss, sl);
+	int err = rc == 0 ? 0 : errno;
+	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TCP_OPEN : TCP_CONNECTING, peer, detail,
+	                           detail_len);
+	if (!c)
+		return TW_ERR_NOMEM;
+	if (rc != 0 && err != EINPROGRESS) {
+		/* Report it through the operations, like an asynchronous failure. */
+		c->state = TCP_CONNECTING;
+		char eb[128];
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", peer,
+		         tw__strerror(err, eb, sizeof(eb)));
+	} else {
+		tcp_update_poll(c);
+	}
+	*out = &c->base;
+	return TW_OK;
+}
+
+/* ---- listener ------------------------------------------------------------- */
+
+static void tcp_listener_on_handle_closed(uv_handle_t *h)
+{
+	tcp_listener *l = h->data;
+	if (--l->open_handles == 0) {
+		tw__sys_close(l->fd);
+		tw__free(l);
+	}
+}
+
+static void tcp_listener_on_readable(uv_poll_t *h, int status, int events);
+
+static void tcp_listener_resume(uv_timer_t *timer)
+{
+	tcp_listener *l = timer->data;
+	if (!l->closed)
+		uv_poll_start(&l->poll, UV_READABLE, tcp_listener_on_readable);
+}
+
+static void tcp_listener_on_readable(uv_poll_t *h, int status, int events)
+{
+	tcp_listener *l = h->data;
+	tcp_transport *t = (tcp_transport *)l->base.transport;
+	char detail[TW_DETAIL_MAX];
+	while (!l->closed) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = tw__sys_accept(l->fd, (struct sockaddr *)&ss, &sl);
+		if (fd < 0) {
+			int err = errno;
+			if (err == EAGAIN || err == EWOULDBLOCK)
+				return;
+			if (err == EINTR || err == ECONNABORTED)
+				continue;
+			char eb[128];
+			tw__detail(detail, sizeof(detail), "tcp transport: accept on %s: %s", l->address,
+			           tw__strerror(err, eb, sizeof(eb)));
+			/* Out of descriptors or memory: back off instead of spinning. */
+			uv_poll_stop(&l->poll);
+			uv_timer_start(&l->backoff, tcp_listener_resume, TCP_ACCEPT_BACKOFF_MS, 0);
+			l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
+			return;
+		}
+		tcp_set_nodelay(fd);
+		char peer[TW_TCP_ADDR_MAX];
+		tw__tcp_addr_format((struct sockaddr *)&ss, peer, sizeof(peer));
+		tcp_conn *c = tcp_conn_new(t, fd, TCP_OPEN, peer, detail, sizeof(detail));
+		if (!c) {
+			l->cb(&l->base, TW_ERR_NOMEM, detail, NULL, l->arg);
+			continue;
+		}
+		l->cb(&l->base, TW_OK, "", &c->base, l->arg);
+	}
+}
+
+static const char *tcp_listener_address(tw_tlistener *base)
+{
+	return ((tcp_listener *)base)->address;
+}
+
+static void tcp_listener_close(tw_tlistener *base)
+{
+	tcp_listener *l = (tcp_listener *)base;
+	if (l->closed)
+		return;
+	l->closed = true;
+	uv_poll_stop(&l->poll);
+	uv_timer_stop(&l->backoff);
+	uv_close((uv_handle_t *)&l->poll, tcp_listener_on_handle_closed);
+	uv_close((uv_handle_t *)&l->backoff, tcp_listener_on_handle_closed);
+}
+
+static tw_status_t tcp_listen(tw_transport *base, const char *address, tw_tlistener_accept_cb cb,
+                              void *arg, tw_tlistener **out, char *detail, size_t detail_len)
+{
+	tcp_transport *t = (tcp_transport *)base;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char eb[128];
+	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	int fd = tw__sys_socket(ss.ss_family, SOCK_STREAM, 0);
+	if (fd < 0) {
+		tw__detail(detail, detail_len, "tcp transport: socket for %s: %s", address,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		return TW_ERR_SYS;
+	}
+	int one = 1;
+	(void)tw__sys_setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (tw__sys_bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+		tw__detail(detail, detail_len, "tcp transport: bind %s: %s", address,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		goto err_fd;
+	}
+	if (tw__sys_listen(fd, TCP_BACKLOG) != 0) {
+		tw__detail(detail, detail_len, "tcp transport: listen on %s: %s", address,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		goto err_fd;
+	}
+	sl = sizeof(ss);
+	if (tw__sys_getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+		tw__detail(detail, detail_len, "tcp transport: getsockname for %s: %s", address,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		goto err_fd;
+	}
+	tcp_listener *l = tw__calloc(1, sizeof(*l));
+	if (!l) {
+		tw__detail(detail, detail_len, "tcp transport: listener on %s: out of memory", address);
+		tw__sys_close(fd);
+		return TW_ERR_NOMEM;
+	}
+	l->base.ops = &tcp_listener_ops;
+	l->base.transport = base;
+	l->fd = fd;
+	l->cb = cb;
+	l->arg = arg;
+	tw__tcp_addr_format((struct sockaddr *)&ss, l->address, sizeof(l->address));
+	int rc = uv_poll_init_socket(&t->base.loop->uv, &l->poll, fd);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "tcp transport: uv_poll_init_socket for %s: %s", address,
+		           uv_strerror(rc));
+		tw__free(l);
+		goto err_fd;
+	}
+	l->poll.data = l;
+	uv_timer_init(&t->base.loop->uv, &l->backoff);
+	l->backoff.data = l;
+	l->open_handles = 2;
+	rc = uv_poll_start(&l->poll, UV_READABLE, tcp_listener_on_readable);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "tcp transport: uv_poll_start for %s: %s", address,
+		           uv_strerror(rc));
+		tcp_listener_close(&l->base); /* closes fd and frees l */
+		return TW_ERR_SYS;
+	}
+	*out = &l->base;
+	return TW_OK;
+err_fd:
+	tw__sys_close(fd);
+	return TW_ERR_SYS;
+}
+
+/* ---- transport -------------------------------------------------------------- */
+
+static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport **out, char *detail,
+                              size_t detail_len)
+{
+	if (options && options[0] != '\0') {
+		tw__detail(detail, detail_len, "tcp transport: unknown options '%s' (it takes none)",
+		           options);
+		return TW_ERR_INVAL;
+	}
+	tcp_transport *t = tw__calloc(1, sizeof(*t));
+	if (!t) {
+		tw__detail(detail, detail_len, "tcp transport: out of memory");
+		return TW_ERR_NOMEM;
+	}
+	t->base.ops = &tw__tcp_transport_ops;
+	t->base.loop = loop;
+	*out = &t->base;
+	return TW_OK;
+}
+
+static const char *tcp_domain_descriptor(tw_transport *t)
+{
+	return "uv:*";
+}
+
+static void tcp_destroy(tw_transport *t)
+{
+	tw__free(t);
+}
+
+static const tw_conn_ops tcp_conn_ops = {
+	.write = tcp_conn_write,
+	.read_into = tcp_conn_read_into,
+	.read_alloc = tcp_conn_read_alloc,
+	.close = tcp_conn_close,
+	.peer = tcp_conn_peer,
+};
+
+static const tw_tlistener_ops tcp_listener_ops = {
+	.address = tcp_listener_address,
+	.close = tcp_listener_close,
+};
+
+static const char *const tcp_schemes[] = { "tcp", "uv", NULL };
+
+const tw_transport_ops tw__tcp_transport_ops = {
+	.kind = "uv",
+	.schemes = tcp_schemes,
+	.create = tcp_create,
+	.domain_descriptor = tcp_domain_descriptor,
+	.can_communicate = NULL,
+	.listen = tcp_listen,
+	.connect = tcp_connect,
+	.shutdown = NULL,
+	.destroy = tcp_destroy,
+};

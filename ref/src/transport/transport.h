@@ -1,0 +1,148 @@
+/*
+ * transport.h - what a transport is to the core (spec/wire.md section 2).
+ *
+ * A transport moves frames over connections. The core never knows whether a
+ * connection is a TCP socket, a pair of shared-memory rings or a verbs queue
+ * pair; it only uses the three objects below through their vtables:
+ *
+ *   tw_transport   one per registered transport per context: viability,
+ *                  the domain descriptor, listen, connect.
+ *   tw_tlistener   a bound listener; reports each accepted connection.
+ *   tw_conn        a connection carrying frames in order in both directions.
+ *
+ * Rules every implementation follows (the core relies on them):
+ *   - Everything runs on the context's loop thread (tw_loop), including the
+ *     create call's caller; nothing here is thread-safe by itself.
+ *   - Callbacks never run inside the call that queued them (use
+ *     tw__loop_defer), and every queued operation gets exactly one callback.
+ *   - A connection fails as a whole: after the first error every pending and
+ *     later operation completes with that status and detail. Close() fails
+ *     every pending operation with TW_ERR_CLOSED; after close() returns the
+ *     connection never touches a caller buffer again, and the conn pointer
+ *     stays valid until its last callback has run (then the transport frees
+ *     it: the owner must not use it after close()).
+ *   - Detail strings name the transport and the failing call, e.g.
+ *     "tcp transport: connect 127.0.0.1:9: Connection refused".
+ *   - Frames: a write() is one frame made of the concatenation of its iovecs
+ *     (the transport adds its own length prefix: u64le on uv/tcp, u32le in
+ *     shm/ibv rings). read_into() expects a frame of exactly `len` bytes and
+ *     fails the connection with TW_ERR_PROTO before touching the body if the
+ *     prefix says otherwise. read_alloc() accepts a frame of at most
+ *     `max_len` bytes and checks the prefix against that limit before
+ *     allocating. Both loop over short transfers, so frames may exceed 4 GiB
+ *     where the framing allows it (a transport whose prefix is narrower must
+ *     fail such a write with TW_ERR_UNSUPPORTED, not truncate).
+ *   - TW_WRITE_OBJECT marks a frame that holds a nop object: ring transports
+ *     must write it in one piece (spec 2.3.6); stream transports ignore it.
+ *     read_alloc() is only used for nop objects.
+ */
+#ifndef TW_TRANSPORT_TRANSPORT_H
+#define TW_TRANSPORT_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/loop.h"
+#include "tensorwire/tensorwire.h"
+
+typedef struct tw_transport tw_transport;
+typedef struct tw_tlistener tw_tlistener;
+typedef struct tw_conn tw_conn;
+
+/* One piece of a frame to write (the caller's memory, not copied). */
+typedef struct tw_iov {
+	const void *base;
+	uint64_t len;
+} tw_iov;
+
+enum { TW_WRITE_OBJECT = 1u << 0 };
+
+typedef void (*tw_conn_write_cb)(tw_conn *conn, tw_status_t status, const char *detail,
+                                 void *arg);
+/* read_into: buf is the caller's buffer, len its expected length.
+ * read_alloc: buf is a fresh tw__malloc'd block the callee now owns (NULL if
+ * len is 0 or on error), len the frame length. */
+typedef void (*tw_conn_read_cb)(tw_conn *conn, tw_status_t status, const char *detail,
+                                void *buf, uint64_t len, void *arg);
+/* An accepted connection (status TW_OK), or a per-connection accept failure
+ * that did not stop the listener (conn NULL, e.g. EMFILE). */
+typedef void (*tw_tlistener_accept_cb)(tw_tlistener *listener, tw_status_t status,
+                                       const char *detail, tw_conn *conn, void *arg);
+
+typedef struct tw_conn_ops {
+	/* Queues one frame. TW_OK: cb will run. Otherwise (only TW_ERR_NOMEM)
+	 * nothing was queued and cb will not run. The iov array is copied; the
+	 * memory it points to must stay valid until cb. */
+	tw_status_t (*write)(tw_conn *c, const tw_iov *iov, size_t num_iov, unsigned flags,
+	                     tw_conn_write_cb cb, void *arg);
+	/* Queues the read of the next frame into buf (exactly len bytes). */
+	tw_status_t (*read_into)(tw_conn *c, void *buf, uint64_t len, tw_conn_read_cb cb, void *arg);
+	/* Queues the read of the next frame (at most max_len bytes) into a new
+	 * allocation. */
+	tw_status_t (*read_alloc)(tw_conn *c, uint64_t max_len, tw_conn_read_cb cb, void *arg);
+	/* Closes (see the rules above). Idempotent only in the sense that the
+	 * owner calls it exactly once. */
+	void (*close)(tw_conn *c);
+	/* The peer's address for details ("127.0.0.1:5555"); never NULL. */
+	const char *(*peer)(tw_conn *c);
+} tw_conn_ops;
+
+struct tw_conn {
+	const tw_conn_ops *ops;
+	tw_transport *transport;
+};
+
+typedef struct tw_tlistener_ops {
+	/* The bound address in this transport's syntax, as sent in a
+	 * BrochureAnswer ("127.0.0.1:43127"). */
+	const char *(*address)(tw_tlistener *l);
+	/* Stops accepting. No callback runs after this returns; the transport
+	 * frees the listener itself. */
+	void (*close)(tw_tlistener *l);
+} tw_tlistener_ops;
+
+struct tw_tlistener {
+	const tw_tlistener_ops *ops;
+	tw_transport *transport;
+};
+
+typedef struct tw_transport_ops {
+	const char *kind;       /* implementation name, e.g. "uv" */
+	/* Extra URL schemes that mean this kind besides its registered name
+	 * ("tcp" for uv); NULL-terminated, may be NULL. */
+	const char *const *schemes;
+	/* Creates an instance for one context. TW_ERR_UNSUPPORTED with the
+	 * reason in detail if the kind is not viable here; TW_ERR_INVAL for bad
+	 * options. Runs on any thread (no loop handles may be created yet). */
+	tw_status_t (*create)(tw_loop *loop, const char *options, tw_transport **out, char *detail,
+	                      size_t detail_len);
+	/* The domain descriptor advertised in Brochures (spec 6.1), e.g. "uv:*". */
+	const char *(*domain_descriptor)(tw_transport *t);
+	/* NULL means plain string equality with our own descriptor. */
+	bool (*can_communicate)(tw_transport *t, const char *remote, size_t remote_len);
+	/* Loop thread. Binds `address` (transport syntax, e.g. "127.0.0.1:0"). */
+	tw_status_t (*listen)(tw_transport *t, const char *address, tw_tlistener_accept_cb cb,
+	                      void *arg, tw_tlistener **out, char *detail, size_t detail_len);
+	/* Loop thread. Starts connecting and returns the connection at once:
+	 * operations may be queued right away; a connect failure fails them. A
+	 * synchronous failure (bad address) returns an error and no conn. */
+	tw_status_t (*connect)(tw_transport *t, const char *address, tw_conn **out, char *detail,
+	                       size_t detail_len);
+	/* Loop thread, when the context shuts down after every connection and
+	 * listener of this transport is closed: close loop handles (may be NULL). */
+	void (*shutdown)(tw_transport *t);
+	/* Any thread, after the loop stopped: frees the instance. */
+	void (*destroy)(tw_transport *t);
+} tw_transport_ops;
+
+struct tw_transport {
+	const tw_transport_ops *ops;
+	tw_loop *loop;
+};
+
+/* The kinds built into this library, NULL-terminated (registry.c). */
+extern const tw_transport_ops *const tw__transport_kinds[];
+const tw_transport_ops *tw__transport_find_kind(const char *kind);
+
+#endif /* TW_TRANSPORT_TRANSPORT_H */

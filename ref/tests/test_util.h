@@ -1,0 +1,191 @@
+/*
+ * test_util.h - helpers shared by the reference library's integration
+ * tests: checks that print where they failed, a watchdog, a waiter for
+ * callbacks that run on loop threads, and deterministic pseudo-random data
+ * with checksums (xxHash) so the receiver can verify bytes without holding a
+ * second copy. Header-only; tests only.
+ */
+#ifndef TW_TESTS_TEST_UTIL_H
+#define TW_TESTS_TEST_UTIL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "tensorwire/tensorwire.h"
+
+#define CHECK(cond)                                                                      \
+	do {                                                                             \
+		if (!(cond)) {                                                           \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+			fflush(stderr);                                                  \
+			abort();                                                         \
+		}                                                                        \
+	} while (0)
+
+#define CHECK_OK(expr)                                                                   \
+	do {                                                                             \
+		tw_status_t st_ = (expr);                                                \
+		if (st_ != TW_OK) {                                                      \
+			fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__,  \
+			        #expr, tw_status_name(st_), tw_last_error());            \
+			fflush(stderr);                                                  \
+			abort();                                                         \
+		}                                                                        \
+	} while (0)
+
+#define CHECK_STATUS(got, want)                                                          \
+	do {                                                                             \
+		tw_status_t g_ = (got), w_ = (want);                                     \
+		if (g_ != w_) {                                                          \
+			fprintf(stderr, "%s:%d: got %s, want %s\n", __FILE__, __LINE__,      \
+			        tw_status_name(g_), tw_status_name(w_));                  \
+			fflush(stderr);                                                  \
+			abort();                                                         \
+		}                                                                        \
+	} while (0)
+
+static inline void tu_on_alarm(int sig)
+{
+	static const char msg[] = "watchdog: test hung, aborting\n";
+	(void)sig;
+	(void)!write(2, msg, sizeof(msg) - 1);
+	abort();
+}
+
+/* Aborts the process if it runs longer than `seconds`. */
+static inline void tu_watchdog(unsigned seconds)
+{
+	signal(SIGALRM, tu_on_alarm);
+	alarm(seconds);
+}
+
+/* A counter that loop-thread callbacks bump and the test thread waits on. */
+typedef struct tu_waiter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	long count;
+} tu_waiter;
+
+static inline void tu_waiter_init(tu_waiter *w)
+{
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	w->count = 0;
+}
+
+static inline void tu_waiter_destroy(tu_waiter *w)
+{
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+}
+
+static inline void tu_signal(tu_waiter *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->count++;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static inline long tu_count(tu_waiter *w)
+{
+	pthread_mutex_lock(&w->mu);
+	long c = w->count;
+	pthread_mutex_unlock(&w->mu);
+	return c;
+}
+
+/* Waits until count >= n (the watchdog catches a hang). */
+static inline void tu_wait(tu_waiter *w, long n)
+{
+	pthread_mutex_lock(&w->mu);
+	while (w->count < n)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits up to ms milliseconds; true if count >= n. */
+static inline bool tu_wait_for(tu_waiter *w, long n, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (w->count < n)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0)
+			break;
+	bool ok = w->count >= n;
+	pthread_mutex_unlock(&w->mu);
+	return ok;
+}
+
+/* Deterministic bytes: xorshift64* over 8-byte words, seeded per buffer. */
+static inline uint64_t tu_next(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static inline void tu_fill_at(uint8_t *buf, size_t len, uint64_t seed)
+{
+	uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+	size_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t v = tu_next(&s);
+		memcpy(buf + i, &v, 8);
+	}
+	if (i < len) {
+		uint64_t v = tu_next(&s);
+		memcpy(buf + i, &v, len - i);
+	}
+}
+
+/* Checksum of what tu_fill_at(len, seed) produces, without a buffer of len. */
+static inline uint64_t tu_expected_hash(size_t len, uint64_t seed)
+{
+	XXH3_state_t *st = XXH3_createState();
+	XXH3_64bits_reset(st);
+	uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+	uint8_t chunk[1 << 16];
+	size_t done = 0;
+	while (done < len) {
+		size_t n = len - done < sizeof(chunk) ? len - done : sizeof(chunk);
+		size_t i = 0;
+		for (; i + 8 <= n; i += 8) {
+			uint64_t v = tu_next(&s);
+			memcpy(chunk + i, &v, 8);
+		}
+		if (i < n) {
+			uint64_t v = tu_next(&s);
+			memcpy(chunk + i, &v, n - i);
+		}
+		XXH3_64bits_update(st, chunk, n);
+		done += n;
+	}
+	uint64_t h = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return h;
+}
+
+static inline uint64_t tu_hash(const void *buf, size_t len)
+{
+	return XXH3_64bits(buf, len);
+}
+
+#endif /* TW_TESTS_TEST_UTIL_H */
