@@ -394,11 +394,12 @@ static int twr__write_plots(const twr_report *rep, char plots[][256], size_t max
 						fclose(fg);
 					return -1;
 				}
-				fprintf(fg, "set terminal svg size 1000,650 dynamic background rgb 'white'\n"
+				fprintf(fg, "set terminal svg size 1000,720 dynamic background rgb 'white'\n"
 				        "set output '%s.svg'\n"
-				        "set title \"one-way latency = RTT/2, median - %s, CPU %s, %s buffers\"\n"
-				        "set logscale xy\nset grid\nset key outside right\n"
-				        "set xlabel 'message size (bytes)'\nset ylabel 'ms'\n"
+				        "set title \"%s, CPU placement %s, %s buffers\" noenhanced\n"
+				        "set logscale xy\nset grid\nset key outside below maxrows 4\n"
+				        "set xlabel 'message size (bytes)'\n"
+				        "set ylabel 'one-way latency = RTT/2, median (ms)'\n"
 				        "set format x '10^{%%L}'\nset format y '10^{%%L}'\nplot ",
 				        base, net, cpu, twr_policy_name((twb_policy_t)p));
 				for (size_t i = 0; i < twr_num_systems; i++) {
@@ -411,7 +412,7 @@ static int twr__write_plots(const twr_report *rep, char plots[][256], size_t max
 						fprintf(fd, "%llu %.9g\n", (unsigned long long)r->stats[k].size,
 						        r->stats[k].median_ms);
 					fprintf(fd, "\n\n");
-					fprintf(fg, "%s'%s.dat' index %zu with linespoints lw 2 title '%s'",
+					fprintf(fg, "%s'%s.dat' index %zu with linespoints lw 2 title '%s' noenhanced",
 					        lines ? ", \\\n     " : "", base, lines, twr_systems[i].label);
 					lines++;
 				}
