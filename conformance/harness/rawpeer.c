@@ -1,0 +1,376 @@
+/*
+ * rawpeer.c - the harness as a raw uv peer (see rawpeer.h).
+ */
+#define _GNU_SOURCE
+#include "rawpeer.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int tw_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen)
+{
+	const char *a = strstr(addr, "://");
+	a = a ? a + 3 : addr;
+	char host[64];
+	const char *colon = strrchr(a, ':');
+	if (!colon || (size_t)(colon - a) >= sizeof(host)) {
+		snprintf(err, errlen, "raw connect: cannot parse address '%s'", addr);
+		return -1;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - a), a);
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+	if (inet_pton(AF_INET, host, &sin.sin_addr) != 1) {
+		snprintf(err, errlen, "raw connect: '%s' is not an IPv4 address", host);
+		return -1;
+	}
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "raw connect: socket: %s", strerror(errno));
+		return -1;
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 && errno != EINPROGRESS) {
+		snprintf(err, errlen, "raw connect %s: %s", a, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	struct pollfd p = {.fd = fd, .events = POLLOUT};
+	int soerr = 0;
+	socklen_t sl = sizeof(soerr);
+	if (poll(&p, 1, timeout_ms) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) ||
+	    soerr) {
+		snprintf(err, errlen, "raw connect %s: %s", a, soerr ? strerror(soerr) : "timed out");
+		close(fd);
+		return -1;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
+}
+
+int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen)
+{
+	const unsigned char *p = buf;
+	while (len > 0) {
+		ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			snprintf(err, errlen, "raw send: %s", strerror(errno));
+			return -1;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int tw_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t errlen)
+{
+	unsigned char hdr[8];
+	for (int i = 0; i < 8; i++)
+		hdr[i] = (unsigned char)((uint64_t)len >> (8 * i));
+	if (tw_raw_send(fd, hdr, 8, err, errlen))
+		return -1;
+	return tw_raw_send(fd, body, len, err, errlen);
+}
+
+/* Reads exactly n bytes before the deadline. 0, -1 (error), -2 (EOF at start). */
+static int recv_exact(int fd, unsigned char *buf, size_t n, long long deadline, char *err,
+                      size_t errlen)
+{
+	size_t got = 0;
+	while (got < n) {
+		long long left = deadline - now_ms();
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (left <= 0 || poll(&p, 1, (int)left) != 1) {
+			snprintf(err, errlen, "raw recv: timed out with %zu of %zu bytes", got, n);
+			return -1;
+		}
+		ssize_t r = recv(fd, buf + got, n - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0 && got == 0)
+			return -2;
+		if (r <= 0) {
+			snprintf(err, errlen, "raw recv: %s after %zu of %zu bytes",
+			         r == 0 ? "EOF" : strerror(errno), got, n);
+			return -1;
+		}
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+long tw_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, char *err,
+                       size_t errlen)
+{
+	long long deadline = now_ms() + timeout_ms;
+	unsigned char hdr[8];
+	int rc = recv_exact(fd, hdr, 8, deadline, err, errlen);
+	if (rc)
+		return rc;
+	uint64_t len = 0;
+	for (int i = 0; i < 8; i++)
+		len |= (uint64_t)hdr[i] << (8 * i);
+	if (len > cap) {
+		snprintf(err, errlen, "raw recv: frame of %llu bytes exceeds %zu", (unsigned long long)len,
+		         cap);
+		return -1;
+	}
+	rc = recv_exact(fd, body, (size_t)len, deadline, err, errlen);
+	if (rc == -2) {
+		snprintf(err, errlen, "raw recv: EOF inside a frame");
+		return -1;
+	}
+	return rc ? -1 : (long)len;
+}
+
+int tw_raw_wait_closed(int fd, int timeout_ms)
+{
+	long long deadline = now_ms() + timeout_ms;
+	unsigned char junk[4096];
+	for (;;) {
+		long long left = deadline - now_ms();
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (left <= 0 || poll(&p, 1, (int)left) != 1)
+			return 0;
+		ssize_t r = recv(fd, junk, sizeof(junk), 0);
+		if (r <= 0 && !(r < 0 && errno == EINTR))
+			return 1;
+	}
+}
+
+/* ---- packets ---------------------------------------------------------------------- */
+
+/* {uv: "uv:*"}, {basic: {cpu:0: "any"}} (reference §3.4, observed) */
+const unsigned char tw_raw_brochure_uv_basic[] = {
+	0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v', 0xbd, 0x04, 'u', 'v', ':', '*',
+	0xbb, 0x01, 0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01, 0xb9, 0x02, 0xbd,
+	0x03, 'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y'};
+const size_t tw_raw_brochure_uv_basic_len = sizeof(tw_raw_brochure_uv_basic);
+
+static size_t put_u64(uint64_t v, unsigned char *b)
+{
+	if (v < 0x80) {
+		b[0] = (unsigned char)v;
+		return 1;
+	}
+	int w = v < (1ull << 8) ? 1 : v < (1ull << 16) ? 2 : v < (1ull << 32) ? 4 : 8;
+	b[0] = (unsigned char)(w == 1 ? 0x80 : w == 2 ? 0x81 : w == 4 ? 0x82 : 0x83);
+	for (int i = 0; i < w; i++)
+		b[1 + i] = (unsigned char)(v >> (8 * i));
+	return 1 + (size_t)w;
+}
+
+size_t tw_raw_hello(const char *name, unsigned char *buf, size_t cap)
+{
+	size_t n = strlen(name);
+	if (cap < n + 16)
+		return 0;
+	size_t k = 0;
+	buf[k++] = 0xb8; /* variant */
+	buf[k++] = 0x00; /* index 0: SpontaneousConnection */
+	buf[k++] = 0xb9; /* struct */
+	buf[k++] = 0x01; /* 1 member */
+	buf[k++] = 0xbd; /* string */
+	k += put_u64(n, buf + k);
+	memcpy(buf + k, name, n);
+	return k + n;
+}
+
+size_t tw_raw_requested(uint64_t id, unsigned char *buf, size_t cap)
+{
+	if (cap < 16)
+		return 0;
+	size_t k = 0;
+	buf[k++] = 0xb8;
+	buf[k++] = 0x01; /* index 1: RequestedConnection */
+	buf[k++] = 0xb9;
+	buf[k++] = 0x01;
+	return k + put_u64(id, buf + k);
+}
+
+/* ---- a minimal nop reader ------------------------------------------------------------ */
+
+typedef struct rd {
+	const unsigned char *p;
+	size_t n, off;
+	const char *why;
+} rd;
+
+static int get_byte(rd *r, unsigned char *b)
+{
+	if (r->off >= r->n) {
+		r->why = "truncated";
+		return -1;
+	}
+	*b = r->p[r->off++];
+	return 0;
+}
+
+static int get_le(rd *r, int w, uint64_t *v)
+{
+	if (r->n - r->off < (size_t)w) {
+		r->why = "truncated integer";
+		return -1;
+	}
+	*v = 0;
+	for (int i = 0; i < w; i++)
+		*v |= (uint64_t)r->p[r->off + (size_t)i] << (8 * i);
+	r->off += (size_t)w;
+	return 0;
+}
+
+static int get_u64(rd *r, uint64_t *v)
+{
+	unsigned char pfx;
+	if (get_byte(r, &pfx))
+		return -1;
+	if (pfx < 0x80) {
+		*v = pfx;
+		return 0;
+	}
+	if (pfx >= 0x80 && pfx <= 0x83)
+		return get_le(r, 1 << (pfx - 0x80), v);
+	r->why = "expected an unsigned integer";
+	return -1;
+}
+
+static int get_string(rd *r, char *buf, size_t cap)
+{
+	unsigned char pfx;
+	uint64_t len;
+	if (get_byte(r, &pfx) || pfx != 0xbd || get_u64(r, &len)) {
+		r->why = r->why ? r->why : "expected a string";
+		return -1;
+	}
+	if (len > r->n - r->off) {
+		r->why = "string longer than the frame";
+		return -1;
+	}
+	if (buf) {
+		snprintf(buf, cap, "%.*s", (int)(len < cap ? len : cap - 1),
+		         (const char *)r->p + r->off);
+	}
+	r->off += (size_t)len;
+	return 0;
+}
+
+static int skip_value(rd *r, int depth)
+{
+	unsigned char pfx;
+	uint64_t n, v;
+	if (depth > 32) {
+		r->why = "nested too deeply";
+		return -1;
+	}
+	if (get_byte(r, &pfx))
+		return -1;
+	if (pfx < 0x80 || pfx >= 0xc0 || pfx == 0xbe)
+		return 0;
+	if (pfx >= 0x80 && pfx <= 0x87)
+		return get_le(r, 1 << ((pfx - 0x80) & 3), &v);
+	if (pfx == 0x88 || pfx == 0x89)
+		return get_le(r, pfx == 0x88 ? 4 : 8, &v);
+	switch (pfx) {
+	case 0xb8: /* variant: int32 index, then the element */
+		return skip_value(r, depth + 1) || skip_value(r, depth + 1) ? -1 : 0;
+	case 0xb9: /* struct */
+	case 0xba: /* array */
+		if (get_u64(r, &n))
+			return -1;
+		for (uint64_t i = 0; i < n; i++)
+			if (skip_value(r, depth + 1))
+				return -1;
+		return 0;
+	case 0xbb: /* map */
+		if (get_u64(r, &n))
+			return -1;
+		for (uint64_t i = 0; i < 2 * n; i++)
+			if (skip_value(r, depth + 1))
+				return -1;
+		return 0;
+	case 0xbc: /* binary */
+	case 0xbd: /* string */
+		if (get_u64(r, &n))
+			return -1;
+		if (n > r->n - r->off) {
+			r->why = "length longer than the frame";
+			return -1;
+		}
+		r->off += (size_t)n;
+		return 0;
+	}
+	r->why = "unexpected prefix byte";
+	return -1;
+}
+
+int tw_raw_parse_answer(const unsigned char *b, size_t n, tw_raw_answer *out, char *err,
+                        size_t errlen)
+{
+	rd r = {.p = b, .n = n};
+	unsigned char pfx;
+	uint64_t members, count, k, v;
+	memset(out, 0, sizeof(*out));
+	if (get_byte(&r, &pfx) || pfx != 0xb9 || get_u64(&r, &members) || members != 7) {
+		snprintf(err, errlen, "BrochureAnswer: expected a 7-member struct");
+		return -1;
+	}
+	if (get_string(&r, out->transport, sizeof(out->transport)) ||
+	    get_string(&r, out->address, sizeof(out->address)))
+		goto bad;
+	if (get_byte(&r, &pfx) || pfx != 0xbb || get_u64(&r, &count))
+		goto bad;
+	for (uint64_t i = 0; i < count; i++) {
+		if (get_u64(&r, &k) || get_u64(&r, &v))
+			goto bad;
+		if (k == 1)
+			out->reply_id = v;
+		if (k == 0) {
+			out->has_descriptor_id = 1;
+			out->descriptor_id = v;
+		}
+	}
+	if (get_string(&r, NULL, 0))
+		goto bad;
+	if (get_byte(&r, &pfx) || pfx != 0xbb || get_u64(&r, &count))
+		goto bad;
+	for (uint64_t i = 0; i < count; i++) {
+		char name[64];
+		uint64_t blen;
+		if (get_string(&r, name, sizeof(name)) || get_byte(&r, &pfx) || pfx != 0xbc ||
+		    get_u64(&r, &blen) || blen > r.n - r.off)
+			goto bad;
+		if (!strcmp(name, "basic") && blen >= 8) {
+			size_t save = r.off;
+			(void)get_le(&r, 8, &out->basic_id);
+			r.off = save;
+			out->has_basic = 1;
+		}
+		r.off += (size_t)blen;
+	}
+	if (skip_value(&r, 0) || skip_value(&r, 0))
+		goto bad;
+	return 0;
+bad:
+	snprintf(err, errlen, "BrochureAnswer: %s at byte %zu", r.why ? r.why : "malformed", r.off);
+	return -1;
+}
