@@ -154,9 +154,16 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 	if (status != TW_OK) {
 		/* A connection that ends before its hello broke the protocol
 		 * (every connection starts with a Packet, spec 3.3). */
-		tw__listener_report(l, status == TW_ERR_EOF ? TW_ERR_PROTO : status,
-		                    "listener: connection from %s dropped before its hello: %s",
-		                    hw->peer, detail);
+		if (status == TW_ERR_EOF)
+			tw__listener_report(l, TW_ERR_PROTO,
+			                    "listener: connection from %s closed before its hello: %s",
+			                    hw->peer, detail);
+		else if (status == TW_ERR_PROTO)
+			tw__listener_report(l, status, "listener: bad hello from %s: %s", hw->peer, detail);
+		else
+			tw__listener_report(l, status,
+			                    "listener: connection from %s failed before its hello: %s",
+			                    hw->peer, detail);
 		conn->ops->close(conn);
 		goto out;
 	}
@@ -398,10 +405,11 @@ tw_status_t tw_listener_url(tw_listener *l, const char *transport, char *buf, si
 	if (!e)
 		return tw__api_fail(TW_ERR_INVAL, "%s: the listener does not listen on transport '%s'", fn,
 		                    transport);
-	int n = snprintf(buf, buflen, "%s://%s", e->reg->name, e->address);
-	if (n < 0 || (size_t)n >= buflen)
-		return tw__api_fail(TW_ERR_INVAL, "%s: buffer of %zu bytes is too small (need %d)", fn,
-		                    buflen, n + 1);
+	size_t need = strlen(e->reg->name) + 3 + strlen(e->address) + 1;
+	if (need > buflen)
+		return tw__api_fail(TW_ERR_INVAL, "%s: buffer of %zu bytes is too small (need %zu)", fn,
+		                    buflen, need);
+	snprintf(buf, buflen, "%s://%s", e->reg->name, e->address);
 	return TW_OK;
 }
 

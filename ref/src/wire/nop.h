@@ -21,6 +21,10 @@
 
 #include "tensorwire/tensorwire.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Prefix bytes (spec/wire.md 1.2). */
 enum {
 	TW_NOP_U8 = 0x80, TW_NOP_U16 = 0x81, TW_NOP_U32 = 0x82, TW_NOP_U64 = 0x83,
@@ -33,18 +37,24 @@ enum {
 /* ---- writer ------------------------------------------------------------------ */
 
 /* A growable output buffer. On allocation failure `failed` is set and further
- * puts are no-ops; check it once at the end (tw__nop_writer_finish). */
+ * puts are no-ops; check it once at the end (tw__nop_writer_finish). An
+ * encoder given a value it cannot represent (e.g. a packet kind outside its
+ * enum) sets `invalid` instead of writing garbage. */
 typedef struct tw_nop_writer {
 	uint8_t *buf;
 	size_t len;
 	size_t cap;
 	bool failed;
+	bool invalid;
 } tw_nop_writer;
 
 void tw__nop_writer_init(tw_nop_writer *w);
 void tw__nop_writer_free(tw_nop_writer *w);
-/* TW_OK, or TW_ERR_NOMEM if any put failed to grow the buffer. */
+/* TW_OK; TW_ERR_NOMEM if any put failed to grow the buffer; TW_ERR_INVAL if
+ * an encoder was given a value it cannot represent. */
 TW_NODISCARD tw_status_t tw__nop_writer_finish(const tw_nop_writer *w);
+/* Appends raw bytes (no prefix): for callers that splice pre-encoded values. */
+void tw__nop_put_raw(tw_nop_writer *w, const void *bytes, size_t n);
 
 void tw__nop_put_uint(tw_nop_writer *w, uint64_t v);           /* any unsigned type */
 void tw__nop_put_int(tw_nop_writer *w, int64_t v);             /* any signed type */
@@ -105,8 +115,23 @@ TW_NODISCARD tw_status_t tw__nop_get_optional_nil(tw_nop_reader *r, bool *is_nil
  * elements are copied into a malloc'd array (*v NULL when n = 0). */
 TW_NODISCARD tw_status_t tw__nop_get_u64_vector(tw_nop_reader *r, uint64_t **v, size_t *n);
 
-/* Records an error (first one wins) and returns TW_ERR_PROTO. */
+/* Skips one complete value of any type TensorPipe can put on the wire,
+ * checking only what can be checked without knowing the declared type:
+ * prefixes are known and not reserved/Table/Error/Handle/Extension, payloads
+ * and lengths fit, containers nest at most `max_depth` deep, and an empty
+ * variant (index -1) holds Nil. Linear time: every element costs >= 1 byte. */
+TW_NODISCARD tw_status_t tw__nop_skip_value(tw_nop_reader *r, unsigned max_depth);
+
+/* Name of a prefix byte for messages: "U8", "String", "positive fixint"... */
+const char *tw__nop_prefix_name(uint8_t prefix);
+
+/* Records an error (first one wins) and returns TW_ERR_PROTO. The message is
+ * prefixed with the current field path ("Brochure.transports: "). */
 tw_status_t tw__nop_fail(tw_nop_reader *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TW_WIRE_NOP_H */

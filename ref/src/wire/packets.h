@@ -27,6 +27,10 @@
 
 #include "wire/nop.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct tw_wire_str {
 	char *s;   /* NUL-terminated copy */
 	size_t n;  /* length without the NUL */
@@ -115,7 +119,7 @@ typedef struct tw_wire_descriptor {
 	tw_wire_tensor_desc *tensors;
 } tw_wire_descriptor;
 
-/* ---- DescriptorReply (spec 3.10) ---- */
+/* ---- DescriptorReply (spec 3.11) ---- */
 typedef struct tw_wire_descriptor_reply {
 	size_t num_target_devices;
 	tw_wire_device *target_devices;
@@ -161,5 +165,9 @@ TW_WIRE_DECLARE(xth_descriptor);
 /* Helpers for building values to encode (copying; TW_ERR_NOMEM on failure). */
 TW_NODISCARD tw_status_t tw__wire_str_set(tw_wire_str *dst, const void *s, size_t n);
 void tw__wire_str_free(tw_wire_str *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TW_WIRE_PACKETS_H */

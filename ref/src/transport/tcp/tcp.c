@@ -547,8 +547,22 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 {
 	tcp_conn *c = h->data;
 	if (status < 0) {
-		tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->peer,
-		         uv_strerror(status));
+		/* libuv reports POLLERR as UV_EBADF and stops the handle; the
+		 * socket's pending error says what really happened. */
+		c->poll_events = 0;
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+			char eb[128];
+			if (c->state == TCP_CONNECTING)
+				tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->peer,
+				         tw__strerror(err, eb, sizeof(eb)));
+			else
+				tcp_fail_errno(c, "connection to", err);
+		} else {
+			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->peer,
+			         uv_strerror(status));
+		}
 		return;
 	}
 	if (c->state == TCP_CONNECTING && (events & UV_WRITABLE))
@@ -653,6 +667,14 @@ static void tcp_listener_on_readable(uv_poll_t *h, int status, int events)
 	tcp_listener *l = h->data;
 	tcp_transport *t = (tcp_transport *)l->base.transport;
 	char detail[TW_DETAIL_MAX];
+	if (status < 0) {
+		/* The handle is stopped; try again a little later. */
+		tw__detail(detail, sizeof(detail), "tcp transport: poll on listener %s: %s", l->address,
+		           uv_strerror(status));
+		uv_timer_start(&l->backoff, tcp_listener_resume, TCP_ACCEPT_BACKOFF_MS, 0);
+		l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
+		return;
+	}
 	while (!l->closed) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);

@@ -1,0 +1,740 @@
+/*
+ * badinput_test.c - malformed input from a raw-socket peer (spec/wire.md
+ * 5.3, issue 2 item 9). For each case a hand-written client (or server)
+ * sends bad bytes to a tensorwire listener (or client); the test checks the
+ * status and detail our side reports through the public API - the listener's
+ * error observer for connections that never became pipes, the pipe's
+ * callbacks otherwise - and then proves the listener still accepts by running
+ * a good tensorwire client through it.
+ *
+ * Usage: badinput_test <case>|all      (all: every case on one listener)
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "test_util.h"
+#include "wire/packets.h"
+
+/* ---- raw socket helpers --------------------------------------------------------- */
+
+static int raw_connect(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(fd >= 0);
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void raw_send(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n > 0) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+		CHECK(w > 0);
+		b += w;
+		n -= (size_t)w;
+	}
+}
+
+static void raw_send_frame(int fd, const void *p, size_t n)
+{
+	uint8_t h[8];
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint8_t)((uint64_t)n >> (8 * i));
+	raw_send(fd, h, 8);
+	raw_send(fd, p, n);
+}
+
+static void raw_send_header(int fd, uint64_t n)
+{
+	uint8_t h[8];
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint8_t)(n >> (8 * i));
+	raw_send(fd, h, 8);
+}
+
+/* Reads exactly n bytes; false on EOF. */
+static bool raw_recv(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+	while (n > 0) {
+		ssize_t r = recv(fd, b, n, 0);
+		if (r <= 0)
+			return false;
+		b += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+/* One frame into a malloc'd buffer. */
+static uint8_t *raw_recv_frame(int fd, size_t *len)
+{
+	uint8_t h[8];
+	CHECK(raw_recv(fd, h, 8));
+	uint64_t n = 0;
+	for (int i = 7; i >= 0; i--)
+		n = (n << 8) | h[i];
+	CHECK(n < (1u << 20));
+	uint8_t *b = malloc(n ? n : 1);
+	CHECK(b);
+	CHECK(raw_recv(fd, b, n));
+	*len = n;
+	return b;
+}
+
+/* True if our side closed the connection (EOF or reset) within 5 s. */
+static bool raw_closed_by_peer(int fd)
+{
+	for (int i = 0; i < 50; i++) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		if (poll(&pfd, 1, 100) > 0) {
+			uint8_t b[256];
+			ssize_t r = recv(fd, b, sizeof(b), 0);
+			if (r == 0 || (r < 0 && errno == ECONNRESET))
+				return true;
+		}
+	}
+	return false;
+}
+
+static void encode_send(int fd, tw_nop_writer *w)
+{
+	CHECK(tw__nop_writer_finish(w) == TW_OK);
+	raw_send_frame(fd, w->buf, w->len);
+	tw__nop_writer_free(w);
+}
+
+static void send_requested(int fd, uint64_t id)
+{
+	tw_wire_packet pkt;
+	memset(&pkt, 0, sizeof(pkt));
+	pkt.kind = TW_PACKET_REQUESTED;
+	pkt.registration_id = id;
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_packet(&w, &pkt);
+	encode_send(fd, &w);
+}
+
+/* Spec 3.3 / 3.4 vectors: hello "" and Brochure {uv: "uv:*"}, {basic: {cpu:0: "any"}}. */
+static const uint8_t hello_empty[] = { 0xb8, 0x00, 0xb9, 0x01, 0xbd, 0x00 };
+static const uint8_t brochure_uv_basic[] = {
+	0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 0x75, 0x76, 0xbd, 0x04, 0x75, 0x76, 0x3a,
+	0x2a, 0xbb, 0x01, 0xbd, 0x05, 0x62, 0x61, 0x73, 0x69, 0x63, 0xbb, 0x01, 0xb9,
+	0x02, 0xbd, 0x03, 0x63, 0x70, 0x75, 0x00, 0xbd, 0x03, 0x61, 0x6e, 0x79,
+};
+
+/* ---- the server under test ----------------------------------------------------------- */
+
+typedef struct report {
+	tw_status_t status;
+	char detail[512];
+} report;
+
+static struct {
+	tw_context *ctx;
+	tw_listener *l;
+	int port;
+	char url[128];
+	pthread_mutex_t mu;
+	report reports[64];
+	int num_reports;
+	tu_waiter reported;
+	long seen; /* reports checked so far */
+	tw_context *good; /* a well-behaved client context */
+} S;
+
+static void on_listener_error(tw_listener *l, tw_status_t st, const char *detail, void *arg)
+{
+	pthread_mutex_lock(&S.mu);
+	if (S.num_reports < 64) {
+		S.reports[S.num_reports].status = st;
+		snprintf(S.reports[S.num_reports].detail, sizeof(S.reports[0].detail), "%s", detail);
+		S.num_reports++;
+	}
+	pthread_mutex_unlock(&S.mu);
+	tu_signal(&S.reported);
+}
+
+/* Waits for the next observer report and checks it. */
+static void expect_report(tw_status_t want, const char *substr)
+{
+	CHECK(tu_wait_for(&S.reported, S.seen + 1, 5000));
+	pthread_mutex_lock(&S.mu);
+	report r = S.reports[S.seen];
+	pthread_mutex_unlock(&S.mu);
+	S.seen++;
+	printf("   listener reported %s: %s\n", tw_status_name(r.status), r.detail);
+	CHECK_STATUS(r.status, want);
+	if (!strstr(r.detail, substr)) {
+		fprintf(stderr, "detail '%s' lacks '%s'\n", r.detail, substr);
+		abort();
+	}
+}
+
+typedef struct box {
+	tu_waiter w;
+	tw_status_t status;
+	char detail[512];
+	tw_pipe *pipe;
+	const tw_message *desc;
+} box;
+
+static void box_init(box *b)
+{
+	memset(b, 0, sizeof(*b));
+	tu_waiter_init(&b->w);
+}
+
+static void on_accept(tw_listener *l, tw_status_t st, const char *detail, tw_pipe *p, void *arg)
+{
+	box *b = arg;
+	b->status = st;
+	snprintf(b->detail, sizeof(b->detail), "%s", detail);
+	b->pipe = p;
+	tu_signal(&b->w);
+}
+
+static void on_status(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	box *b = arg;
+	b->status = st;
+	snprintf(b->detail, sizeof(b->detail), "%s", detail);
+	tu_signal(&b->w);
+}
+
+static void on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d, void *arg)
+{
+	box *b = arg;
+	b->status = st;
+	b->desc = d;
+	snprintf(b->detail, sizeof(b->detail), "%s", detail);
+	tu_signal(&b->w);
+}
+
+static void expect_box(box *b, tw_status_t want, const char *substr)
+{
+	CHECK(tu_wait_for(&b->w, 1, 5000));
+	printf("   pipe reported %s: %s\n", tw_status_name(b->status), b->detail);
+	CHECK_STATUS(b->status, want);
+	if (!strstr(b->detail, substr)) {
+		fprintf(stderr, "detail '%s' lacks '%s'\n", b->detail, substr);
+		abort();
+	}
+}
+
+/* Accepts the next pipe (armed before the raw client connects). */
+static void arm_accept(box *b)
+{
+	box_init(b);
+	CHECK_OK(tw_listener_accept(S.l, on_accept, b));
+}
+
+static tw_pipe *accepted(box *b)
+{
+	CHECK(tu_wait_for(&b->w, 1, 5000));
+	CHECK_OK(b->status);
+	return b->pipe;
+}
+
+/* Proves the listener still works: a good client sends a message with a
+ * payload and a tensor; the server side checks the bytes. */
+static void good_client_round(void)
+{
+	box acc;
+	arm_accept(&acc);
+	tw_pipe *cp;
+	CHECK_OK(tw_context_connect(S.good, S.url, &cp));
+	uint8_t pay[100], ten[3000];
+	tu_fill_at(pay, sizeof(pay), 11);
+	tu_fill_at(ten, sizeof(ten), 12);
+	tw_payload p = { pay, sizeof(pay), NULL, 0 };
+	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), "m", 1 };
+	tw_message m = { "hi", 2, 1, &p, 1, &t };
+	box wr;
+	box_init(&wr);
+	CHECK_OK(tw_pipe_write(cp, &m, on_status, &wr));
+	tw_pipe *sp = accepted(&acc);
+	box d;
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(sp, on_desc, &d));
+	expect_box(&d, TW_OK, "");
+	CHECK(d.desc->num_payloads == 1 && d.desc->num_tensors == 1);
+	uint8_t rpay[100], rten[3000];
+	void *pays[1] = { rpay };
+	tw_tensor_allocation ta = { rten, tw_device_cpu() };
+	tw_allocation a = { 1, pays, 1, &ta };
+	box rd;
+	box_init(&rd);
+	CHECK_OK(tw_pipe_read(sp, &a, on_status, &rd));
+	expect_box(&rd, TW_OK, "");
+	expect_box(&wr, TW_OK, "");
+	CHECK(tu_hash(rpay, sizeof(rpay)) == tu_expected_hash(sizeof(rpay), 11));
+	CHECK(tu_hash(rten, sizeof(rten)) == tu_expected_hash(sizeof(rten), 12));
+	tw_pipe_destroy(cp);
+	tw_pipe_destroy(sp);
+	printf("   good client still served\n");
+}
+
+/* ---- hello-level cases: the connection never becomes a pipe ------------------------------ */
+
+static void hello_bytes_case(const uint8_t *frame, size_t n, const char *substr)
+{
+	int fd = raw_connect(S.port);
+	raw_send_frame(fd, frame, n);
+	expect_report(TW_ERR_PROTO, substr);
+	CHECK(raw_closed_by_peer(fd));
+	close(fd);
+}
+
+static void case_bad_type(void)
+{
+	static const uint8_t f[] = { 0xff, 0xff, 0xff, 0xff, 0xff };
+	hello_bytes_case(f, sizeof(f), "bad hello");
+}
+
+static void case_bad_variant(void)
+{
+	static const uint8_t f[] = { 0xb8, 0x02, 0xb9, 0x01, 0x00 };
+	hello_bytes_case(f, sizeof(f), "bad hello");
+}
+
+static void case_truncated(void)
+{
+	static const uint8_t f[] = { 0xb8, 0x00, 0xb9, 0x01, 0xbd, 0x40 };
+	hello_bytes_case(f, sizeof(f), "bad hello");
+}
+
+static void case_empty_variant(void)
+{
+	static const uint8_t f[] = { 0xb8, 0xff, 0xbe };
+	hello_bytes_case(f, sizeof(f), "empty Packet variant");
+}
+
+static void case_huge_prefix(void)
+{
+	int fd = raw_connect(S.port);
+	raw_send_header(fd, (uint64_t)1 << 62);
+	expect_report(TW_ERR_PROTO, "more than the limit");
+	CHECK(raw_closed_by_peer(fd));
+	close(fd);
+}
+
+static void case_unknown_id(void)
+{
+	int fd = raw_connect(S.port);
+	send_requested(fd, 12345);
+	expect_report(TW_ERR_PROTO, "unknown registration id 12345");
+	CHECK(raw_closed_by_peer(fd));
+	close(fd);
+}
+
+static void case_close_before_hello(void)
+{
+	int fd = raw_connect(S.port);
+	close(fd);
+	expect_report(TW_ERR_PROTO, "closed before its hello");
+	/* And a connection that dies in the middle of its hello's header. */
+	fd = raw_connect(S.port);
+	raw_send(fd, "\x06\x00\x00", 3);
+	close(fd);
+	expect_report(TW_ERR_PROTO, "closed before its hello");
+}
+
+/* Not an error: stock ignores bytes after the object (spec 1.12), so do we. */
+static void case_junk_after_hello(void)
+{
+	box acc;
+	arm_accept(&acc);
+	int fd = raw_connect(S.port);
+	uint8_t f[sizeof(hello_empty) + 4];
+	memcpy(f, hello_empty, sizeof(hello_empty));
+	memcpy(f + sizeof(hello_empty), "JUNK", 4);
+	raw_send_frame(fd, f, sizeof(f));
+	tw_pipe *p = accepted(&acc);
+	close(fd); /* the pipe then fails on its Brochure read */
+	box est;
+	box_init(&est);
+	CHECK_OK(tw_pipe_on_established(p, on_status, &est));
+	expect_box(&est, TW_ERR_EOF, "Brochure");
+	tw_pipe_destroy(p);
+}
+
+/* ---- brochure-level cases: the pipe exists and fails ---------------------------------------- */
+
+static void brochure_case(const uint8_t *brochure, size_t n, tw_status_t want, const char *substr)
+{
+	box acc;
+	arm_accept(&acc);
+	int fd = raw_connect(S.port);
+	raw_send_frame(fd, hello_empty, sizeof(hello_empty));
+	if (brochure)
+		raw_send_frame(fd, brochure, n);
+	else
+		raw_send_header(fd, (uint64_t)1 << 62);
+	tw_pipe *p = accepted(&acc);
+	box est;
+	box_init(&est);
+	CHECK_OK(tw_pipe_on_established(p, on_status, &est));
+	expect_box(&est, want, substr);
+	tw_pipe_info info;
+	CHECK_STATUS(tw_pipe_get_info(p, &info), want);
+	CHECK(raw_closed_by_peer(fd));
+	close(fd);
+	tw_pipe_destroy(p);
+}
+
+static void case_no_common_transport(void)
+{
+	/* {ibv: "ibv:*"}, {basic: {cpu:0: "any"}} */
+	static const uint8_t only_ibv[] = {
+		0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x03, 'i', 'b', 'v', 0xbd, 0x05, 'i', 'b', 'v', ':', '*',
+		0xbb, 0x01, 0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03,
+		'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y',
+	};
+	brochure_case(only_ibv, sizeof(only_ibv), TW_ERR_PROTO, "no common transport");
+	/* {uv: "uv:foo"}: the name matches, the domain descriptor does not. */
+	static const uint8_t uv_foo[] = {
+		0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v', 0xbd, 0x06, 'u', 'v', ':', 'f', 'o', 'o',
+		0xbb, 0x00,
+	};
+	brochure_case(uv_foo, sizeof(uv_foo), TW_ERR_PROTO, "no common transport");
+}
+
+static void case_bad_brochure(void)
+{
+	static const uint8_t bad[] = { 0xb9, 0x02, 0xff };
+	brochure_case(bad, sizeof(bad), TW_ERR_PROTO, "bad Brochure");
+	brochure_case(NULL, 0, TW_ERR_PROTO, "more than the limit");
+}
+
+/* ---- message-level cases: a raw client completes the handshake ------------------------------ */
+
+typedef struct raw_pipe {
+	int d, r, basic;
+	tw_pipe *server; /* our side */
+} raw_pipe;
+
+static void raw_handshake(raw_pipe *rp)
+{
+	box acc;
+	arm_accept(&acc);
+	rp->d = raw_connect(S.port);
+	raw_send_frame(rp->d, hello_empty, sizeof(hello_empty));
+	raw_send_frame(rp->d, brochure_uv_basic, sizeof(brochure_uv_basic));
+	size_t n;
+	uint8_t *buf = raw_recv_frame(rp->d, &n);
+	tw_wire_brochure_answer a;
+	size_t used;
+	char detail[256];
+	CHECK(tw__wire_decode_brochure_answer(buf, n, &a, &used, detail, sizeof(detail)) == TW_OK);
+	free(buf);
+	CHECK(a.num_transport_ids == 1 && a.transport_ids[0].key == 1);
+	CHECK(a.num_channel_ids == 1 && a.channel_ids[0].num_ids == 1);
+	rp->r = raw_connect(S.port);
+	send_requested(rp->r, a.transport_ids[0].id);
+	rp->basic = raw_connect(S.port);
+	send_requested(rp->basic, a.channel_ids[0].ids[0]);
+	tw__wire_brochure_answer_free(&a);
+	rp->server = accepted(&acc);
+	box est;
+	box_init(&est);
+	CHECK_OK(tw_pipe_on_established(rp->server, on_status, &est));
+	expect_box(&est, TW_OK, "");
+}
+
+static void raw_close(raw_pipe *rp)
+{
+	CHECK(raw_closed_by_peer(rp->d));
+	close(rp->d);
+	close(rp->r);
+	close(rp->basic);
+	tw_pipe_destroy(rp->server);
+}
+
+/* A Descriptor with one payload of `plen` bytes and one targeted cpu
+ * tensor of `tlen` bytes (either may be absent: SIZE_MAX). */
+static void send_descriptor(int fd, size_t plen, size_t tlen, bool targeted)
+{
+	tw_wire_descriptor d;
+	memset(&d, 0, sizeof(d));
+	tw_wire_payload_desc pd = { plen, { (char *)"", 0 } };
+	tw_wire_tensor_desc td;
+	memset(&td, 0, sizeof(td));
+	td.length = tlen;
+	td.source_device.type.s = (char *)"cpu";
+	td.source_device.type.n = 3;
+	td.has_target_device = targeted;
+	td.target_device = td.source_device;
+	d.metadata.s = (char *)"md";
+	d.metadata.n = 2;
+	if (plen != SIZE_MAX) {
+		d.num_payloads = 1;
+		d.payloads = &pd;
+	}
+	if (tlen != SIZE_MAX) {
+		d.num_tensors = 1;
+		d.tensors = &td;
+	}
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_descriptor(&w, &d);
+	encode_send(fd, &w);
+}
+
+static void case_truncated_descriptor(void)
+{
+	raw_pipe rp;
+	raw_handshake(&rp);
+	box d;
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	static const uint8_t f[] = { 0xb9, 0x03, 0xbd, 0x01 };
+	raw_send_frame(rp.d, f, sizeof(f));
+	expect_box(&d, TW_ERR_PROTO, "bad Descriptor");
+	raw_close(&rp);
+}
+
+static void case_huge_descriptor(void)
+{
+	raw_pipe rp;
+	raw_handshake(&rp);
+	box d;
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	raw_send_header(rp.d, (uint64_t)1 << 62);
+	expect_box(&d, TW_ERR_PROTO, "more than the limit");
+	raw_close(&rp);
+}
+
+static void case_payload_length(void)
+{
+	raw_pipe rp;
+	raw_handshake(&rp);
+	box d;
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	send_descriptor(rp.d, 8, SIZE_MAX, false);
+	raw_send_frame(rp.d, "123456789", 9); /* the descriptor said 8 */
+	expect_box(&d, TW_OK, "");
+	CHECK(d.desc->num_payloads == 1 && d.desc->payloads[0].length == 8);
+	uint8_t buf[8];
+	void *pays[1] = { buf };
+	tw_allocation a = { 1, pays, 0, NULL };
+	box rd;
+	box_init(&rd);
+	CHECK_OK(tw_pipe_read(rp.server, &a, on_status, &rd));
+	expect_box(&rd, TW_ERR_PROTO, "9 bytes where 8 were expected");
+	raw_close(&rp);
+}
+
+static void case_tensor_length(void)
+{
+	raw_pipe rp;
+	raw_handshake(&rp);
+	box d;
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	send_descriptor(rp.d, SIZE_MAX, 16, true);
+	raw_send_frame(rp.basic, "0123456789abcdefX", 17); /* the descriptor said 16 */
+	expect_box(&d, TW_OK, "");
+	uint8_t buf[16];
+	tw_tensor_allocation ta = { buf, tw_device_cpu() };
+	tw_allocation a = { 0, NULL, 1, &ta };
+	box rd;
+	box_init(&rd);
+	CHECK_OK(tw_pipe_read(rp.server, &a, on_status, &rd));
+	expect_box(&rd, TW_ERR_PROTO, "17 bytes where 16 were expected");
+	raw_close(&rp);
+}
+
+static void case_bad_reply(void)
+{
+	raw_pipe rp;
+	raw_handshake(&rp);
+	/* Our server sends a tensor without a target device: it waits for a
+	 * DescriptorReply on R, and gets garbage. */
+	uint8_t ten[32] = { 0 };
+	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0 };
+	tw_message m = { NULL, 0, 0, NULL, 1, &t };
+	box wr;
+	box_init(&wr);
+	CHECK_OK(tw_pipe_write(rp.server, &m, on_status, &wr));
+	size_t n;
+	free(raw_recv_frame(rp.d, &n)); /* the Descriptor */
+	static const uint8_t bad[] = { 0xb9, 0x01, 0xba, 0x05, 0x00 };
+	raw_send_frame(rp.r, bad, sizeof(bad));
+	expect_box(&wr, TW_ERR_PROTO, "bad DescriptorReply");
+	raw_close(&rp);
+}
+
+/* ---- client side: our client against a raw server ---------------------------------------- */
+
+static void answer_case(const uint8_t *answer, size_t n, const char *substr)
+{
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(lfd >= 0);
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(lfd, 4) == 0);
+	socklen_t sl = sizeof(a);
+	CHECK(getsockname(lfd, (struct sockaddr *)&a, &sl) == 0);
+	char url[64];
+	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", ntohs(a.sin_port));
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(S.good, url, &p));
+	int fd = accept(lfd, NULL, NULL);
+	CHECK(fd >= 0);
+	size_t len;
+	free(raw_recv_frame(fd, &len)); /* hello */
+	free(raw_recv_frame(fd, &len)); /* Brochure */
+	raw_send_frame(fd, answer, n);
+	box est;
+	box_init(&est);
+	CHECK_OK(tw_pipe_on_established(p, on_status, &est));
+	expect_box(&est, TW_ERR_PROTO, substr);
+	CHECK(raw_closed_by_peer(fd));
+	close(fd);
+	close(lfd);
+	tw_pipe_destroy(p);
+}
+
+static void case_bad_answer(void)
+{
+	/* Picks "ibv", which the client never offered (stock aborts). */
+	tw_wire_brochure_answer ans;
+	memset(&ans, 0, sizeof(ans));
+	ans.transport.s = (char *)"ibv";
+	ans.transport.n = 3;
+	ans.address.s = (char *)"127.0.0.1:1";
+	ans.address.n = 11;
+	tw_wire_id_entry ids[1] = { { 1, 0 } };
+	ans.num_transport_ids = 1;
+	ans.transport_ids = ids;
+	ans.transport_domain_descriptor.s = (char *)"ibv:*";
+	ans.transport_domain_descriptor.n = 5;
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_brochure_answer(&w, &ans);
+	CHECK(tw__nop_writer_finish(&w) == TW_OK);
+	answer_case(w.buf, w.len, "which we did not offer");
+	tw__nop_writer_free(&w);
+	static const uint8_t truncated[] = { 0xb9, 0x07, 0xbd, 0x02, 'u' };
+	answer_case(truncated, sizeof(truncated), "bad BrochureAnswer");
+
+	/* Picks basic for (cpu:0, cpu:0) while advertising a basic device
+	 * descriptor the client's own selection cannot match (stock aborts:
+	 * "Inconsistent channel selection"). */
+	memset(&ans, 0, sizeof(ans));
+	ans.transport.s = (char *)"uv";
+	ans.transport.n = 2;
+	ans.address.s = (char *)"127.0.0.1:1";
+	ans.address.n = 11;
+	ans.num_transport_ids = 1;
+	ans.transport_ids = ids;
+	ans.transport_domain_descriptor.s = (char *)"uv:*";
+	ans.transport_domain_descriptor.n = 4;
+	uint64_t basic_id = 1;
+	tw_wire_channel_ids cid = { { (char *)"basic", 5 }, 1, &basic_id };
+	tw_wire_device_desc dd = { { { (char *)"cpu", 3 }, 0 }, { (char *)"nope", 4 } };
+	tw_wire_channel_devices cd = { { (char *)"basic", 5 }, 1, &dd };
+	tw_wire_device_pair pair = { { { (char *)"cpu", 3 }, 0 }, { { (char *)"cpu", 3 }, 0 },
+		                     { (char *)"basic", 5 } };
+	ans.num_channel_ids = 1;
+	ans.channel_ids = &cid;
+	ans.num_channels = 1;
+	ans.channels = &cd;
+	ans.num_device_pairs = 1;
+	ans.device_pairs = &pair;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_brochure_answer(&w, &ans);
+	CHECK(tw__nop_writer_finish(&w) == TW_OK);
+	answer_case(w.buf, w.len, "channel");
+	tw__nop_writer_free(&w);
+}
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} cases[] = {
+	{ "bad_type", case_bad_type },
+	{ "bad_variant", case_bad_variant },
+	{ "truncated", case_truncated },
+	{ "empty_variant", case_empty_variant },
+	{ "huge_prefix", case_huge_prefix },
+	{ "unknown_id", case_unknown_id },
+	{ "close_before_hello", case_close_before_hello },
+	{ "junk_after_hello", case_junk_after_hello },
+	{ "no_common_transport", case_no_common_transport },
+	{ "bad_brochure", case_bad_brochure },
+	{ "truncated_descriptor", case_truncated_descriptor },
+	{ "huge_descriptor", case_huge_descriptor },
+	{ "payload_length", case_payload_length },
+	{ "tensor_length", case_tensor_length },
+	{ "bad_reply", case_bad_reply },
+	{ "bad_answer", case_bad_answer },
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s <case>|all\n", argv[0]);
+		return 2;
+	}
+	tu_watchdog(100);
+	pthread_mutex_init(&S.mu, NULL);
+	tu_waiter_init(&S.reported);
+	CHECK_OK(tw_context_create("server", &S.ctx));
+	CHECK_OK(tw_context_register_transport(S.ctx, "uv", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(S.ctx, "basic", NULL, 0, NULL));
+	const char *urls[] = { "uv://127.0.0.1:0" };
+	CHECK_OK(tw_context_listen(S.ctx, urls, 1, &S.l));
+	CHECK_OK(tw_listener_on_error(S.l, on_listener_error, NULL));
+	CHECK_OK(tw_listener_url(S.l, NULL, S.url, sizeof(S.url)));
+	S.port = atoi(strrchr(S.url, ':') + 1);
+	CHECK_OK(tw_context_create("good", &S.good));
+	CHECK_OK(tw_context_register_transport(S.good, "uv", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(S.good, "basic", NULL, 0, NULL));
+
+	int ran = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (strcmp(argv[1], "all") != 0 && strcmp(argv[1], cases[i].name) != 0)
+			continue;
+		printf("# %s\n", cases[i].name);
+		cases[i].fn();
+		good_client_round();
+		printf("ok - %s\n", cases[i].name);
+		ran++;
+	}
+	if (ran == 0) {
+		fprintf(stderr, "unknown case '%s'\n", argv[1]);
+		return 2;
+	}
+	/* Nothing else was reported: each bad connection cost exactly one
+	 * report, and the good clients none. */
+	CHECK(!tu_wait_for(&S.reported, S.seen + 1, 200));
+
+	tw_listener_destroy(S.l);
+	tw_context_destroy(S.ctx);
+	tw_context_destroy(S.good);
+	tu_waiter_destroy(&S.reported);
+	pthread_mutex_destroy(&S.mu);
+	return 0;
+}

@@ -1,0 +1,431 @@
+/*
+ * lifecycle_test.c - close, EOF, join and destroy with operations pending,
+ * and the API's synchronous errors. What a user checks: every callback
+ * fires exactly once, with TW_ERR_CLOSED for a local close and the peer's
+ * status (TW_ERR_EOF) otherwise; nothing hangs (watchdog); nothing leaks
+ * (LeakSanitizer); calls on closed objects fail cleanly.
+ *
+ * Usage: lifecycle_test <case>
+ */
+#include "pair_util.h"
+
+static void destroy_pair(tu_pair *p)
+{
+	if (p->c)
+		tw_pipe_destroy(p->c);
+	if (p->s)
+		tw_pipe_destroy(p->s);
+	if (p->l)
+		tw_listener_destroy(p->l);
+	CHECK_OK(tw_context_join(p->cctx));
+	CHECK_OK(tw_context_join(p->sctx));
+	tw_context_destroy(p->cctx);
+	tw_context_destroy(p->sctx);
+}
+
+/* A message whose write cannot complete while the peer does not read: a
+ * tensor without a target device needs the peer's DescriptorReply. */
+static uint8_t small[64];
+static tw_tensor untargeted_tensor = { small, sizeof(small), { "cpu", 0 }, false, { "cpu", 0 }, NULL, 0 };
+static const tw_message waits_for_reply = { NULL, 0, 0, NULL, 1, &untargeted_tensor };
+
+static void case_close_pending(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	/* A 64 MiB tensor the peer never reads: its write stays pending. */
+	size_t big_len = (size_t)64 << 20;
+	uint8_t *big = calloc(1, big_len);
+	CHECK(big);
+	tw_tensor bt = { big, big_len, tw_device_cpu(), true, tw_device_cpu(), NULL, 0 };
+	tw_message bm = { NULL, 0, 0, NULL, 1, &bt };
+	tu_rec d1, d2, w1, w2, w3, after_w, after_d, est;
+	tu_rec_init(&d1), tu_rec_init(&d2), tu_rec_init(&w1), tu_rec_init(&w2);
+	tu_rec_init(&w3), tu_rec_init(&after_w), tu_rec_init(&after_d), tu_rec_init(&est);
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d1));
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d2));
+	CHECK_OK(tw_pipe_write(p.c, &waits_for_reply, tu_on_status, &w1));
+	CHECK_OK(tw_pipe_write(p.c, &bm, tu_on_status, &w2));
+	CHECK_OK(tw_pipe_write(p.c, &waits_for_reply, tu_on_status, &w3));
+	/* Nothing may have completed: the server reads nothing. */
+	CHECK(!tu_wait_for(&w1.w, 1, 200));
+	tw_pipe_close(p.c);
+	tw_pipe_close(p.c); /* idempotent */
+	tu_expect(&d1, TW_ERR_CLOSED, "closed locally");
+	tu_expect(&d2, TW_ERR_CLOSED, "closed locally");
+	tu_expect(&w1, TW_ERR_CLOSED, "closed locally");
+	tu_expect(&w2, TW_ERR_CLOSED, "closed locally");
+	tu_expect(&w3, TW_ERR_CLOSED, "closed locally");
+	CHECK(d1.desc == NULL);
+	/* After the close: operations fail through their callback. */
+	CHECK_OK(tw_pipe_write(p.c, &waits_for_reply, tu_on_status, &after_w));
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &after_d));
+	tu_expect(&after_w, TW_ERR_CLOSED, NULL);
+	tu_expect(&after_d, TW_ERR_CLOSED, NULL);
+	/* Armed after the end: it reports what ended the pipe; the info keeps
+	 * what the handshake chose. */
+	CHECK_OK(tw_pipe_on_established(p.c, tu_on_status, &est));
+	tu_expect(&est, TW_ERR_CLOSED, "closed locally");
+	tw_pipe_info info;
+	CHECK_OK(tw_pipe_get_info(p.c, &info));
+	destroy_pair(&p);
+	tu_once(&d1), tu_once(&d2), tu_once(&w1), tu_once(&w2), tu_once(&w3);
+	tu_once(&after_w), tu_once(&after_d), tu_once(&est);
+	free(big);
+}
+
+static void case_peer_close_eof(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	tu_rec d, w;
+	tu_rec_init(&d), tu_rec_init(&w);
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	CHECK_OK(tw_pipe_write(p.s, &waits_for_reply, tu_on_status, &w));
+	CHECK(!tu_wait_for(&d.w, 1, 200));
+	tw_pipe_destroy(p.c); /* the client goes away */
+	p.c = NULL;
+	/* The client never read the server's Descriptor, so its close may be
+	 * a reset rather than a FIN; either way the peer is gone. */
+	tu_wait(&d.w, 1);
+	CHECK(d.status == TW_ERR_EOF || d.status == TW_ERR_CONNRESET);
+	tu_expect(&w, d.status, NULL);
+	printf("   server saw %s: %s\n", tw_status_name(d.status), d.detail);
+	destroy_pair(&p);
+	tu_once(&d), tu_once(&w);
+}
+
+static void case_peer_close_clean_eof(void)
+{
+	/* With nothing unread on either side the peer's close is a FIN: EOF. */
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	tu_rec d;
+	tu_rec_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	CHECK(!tu_wait_for(&d.w, 1, 100));
+	tw_pipe_destroy(p.c);
+	p.c = NULL;
+	tu_expect(&d, TW_ERR_EOF, "closed by peer");
+	destroy_pair(&p);
+	tu_once(&d);
+}
+
+static void case_context_close_pending(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	tu_rec acc, sd, sw, cd, cw;
+	tu_rec_init(&acc), tu_rec_init(&sd), tu_rec_init(&sw), tu_rec_init(&cd), tu_rec_init(&cw);
+	CHECK_OK(tw_listener_accept(p.l, tu_on_accept, &acc));
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &sd));
+	CHECK_OK(tw_pipe_write(p.s, &waits_for_reply, tu_on_status, &sw));
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &cd));
+	CHECK_OK(tw_pipe_write(p.c, &waits_for_reply, tu_on_status, &cw));
+	/* The client's descriptor arrives (the server asked for one). */
+	tu_expect(&sd, TW_OK, NULL);
+	tw_context_close(p.sctx);
+	tu_expect(&acc, TW_ERR_CLOSED, NULL);
+	tu_expect(&sw, TW_ERR_CLOSED, NULL);
+	CHECK(acc.pipe == NULL);
+	CHECK_OK(tw_context_join(p.sctx));
+	/* Every server callback has run; calls now fail synchronously. */
+	tw_pipe *x;
+	CHECK_STATUS(tw_context_connect(p.sctx, p.url, &x), TW_ERR_CLOSED);
+	CHECK_STATUS(tw_pipe_write(p.s, &waits_for_reply, tu_on_status, &sw), TW_ERR_CLOSED);
+	CHECK(strstr(tw_last_error(), "closed") != NULL);
+	/* The server's Descriptor reached the client before the close; the
+	 * client's write, waiting for a DescriptorReply, sees the server go. */
+	tu_expect(&cd, TW_OK, NULL);
+	tu_wait(&cw.w, 1);
+	fprintf(stderr, "   client write saw %s: %s\n", tw_status_name(cw.status), cw.detail);
+	CHECK(cw.status == TW_ERR_EOF || cw.status == TW_ERR_CONNRESET);
+	/* Destroy without destroying the handles first: the context frees them. */
+	tw_context_destroy(p.sctx);
+	tw_context_destroy(p.cctx);
+	tu_once(&acc), tu_once(&sd), tu_once(&sw), tu_once(&cd), tu_once(&cw);
+}
+
+static void case_destroy_pending(void)
+{
+	/* tw_context_destroy alone (no close, no join) with everything pending:
+	 * it closes, waits for every callback, and frees. */
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	tu_rec acc, cd, cw, sd;
+	tu_rec_init(&acc), tu_rec_init(&cd), tu_rec_init(&cw), tu_rec_init(&sd);
+	CHECK_OK(tw_listener_accept(p.l, tu_on_accept, &acc));
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &cd));
+	CHECK_OK(tw_pipe_write(p.c, &waits_for_reply, tu_on_status, &cw));
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &sd));
+	tu_wait(&sd.w, 1);
+	tw_pipe *half;
+	CHECK_OK(tw_context_connect(p.cctx, p.url, &half)); /* a handshake in flight */
+	tw_context_destroy(p.cctx);
+	tu_once(&cd), tu_once(&cw);
+	CHECK(cd.status == TW_ERR_CLOSED && cw.status == TW_ERR_CLOSED);
+	tw_context_destroy(p.sctx);
+	tu_once(&acc), tu_once(&sd);
+	CHECK(acc.status == TW_ERR_CLOSED || acc.status == TW_OK);
+}
+
+static tw_context *join_target;
+static void on_est_join(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	tu_rec *r = arg;
+	/* Joining from the loop thread would deadlock: it must refuse. */
+	tw_status_t js = tw_context_join(join_target);
+	tu_rec_hit(r, js, tw_last_error());
+}
+
+static void case_join_from_callback(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	tu_rec r;
+	tu_rec_init(&r);
+	join_target = p.cctx;
+	CHECK_OK(tw_pipe_on_established(p.c, on_est_join, &r));
+	tu_expect(&r, TW_ERR_INVAL, "loop thread");
+	destroy_pair(&p);
+}
+
+static void case_sync_errors(void)
+{
+	tw_context *ctx;
+	tu_ctx(&ctx, "errs");
+	tw_listener *l;
+	tw_pipe *pipe;
+	const char *bad_scheme[] = { "ibv://127.0.0.1:0" };
+	CHECK_STATUS(tw_context_listen(ctx, bad_scheme, 1, &l), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "no registered transport"));
+	const char *no_scheme[] = { "127.0.0.1:0" };
+	CHECK_STATUS(tw_context_listen(ctx, no_scheme, 1, &l), TW_ERR_INVAL);
+	const char *bad_addr[] = { "uv://not-an-address:1" };
+	CHECK_STATUS(tw_context_listen(ctx, bad_addr, 1, &l), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "tcp transport: bad address"));
+	const char *ok[] = { "tcp://127.0.0.1:0" }; /* "tcp" is an alias of uv */
+	CHECK_OK(tw_context_listen(ctx, ok, 1, &l));
+	char url[128];
+	CHECK_OK(tw_listener_url(l, "uv", url, sizeof(url)));
+	CHECK_STATUS(tw_listener_url(l, "shm", url, sizeof(url)), TW_ERR_INVAL);
+	CHECK_STATUS(tw_listener_url(l, NULL, url, 8), TW_ERR_INVAL);
+	/* The port is taken now. */
+	const char *same[] = { url };
+	tw_listener *l2;
+	CHECK_STATUS(tw_context_listen(ctx, same, 1, &l2), TW_ERR_SYS);
+	CHECK(strstr(tw_last_error(), "bind"));
+	/* Registration is closed after the first listen. */
+	CHECK_STATUS(tw_context_register_transport(ctx, "uv", "late", 0, NULL), TW_ERR_INVAL);
+	CHECK_STATUS(tw_context_register_transport(ctx, "nosuch", NULL, 0, NULL), TW_ERR_UNSUPPORTED);
+	CHECK_STATUS(tw_context_register_channel(ctx, "nosuch", NULL, 0, NULL), TW_ERR_UNSUPPORTED);
+	/* Bad messages are refused before anything is queued. */
+	CHECK_OK(tw_context_connect(ctx, url, &pipe));
+	tw_payload bad_p = { NULL, 10, NULL, 0 };
+	tw_message m = { NULL, 0, 1, &bad_p, 0, NULL };
+	tu_rec never;
+	tu_rec_init(&never);
+	CHECK_STATUS(tw_pipe_write(pipe, &m, tu_on_status, &never), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "tw_pipe_write: payload 0 is NULL"));
+	tw_allocation a = { 0, NULL, 0, NULL };
+	CHECK_STATUS(tw_pipe_read(pipe, &a, tu_on_status, &never), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "no descriptor"));
+	tw_pipe_info info;
+	tw_status_t ist = tw_pipe_get_info(pipe, &info); /* handshaking or done */
+	CHECK(ist == TW_ERR_INVAL || ist == TW_OK);
+	tw_pipe_destroy(pipe);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	CHECK_OK(tw_context_join(ctx)); /* idempotent */
+	tw_context_destroy(ctx);
+	CHECK(never.calls == 0);
+
+	CHECK_OK(tw_context_create(NULL, &ctx));
+	CHECK_STATUS(tw_context_register_transport(ctx, "uv", NULL, 0, "bogus=1"), TW_ERR_INVAL);
+	CHECK_STATUS(tw_context_register_transport(ctx, "uv", NULL, 0, "max_object_bytes=x"),
+	             TW_ERR_INVAL);
+	CHECK_OK(tw_context_register_transport(ctx, "uv", NULL, 0, "max_object_bytes=4096"));
+	CHECK_STATUS(tw_context_register_transport(ctx, "uv", NULL, 0, NULL), TW_ERR_INVAL); /* dup */
+	tw_context_destroy(ctx);
+}
+
+static void case_connect_refused(void)
+{
+	/* Find a port nobody listens on: bind one, close it. */
+	tw_context *ctx;
+	tu_ctx(&ctx, "refused");
+	tw_listener *l;
+	const char *u[] = { "uv://127.0.0.1:0" };
+	CHECK_OK(tw_context_listen(ctx, u, 1, &l));
+	char url[128];
+	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	tw_listener_destroy(l);
+	/* Give the loop a moment to close the socket. */
+	usleep(100 * 1000);
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(ctx, url, &p));
+	tu_rec est, w, d;
+	tu_rec_init(&est), tu_rec_init(&w), tu_rec_init(&d);
+	CHECK_OK(tw_pipe_write(p, &waits_for_reply, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
+	tu_expect(&est, TW_ERR_SYS, "Connection refused");
+	tu_expect(&w, TW_ERR_SYS, "Connection refused");
+	tu_expect(&d, TW_ERR_SYS, "Connection refused");
+	tw_pipe_info info;
+	CHECK_STATUS(tw_pipe_get_info(p, &info), TW_ERR_SYS);
+	tw_pipe_destroy(p);
+	tw_context_destroy(ctx);
+	tu_once(&est), tu_once(&w), tu_once(&d);
+}
+
+static void case_listener_close(void)
+{
+	tw_context *ctx;
+	tu_ctx(&ctx, "lc");
+	tw_listener *l;
+	const char *u[] = { "uv://127.0.0.1:0" };
+	CHECK_OK(tw_context_listen(ctx, u, 1, &l));
+	tu_rec a1, a2, a3;
+	tu_rec_init(&a1), tu_rec_init(&a2), tu_rec_init(&a3);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &a1));
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &a2));
+	tw_listener_close(l);
+	tu_expect(&a1, TW_ERR_CLOSED, NULL);
+	tu_expect(&a2, TW_ERR_CLOSED, NULL);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &a3));
+	tu_expect(&a3, TW_ERR_CLOSED, NULL);
+	tw_listener_destroy(l);
+	tw_context_destroy(ctx);
+	tu_once(&a1), tu_once(&a2), tu_once(&a3);
+}
+
+/* Many threads write and read on one pipe at once (label tsan). */
+#define MT_THREADS 4
+#define MT_PER_THREAD 200
+
+typedef struct mt_arg {
+	tw_pipe *pipe;
+	tu_waiter *done;
+	int index;
+} mt_arg;
+
+static void mt_on_write(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	CHECK(st == TW_OK);
+	tu_signal(arg);
+}
+
+static void *mt_writer(void *arg)
+{
+	mt_arg *a = arg;
+	for (int i = 0; i < MT_PER_THREAD; i++) {
+		uint32_t v = (uint32_t)(a->index * MT_PER_THREAD + i);
+		tw_payload pay = { &v, sizeof(v), NULL, 0 };
+		tw_tensor t = { &v, sizeof(v), tw_device_cpu(), i % 2 == 0, tw_device_cpu(), NULL, 0 };
+		tw_message m = { NULL, 0, 1, &pay, 1, &t };
+		CHECK_OK(tw_pipe_write(a->pipe, &m, mt_on_write, a->done));
+		/* The buffers must outlive the write: wait for this one. */
+		tu_wait(a->done, i + 1);
+	}
+	return NULL;
+}
+
+typedef struct mt_reader {
+	tw_pipe *pipe;
+	uint32_t pay, ten;
+	int got;
+	uint8_t seen[MT_THREADS * MT_PER_THREAD];
+	tu_waiter done;
+} mt_reader;
+
+static void mt_on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d,
+                       void *arg);
+
+static void mt_on_read(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	mt_reader *r = arg;
+	CHECK(st == TW_OK);
+	CHECK(r->pay == r->ten && r->pay < MT_THREADS * MT_PER_THREAD);
+	r->seen[r->pay]++;
+	if (++r->got < MT_THREADS * MT_PER_THREAD)
+		CHECK_OK(tw_pipe_read_descriptor(p, mt_on_desc, r));
+	tu_signal(&r->done);
+}
+
+static void mt_on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d,
+                       void *arg)
+{
+	mt_reader *r = arg;
+	CHECK(st == TW_OK && d->num_payloads == 1 && d->num_tensors == 1);
+	void *pays[1] = { &r->pay };
+	tw_tensor_allocation ta = { &r->ten, tw_device_cpu() };
+	tw_allocation a = { 1, pays, 1, &ta };
+	CHECK_OK(tw_pipe_read(p, &a, mt_on_read, r));
+}
+
+static void case_threads(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	mt_reader *r = calloc(1, sizeof(*r));
+	CHECK(r);
+	tu_waiter_init(&r->done);
+	CHECK_OK(tw_pipe_read_descriptor(p.s, mt_on_desc, r));
+	pthread_t th[MT_THREADS];
+	mt_arg args[MT_THREADS];
+	tu_waiter dones[MT_THREADS];
+	for (int i = 0; i < MT_THREADS; i++) {
+		tu_waiter_init(&dones[i]);
+		args[i] = (mt_arg){ p.c, &dones[i], i };
+		CHECK(pthread_create(&th[i], NULL, mt_writer, &args[i]) == 0);
+	}
+	for (int i = 0; i < MT_THREADS; i++)
+		pthread_join(th[i], NULL);
+	tu_wait(&r->done, MT_THREADS * MT_PER_THREAD);
+	for (int i = 0; i < MT_THREADS * MT_PER_THREAD; i++)
+		CHECK(r->seen[i] == 1);
+	for (int i = 0; i < MT_THREADS; i++) {
+		tu_wait(&dones[i], MT_PER_THREAD);
+		tu_waiter_destroy(&dones[i]);
+	}
+	/* Closing from several threads at once is safe too. */
+	tw_pipe_close(p.c);
+	destroy_pair(&p);
+	tu_waiter_destroy(&r->done);
+	free(r);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} cases[] = {
+	{ "close_pending", case_close_pending },
+	{ "peer_close_eof", case_peer_close_eof },
+	{ "peer_close_clean_eof", case_peer_close_clean_eof },
+	{ "context_close_pending", case_context_close_pending },
+	{ "destroy_pending", case_destroy_pending },
+	{ "join_from_callback", case_join_from_callback },
+	{ "sync_errors", case_sync_errors },
+	{ "connect_refused", case_connect_refused },
+	{ "listener_close", case_listener_close },
+	{ "threads", case_threads },
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s <case>\n", argv[0]);
+		return 2;
+	}
+	tu_watchdog(100);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (strcmp(argv[1], cases[i].name) == 0) {
+			cases[i].fn();
+			printf("ok - %s\n", cases[i].name);
+			return 0;
+		}
+	}
+	fprintf(stderr, "unknown case '%s'\n", argv[1]);
+	return 2;
+}

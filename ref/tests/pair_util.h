@@ -1,0 +1,126 @@
+/*
+ * pair_util.h - for tests that need a connected pipe pair and want to
+ * record callbacks: a recorder per expected callback (how many times it
+ * fired, with what status and detail) and helpers that build a server and
+ * client context over TCP loopback. Header-only; tests only.
+ */
+#ifndef TW_TESTS_PAIR_UTIL_H
+#define TW_TESTS_PAIR_UTIL_H
+
+#include "test_util.h"
+
+/* Records one expected callback; `calls` must end up exactly 1. */
+typedef struct tu_rec {
+	tu_waiter w;
+	int calls;
+	tw_status_t status;
+	char detail[512];
+	tw_pipe *pipe;
+	const tw_message *desc;
+} tu_rec;
+
+static inline void tu_rec_init(tu_rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	tu_waiter_init(&r->w);
+}
+
+static inline void tu_rec_hit(tu_rec *r, tw_status_t st, const char *detail)
+{
+	pthread_mutex_lock(&r->w.mu);
+	r->calls++;
+	r->status = st;
+	snprintf(r->detail, sizeof(r->detail), "%s", detail ? detail : "(null)");
+	pthread_mutex_unlock(&r->w.mu);
+	tu_signal(&r->w);
+}
+
+static inline void tu_on_status(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	tu_rec_hit(arg, st, detail);
+}
+
+static inline void tu_on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d,
+                              void *arg)
+{
+	tu_rec *r = arg;
+	r->desc = d;
+	tu_rec_hit(r, st, detail);
+}
+
+static inline void tu_on_accept(tw_listener *l, tw_status_t st, const char *detail, tw_pipe *p,
+                                void *arg)
+{
+	tu_rec *r = arg;
+	r->pipe = p;
+	tu_rec_hit(r, st, detail);
+}
+
+/* Waits for the callback and checks its status and (if given) detail. */
+static inline void tu_expect(tu_rec *r, tw_status_t want, const char *substr)
+{
+	tu_wait(&r->w, 1);
+	pthread_mutex_lock(&r->w.mu);
+	tw_status_t st = r->status;
+	char detail[512];
+	snprintf(detail, sizeof(detail), "%s", r->detail);
+	pthread_mutex_unlock(&r->w.mu);
+	if (st != want || (substr && !strstr(detail, substr))) {
+		fprintf(stderr, "callback gave %s '%s', want %s '%s'\n", tw_status_name(st), detail,
+		        tw_status_name(want), substr ? substr : "");
+		abort();
+	}
+}
+
+/* Exactly one call, after everything settled. */
+static inline void tu_once(tu_rec *r)
+{
+	pthread_mutex_lock(&r->w.mu);
+	int calls = r->calls;
+	pthread_mutex_unlock(&r->w.mu);
+	if (calls != 1) {
+		fprintf(stderr, "callback fired %d times, want exactly once\n", calls);
+		abort();
+	}
+}
+
+static inline void tu_ctx(tw_context **ctx, const char *name)
+{
+	CHECK_OK(tw_context_create(name, ctx));
+	CHECK_OK(tw_context_register_transport(*ctx, "uv", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 0, NULL));
+}
+
+typedef struct tu_pair {
+	tw_context *sctx, *cctx;
+	tw_listener *l;
+	tw_pipe *s, *c;
+	char url[128];
+} tu_pair;
+
+/* Listens on sctx (created by the caller, or with uv+basic if NULL) and
+ * connects from cctx; waits until both ends are established. */
+static inline void tu_pair_open(tu_pair *p, const char *listen_url)
+{
+	if (!p->sctx)
+		tu_ctx(&p->sctx, "server");
+	if (!p->cctx)
+		tu_ctx(&p->cctx, "client");
+	const char *urls[] = { listen_url ? listen_url : "uv://127.0.0.1:0" };
+	CHECK_OK(tw_context_listen(p->sctx, urls, 1, &p->l));
+	CHECK_OK(tw_listener_url(p->l, NULL, p->url, sizeof(p->url)));
+	tu_rec acc, e1, e2;
+	tu_rec_init(&acc);
+	tu_rec_init(&e1);
+	tu_rec_init(&e2);
+	CHECK_OK(tw_listener_accept(p->l, tu_on_accept, &acc));
+	CHECK_OK(tw_context_connect(p->cctx, p->url, &p->c));
+	tu_expect(&acc, TW_OK, NULL);
+	p->s = acc.pipe;
+	CHECK_OK(tw_pipe_on_established(p->s, tu_on_status, &e1));
+	CHECK_OK(tw_pipe_on_established(p->c, tu_on_status, &e2));
+	tu_expect(&e1, TW_OK, NULL);
+	tu_expect(&e2, TW_OK, NULL);
+}
+
+#endif /* TW_TESTS_PAIR_UTIL_H */
