@@ -461,14 +461,12 @@ static void on_accept(tw_listener *l, tw_status_t st, const char *detail, tw_pip
 /* Single-process rendezvous for write_all_before_read and the final bye. */
 static tu_waiter client_wrote;
 
+static shape bye_shape = { .meta_len = 3 };
+static const plan bye_plan_value = { 1, &bye_shape, false };
+
 static const plan *bye_plan(void)
 {
-	static plan bye;
-	static shape s;
-	s.meta_len = 3;
-	bye.n = 1;
-	bye.msgs = &s;
-	return &bye;
+	return &bye_plan_value;
 }
 
 static void run_server(tw_listener *l, const plan *pl, bool one_process)

@@ -403,6 +403,7 @@ void tw_context_destroy(tw_context *ctx)
 		tw__list_remove(&l->all_link);
 		tw__listener_free(l);
 	}
+	tw__loop_free(&ctx->loop);
 	pthread_mutex_destroy(&ctx->mu);
 	pthread_mutex_destroy(&ctx->join_mu);
 	tw__free(ctx->name);

@@ -216,6 +216,11 @@ void tw__loop_join(tw_loop *l)
 	pthread_join(l->thread, NULL);
 	l->thread_started = false;
 	uv_loop_close(&l->uv);
+}
+
+void tw__loop_free(tw_loop *l)
+{
+	tw__loop_join(l);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 }

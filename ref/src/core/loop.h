@@ -73,8 +73,11 @@ bool tw__loop_on_thread(tw_loop *l);
  * Returns false (and changes nothing) if work is still queued. */
 bool tw__loop_finish(tw_loop *l);
 
-/* Any thread but the loop's: waits for the thread to exit and releases the
- * loop. Idempotent. */
+/* Any thread but the loop's: waits for the thread to exit and closes the
+ * libuv loop. Idempotent. Posting afterwards fails cleanly (returns false). */
 void tw__loop_join(tw_loop *l);
+
+/* Joins if needed and releases the queues' locks. Nothing may post after. */
+void tw__loop_free(tw_loop *l);
 
 #endif /* TW_CORE_LOOP_H */

@@ -598,9 +598,11 @@ static void test_duplicates(void)
 
 /* ---- minimal elements: the count bounds must not reject valid input ----------- */
 
-/* Three copies of the smallest possible element in every container (keys may
- * repeat: that is legal on the wire), so a minimal element size that is one
- * byte too large makes the decoder refuse a valid packet. */
+/* N = 12 copies of the smallest possible element in every container (keys
+ * may repeat: that is legal on the wire), so a minimal element size that is
+ * one byte too large makes the decoder refuse a valid packet: the N extra
+ * bytes it would need exceed the few bytes of the members that follow. */
+#define N_MIN 12
 static void put_min_device(tw_nop_writer *w)
 {
 	tw__nop_put_struct(w, 2);
@@ -608,13 +610,13 @@ static void put_min_device(tw_nop_writer *w)
 	tw__nop_put_int(w, 0);
 }
 
-static void put_min_channel_devices(tw_nop_writer *w)
+static void put_min_channel_devices(tw_nop_writer *w, int outer, int inner)
 {
-	tw__nop_put_map(w, 3);
-	for (int i = 0; i < 3; i++) {
+	tw__nop_put_map(w, (uint64_t)outer);
+	for (int i = 0; i < outer; i++) {
 		tw__nop_put_string(w, "", 0);
-		tw__nop_put_map(w, 3);
-		for (int j = 0; j < 3; j++) {
+		tw__nop_put_map(w, (uint64_t)inner);
+		for (int j = 0; j < inner; j++) {
 			put_min_device(w);
 			tw__nop_put_string(w, "", 0);
 		}
@@ -635,7 +637,7 @@ static void put_min_channel_devices(tw_nop_writer *w)
 		tw__nop_writer_free(w);                                                             \
 	} while (0)
 
-/* Each container in turn holds three minimal elements while the others are
+/* Each container in turn holds N_MIN minimal elements while the others are
  * empty, so the bytes after it are as few as possible. */
 static void test_minimal(void)
 {
@@ -645,14 +647,14 @@ static void test_minimal(void)
 		tw__nop_writer_init(&w);
 		tw__nop_put_struct(&w, 3);
 		tw__nop_put_string(&w, "", 0);
-		tw__nop_put_array(&w, fill == 0 ? 3 : 0);
-		for (int i = 0; fill == 0 && i < 3; i++) {
+		tw__nop_put_array(&w, fill == 0 ? N_MIN : 0);
+		for (int i = 0; fill == 0 && i < N_MIN; i++) {
 			tw__nop_put_struct(&w, 2);
 			tw__nop_put_uint(&w, 0);
 			tw__nop_put_string(&w, "", 0);
 		}
-		tw__nop_put_array(&w, fill == 1 ? 3 : 0);
-		for (int i = 0; fill == 1 && i < 3; i++) {
+		tw__nop_put_array(&w, fill == 1 ? N_MIN : 0);
+		for (int i = 0; fill == 1 && i < N_MIN; i++) {
 			tw__nop_put_struct(&w, 4);
 			tw__nop_put_uint(&w, 0);
 			put_min_device(&w);
@@ -664,44 +666,48 @@ static void test_minimal(void)
 
 	tw__nop_writer_init(&w);
 	tw__nop_put_struct(&w, 1);
-	tw__nop_put_array(&w, 3);
-	for (int i = 0; i < 3; i++)
+	tw__nop_put_array(&w, N_MIN);
+	for (int i = 0; i < N_MIN; i++)
 		put_min_device(&w);
 	EXPECT_ACCEPTS(descriptor_reply, &w);
 
-	for (int fill = 0; fill < 2; fill++) {
+	for (int fill = 0; fill < 3; fill++) {
 		tw__nop_writer_init(&w);
 		tw__nop_put_struct(&w, 2);
-		tw__nop_put_map(&w, fill == 0 ? 3 : 0);
-		for (int i = 0; fill == 0 && i < 6; i++)
+		tw__nop_put_map(&w, fill == 0 ? N_MIN : 0);
+		for (int i = 0; fill == 0 && i < 2 * N_MIN; i++)
 			tw__nop_put_string(&w, "", 0);
 		if (fill == 1)
-			put_min_channel_devices(&w);
+			put_min_channel_devices(&w, N_MIN, 0);
+		else if (fill == 2)
+			put_min_channel_devices(&w, 1, N_MIN);
 		else
 			tw__nop_put_map(&w, 0);
 		EXPECT_ACCEPTS(brochure, &w);
 	}
 
-	for (int fill = 0; fill < 4; fill++) {
+	for (int fill = 0; fill < 5; fill++) {
 		tw__nop_writer_init(&w);
 		tw__nop_put_struct(&w, 7);
 		tw__nop_put_string(&w, "", 0);
 		tw__nop_put_string(&w, "", 0);
-		tw__nop_put_map(&w, fill == 0 ? 3 : 0);
-		for (int i = 0; fill == 0 && i < 6; i++)
+		tw__nop_put_map(&w, fill == 0 ? N_MIN : 0);
+		for (int i = 0; fill == 0 && i < 2 * N_MIN; i++)
 			tw__nop_put_uint(&w, 0);
 		tw__nop_put_string(&w, "", 0);
-		tw__nop_put_map(&w, fill == 1 ? 3 : 0);
-		for (int i = 0; fill == 1 && i < 3; i++) {
+		tw__nop_put_map(&w, fill == 1 ? N_MIN : 0);
+		for (int i = 0; fill == 1 && i < N_MIN; i++) {
 			tw__nop_put_string(&w, "", 0);
 			tw__nop_put_u64_vector(&w, NULL, 0);
 		}
 		if (fill == 2)
-			put_min_channel_devices(&w);
+			put_min_channel_devices(&w, N_MIN, 0);
+		else if (fill == 3)
+			put_min_channel_devices(&w, 1, N_MIN);
 		else
 			tw__nop_put_map(&w, 0);
-		tw__nop_put_map(&w, fill == 3 ? 3 : 0);
-		for (int i = 0; fill == 3 && i < 3; i++) {
+		tw__nop_put_map(&w, fill == 4 ? N_MIN : 0);
+		for (int i = 0; fill == 4 && i < N_MIN; i++) {
 			tw__nop_put_array(&w, 2);
 			put_min_device(&w);
 			put_min_device(&w);
@@ -713,8 +719,8 @@ static void test_minimal(void)
 	tw__nop_writer_init(&w);
 	tw__nop_put_variant(&w, TW_MPT_SERVER_HELLO);
 	tw__nop_put_struct(&w, 1);
-	tw__nop_put_array(&w, 3);
-	for (int i = 0; i < 3; i++) {
+	tw__nop_put_array(&w, N_MIN);
+	for (int i = 0; i < N_MIN; i++) {
 		tw__nop_put_struct(&w, 2);
 		tw__nop_put_string(&w, "", 0);
 		tw__nop_put_uint(&w, 0);
