@@ -78,6 +78,17 @@ if [ -n "$down_after" ]; then
   ip -n "$nsB" link set "vb$$" down
   echo "pair: took vb$$ down after ${down_after}s"
 fi
+if [ -n "$expect_fail" ]; then
+  # a peer cut off while it waits for a message waits forever (as on real
+  # hardware): once one side has failed, give the other a moment to report
+  # its own error, then stop it
+  while kill -0 "$cpid" 2>/dev/null && kill -0 "$spid" 2>/dev/null; do sleep 0.1; done
+  for _ in $(seq 1 50); do
+    kill -0 "$cpid" 2>/dev/null || kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill "$cpid" "$spid" 2>/dev/null
+fi
 wait "$cpid"; crc=$?
 wait "$spid"; src=$?
 spid=""
