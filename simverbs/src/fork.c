@@ -270,16 +270,20 @@ static bool uffd_arm(struct sv_mr *mr, long pg)
 	struct uffdio_register reg = {.range = {.start = mr->pg_start,
 						.len = mr->npages * (uint64_t)pg},
 				      .mode = UFFDIO_REGISTER_MODE_WP};
-	if (ioctl(uffd, UFFDIO_REGISTER, &reg) && errno != EBUSY)
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg) && errno != EBUSY) {
+		SV_TRACE("fork: UFFDIO_REGISTER: %s", strerror(errno));
 		return false;
+	}
 	for (size_t i = 0; i < mr->npages; i++) {
 		if (!mr->private_pg[i] || mr->detached[i])
 			continue;
 		struct uffdio_writeprotect wp = {
 			.range = {.start = mr->pg_start + i * (uint64_t)pg, .len = (uint64_t)pg},
 			.mode = UFFDIO_WRITEPROTECT_MODE_WP};
-		if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp))
+		if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp)) {
+			SV_TRACE("fork: UFFDIO_WRITEPROTECT: %s", strerror(errno));
 			return false;
+		}
 	}
 	return true;
 }
