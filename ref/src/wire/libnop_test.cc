@@ -15,6 +15,9 @@
  *      exactly when libnop does (through a bounds-checked reader, i.e. stock
  *      without its out-of-bounds reads), consuming the same number of bytes
  *      and producing the same value.
+ * With the spec/vectors directory as argument it also checks every golden
+ * vector: libnop accepts the positive ones (consuming the same bytes, same
+ * value as ours) and rejects the negative ones.
  * The cma and xth descriptors live in .cc files that Debian does not ship, so
  * they are declared here from their layout in spec/wire.md 4.4 and 4.5.
  *
@@ -32,6 +35,8 @@ int main()
 }
 
 #else
+
+#include <dirent.h>
 
 #include <cinttypes>
 #include <cstdlib>
@@ -955,10 +960,160 @@ void check_reference_vectors()
 	                  "b9 01 83 00 10 00 00 00 7f 00 00", 200);
 }
 
+
+// ---- the golden vectors of spec/vectors: does stock agree with them? ----
+
+template <typename T>
+bool libnop_reads(const Bytes &b, size_t *consumed)
+{
+	T v{};
+	return nop_decode(b, &v, consumed);
+}
+
+// Packet types: libnop and our decoder must agree on acceptance, consumed
+// bytes and value. Returns false if the type is not a packet type.
+template <typename TR>
+void vector_packet(const char *file, const Bytes &b, bool want_ok, long want_consumed)
+{
+	typename TR::Cpp theirs;
+	size_t used = 0;
+	bool ok = nop_decode(b, &theirs, &used);
+	EXPECT(ok == want_ok, "%s: libnop %s it", file, ok ? "accepts" : "rejects");
+	if (ok && want_ok)
+		EXPECT(used == (want_consumed >= 0 ? static_cast<size_t>(want_consumed) : b.size()),
+		       "%s: libnop consumed %zu", file, used);
+	differential<TR>(file, b);
+}
+
+bool vector_check(const std::string &file, const std::string &type, const Bytes &b,
+                  bool want_ok, long want_consumed)
+{
+	const char *f = file.c_str();
+	if (type == "packet")
+		vector_packet<PacketT>(f, b, want_ok, want_consumed);
+	else if (type == "brochure")
+		vector_packet<BrochureT>(f, b, want_ok, want_consumed);
+	else if (type == "brochure-answer")
+		vector_packet<AnswerT>(f, b, want_ok, want_consumed);
+	else if (type == "descriptor")
+		vector_packet<DescriptorT>(f, b, want_ok, want_consumed);
+	else if (type == "descriptor-reply")
+		vector_packet<ReplyT>(f, b, want_ok, want_consumed);
+	else if (type == "mpt-packet")
+		vector_packet<MptT>(f, b, want_ok, want_consumed);
+	else if (type == "cma-descriptor")
+		vector_packet<CmaT>(f, b, want_ok, want_consumed);
+	else if (type == "xth-descriptor")
+		vector_packet<XthT>(f, b, want_ok, want_consumed);
+	else {
+		// nop-level types: acceptance and length only
+		size_t used = 0;
+		bool ok;
+		if (type == "uint8") ok = libnop_reads<uint8_t>(b, &used);
+		else if (type == "uint16") ok = libnop_reads<uint16_t>(b, &used);
+		else if (type == "uint32") ok = libnop_reads<uint32_t>(b, &used);
+		else if (type == "uint64") ok = libnop_reads<uint64_t>(b, &used);
+		else if (type == "int8") ok = libnop_reads<int8_t>(b, &used);
+		else if (type == "int16") ok = libnop_reads<int16_t>(b, &used);
+		else if (type == "int32") ok = libnop_reads<int32_t>(b, &used);
+		else if (type == "int64") ok = libnop_reads<int64_t>(b, &used);
+		else if (type == "bool") ok = libnop_reads<bool>(b, &used);
+		else if (type == "float") ok = libnop_reads<float>(b, &used);
+		else if (type == "double") ok = libnop_reads<double>(b, &used);
+		else if (type == "string") ok = libnop_reads<std::string>(b, &used);
+		else if (type == "vector-uint32") ok = libnop_reads<std::vector<uint32_t>>(b, &used);
+		else if (type == "vector-uint64") ok = libnop_reads<std::vector<uint64_t>>(b, &used);
+		else if (type == "vector-string") ok = libnop_reads<std::vector<std::string>>(b, &used);
+		else if (type == "map-string-string")
+			ok = libnop_reads<std::unordered_map<std::string, std::string>>(b, &used);
+		else if (type == "map-uint64-uint64")
+			ok = libnop_reads<std::unordered_map<uint64_t, uint64_t>>(b, &used);
+		else if (type == "device") ok = libnop_reads<tp::Device>(b, &used);
+		else if (type == "optional-device") ok = libnop_reads<tp::optional<tp::Device>>(b, &used);
+		else if (type == "pair-device-device")
+			ok = libnop_reads<std::pair<tp::Device, tp::Device>>(b, &used);
+		else if (type == "empty-variant") {
+			nop::Variant<tp::SpontaneousConnection, tp::RequestedConnection> v;
+			ok = nop_decode(b, &v, &used) && v.empty();
+		} else
+			return false;
+		EXPECT(ok == want_ok, "%s: libnop %s it", f, ok ? "accepts" : "rejects");
+		if (ok && want_ok)
+			EXPECT(used == (want_consumed >= 0 ? static_cast<size_t>(want_consumed) : b.size()),
+			       "%s: libnop consumed %zu", f, used);
+	}
+	return true;
+}
+
+// Reads every spec/vectors/*.hex (format: spec/vectors/README.md). Framing
+// vectors (type "frame") are not libnop's business and are skipped.
+int check_vector_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	EXPECT(d != nullptr, "cannot open %s", dir);
+	if (!d)
+		return 0;
+	int n = 0;
+	while (struct dirent *de = readdir(d)) {
+		std::string name = de->d_name;
+		if (name.size() < 5 || name.compare(name.size() - 4, 4, ".hex") != 0)
+			continue;
+		FILE *fp = std::fopen((std::string(dir) + "/" + name).c_str(), "r");
+		if (!fp)
+			continue;
+		std::string type, expect, frame, hexs;
+		long consumed = -1;
+		char line[8192];
+		while (std::fgets(line, sizeof(line), fp)) {
+			std::string l(line);
+			while (!l.empty() && (l.back() == '\n' || l.back() == '\r'))
+				l.pop_back();
+			auto value = [&](const char *key) -> const char * {
+				std::string k = std::string("# ") + key + ":";
+				if (l.compare(0, k.size(), k) != 0)
+					return nullptr;
+				size_t p = k.size();
+				while (p < l.size() && l[p] == ' ')
+					p++;
+				return l.c_str() + p;
+			};
+			if (const char *v = value("type"))
+				type = v;
+			else if (const char *v2 = value("expect"))
+				expect = v2;
+			else if (const char *v3 = value("frame"))
+				frame = v3;
+			else if (const char *v4 = value("consumed"))
+				consumed = std::strtol(v4, nullptr, 0);
+			else if (l[0] != '#')
+				hexs += l + " ";
+		}
+		std::fclose(fp);
+		if (type == "frame")
+			continue;
+		Bytes b = unhex(hexs.c_str());
+		size_t hdr = frame == "uv" ? 8 : frame == "ring" ? 4 : 0;
+		EXPECT(b.size() >= hdr, "%s: shorter than its frame header", name.c_str());
+		if (b.size() < hdr)
+			continue;
+		b.erase(b.begin(), b.begin() + static_cast<long>(hdr));
+		EXPECT(vector_check(name, type, b, expect == "ok", consumed), "%s: unknown type %s",
+		       name.c_str(), type.c_str());
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
 }  // namespace
 
-int main()
+int main(int argc, char **argv)
 {
+	if (argc == 2) {
+		int n = check_vector_files(argv[1]);
+		std::printf("# %d vector files of %s checked against libnop\n", n, argv[1]);
+		EXPECT(n > 0, "no vector files in %s", argv[1]);
+	}
 	check_reference_vectors();
 	check_generated<PacketT>("Packet", 200);
 	check_generated<BrochureT>("Brochure", 200);

@@ -31,7 +31,7 @@ enum {
 	TW__MIN_DEVICE_PAIR = 2 + 2 * TW__MIN_DEVICE + TW__MIN_STRING, /* ba 02 dev dev, string */
 	TW__MIN_PAYLOAD = 2 + 1 + TW__MIN_STRING,             /* b9 02 00 bd 00 */
 	TW__MIN_TENSOR = 2 + 1 + TW__MIN_DEVICE + 1 + TW__MIN_STRING, /* b9 04 00 dev be bd 00 */
-	TW__MIN_LANE = 1 + 2 + TW__MIN_STRING + 1,                /* b9 02 bd 00 00 */
+	TW__MIN_LANE = 2 + TW__MIN_STRING + 1,                /* b9 02 bd 00 00 */
 };
 
 #define TW__PATH_MAX 160
