@@ -459,7 +459,8 @@ static void retire(struct sv_qp *qp)
 		w->inl = NULL;
 		qp->sq_head = (qp->sq_head + 1) % qp->sq_cap;
 		qp->sq_count--;
-		qp->sq_tx--;
+		if (qp->sq_tx > 0)
+			qp->sq_tx--;
 		if (st != IBV_WC_SUCCESS) {
 			garbage_wc(&wc);
 			sv_cq_push((struct sv_cq *)qp->qp.send_cq, &wc, false);
@@ -528,7 +529,12 @@ static int pump_qp(struct sv_qp *qp)
 	while (qp->st == IBV_QPS_RTS && !qp->tx_blocked && qp->sq_tx < qp->sq_count) {
 		struct sv_swqe *w = &qp->sq[(qp->sq_head + qp->sq_tx) % qp->sq_cap];
 		struct sv_dev_cfg *d = &sv_cfg.dev[sv_ctx(qp->qp.context)->dev_index];
+		if (w->st == SV_W_DONE || w->st == SV_W_WAIT_ACK) {
+			qp->sq_tx++; /* acked while older work is retransmitted */
+			continue;
+		}
 		if (w->st == SV_W_QUEUED) {
+			w->retries = qp->retry_cnt;
 			if (w->len > d->port[qp->port - 1].max_msg_sz) {
 				wqe_done(w, IBV_WC_LOC_LEN_ERR);
 				qp->sq_tx++;
@@ -548,6 +554,9 @@ static int pump_qp(struct sv_qp *qp)
 			qp->link = link_get(qp->peer_ip, qp->peer_port);
 		struct sv_link *l = qp->link;
 		bool void_out = !l || l->dead || !port_up(qp); /* frames go nowhere */
+		if (void_out && w->sent == 0)
+			SV_TRACE("qp 0x%x: psn 0x%x goes nowhere (%s)", qp->qp.qp_num, w->psn,
+				 !l ? "no route" : l->dead ? "link down" : "port down");
 		if (!void_out && link_pending(l) >= SV_OUT_HIGH) {
 			more = 1;
 			break;
@@ -562,7 +571,7 @@ static int pump_qp(struct sv_qp *qp)
 				emit(l, &h);
 			w->got = 0;
 			w->st = SV_W_WAIT_ACK;
-			w->deadline_ns = tmo ? sv_now_ns() + tmo * (qp->retry_cnt + 1u) : 0;
+			w->deadline_ns = tmo ? sv_now_ns() + tmo : 0;
 			qp->sq_tx++;
 			continue;
 		}
@@ -593,7 +602,7 @@ static int pump_qp(struct sv_qp *qp)
 		w->sent += n;
 		if (w->sent == w->len) {
 			w->st = SV_W_WAIT_ACK;
-			w->deadline_ns = tmo ? sv_now_ns() + tmo * (qp->retry_cnt + 1u) : 0;
+			w->deadline_ns = tmo ? sv_now_ns() + tmo : 0;
 			qp->sq_tx++;
 		}
 	}
@@ -708,10 +717,15 @@ static uint64_t rwqe_len(const struct sv_rwqe *w)
 static bool handle_request(struct sv_qp *qp, struct sv_link *l, const struct sv_hdr *h,
 			   const uint8_t *payload, bool from_parked)
 {
-	if (qp->st != IBV_QPS_RTR && qp->st != IBV_QPS_RTS)
+	if (qp->st != IBV_QPS_RTR && qp->st != IBV_QPS_RTS) {
+		SV_TRACE("qp 0x%x: request in state %d dropped", qp->qp.qp_num, qp->st);
 		return false; /* silently dropped: the requester times out */
-	if (!port_up(qp) || h->src_qpn != qp->dest_qpn)
+	}
+	if (!port_up(qp) || h->src_qpn != qp->dest_qpn) {
+		SV_TRACE("qp 0x%x: request from 0x%x dropped (port down or not our peer 0x%x)",
+			 qp->qp.qp_num, h->src_qpn, qp->dest_qpn);
 		return false;
+	}
 	if (!from_parked && qp->parked_head) {
 		park(qp, l, h, payload);
 		if (h->flags & F_FIRST) /* its ack timer waits for the receiver too */
@@ -719,14 +733,40 @@ static bool handle_request(struct sv_qp *qp, struct sv_link *l, const struct sv_
 		return true;
 	}
 	bool first = h->flags & F_FIRST, last = h->flags & F_LAST;
+	if (!first && qp->in_dup) {
+		if (last) {
+			qp->in_dup = false;
+			send_ctl(l, T_ACK, h->src_qpn, qp->qp.qp_num, qp->dup_psn, 0);
+		}
+		return false;
+	}
 	if (first) {
+		qp->in_dup = false;
 		if (h->psn != qp->exp_psn) {
-			SV_TRACE("qp 0x%x: PSN 0x%x, expected 0x%x: dropped", qp->qp.qp_num, h->psn,
-				 qp->exp_psn);
-			return false;
+			uint32_t behind = (qp->exp_psn - h->psn) & 0xffffff;
+			if (behind && behind < 0x800000 && h->type != T_READ_REQ) {
+				/* a retransmission of a message already executed: ACK it again */
+				if (last)
+					send_ctl(l, T_ACK, h->src_qpn, qp->qp.qp_num, h->psn, 0);
+				else {
+					qp->in_dup = true;
+					qp->dup_psn = h->psn;
+				}
+				return false;
+			}
+			if (!(behind && behind < 0x800000)) {
+				SV_TRACE("qp 0x%x: PSN 0x%x, expected 0x%x: dropped", qp->qp.qp_num,
+					 h->psn, qp->exp_psn);
+				return false;
+			}
+			/* a repeated READ is executed again (it is idempotent) */
 		}
 		qp->in_link = l;
 		qp->in_off = 0;
+		if (qp->in_active && qp->in_has_wqe) {
+			/* the message in progress starts over: keep its receive buffer */
+			goto place;
+		}
 		qp->in_has_wqe = false;
 		if (h->type == T_READ_REQ) {
 			uint64_t addr;
@@ -759,7 +799,8 @@ static bool handle_request(struct sv_qp *qp, struct sv_link *l, const struct sv_
 					pp = &(*pp)->next;
 				*pp = j;
 			}
-			qp->exp_psn = (qp->exp_psn + 1) & 0xffffff;
+			if (h->psn == qp->exp_psn)
+				qp->exp_psn = (qp->exp_psn + 1) & 0xffffff;
 			return false;
 		}
 		bool need_wqe = h->type == T_SEND || (h->flags & F_IMM);
@@ -813,6 +854,7 @@ static bool handle_request(struct sv_qp *qp, struct sv_link *l, const struct sv_
 		}
 		qp->in_active = true;
 	}
+place:
 	if (!qp->in_active)
 		return false; /* rest of a message we dropped */
 	if (h->plen) {
@@ -945,7 +987,7 @@ static void handle_response(struct sv_qp *qp, const struct sv_hdr *h, const uint
 			w->got += h->plen;
 			uint64_t tmo = sv_ib_timeout_ns(qp->timeout);
 			if (tmo) /* responses flowing: the peer is alive */
-				w->deadline_ns = sv_now_ns() + tmo * (qp->retry_cnt + 1u);
+				w->deadline_ns = sv_now_ns() + tmo;
 			if (h->flags & F_LAST)
 				wqe_done(w, IBV_WC_SUCCESS);
 			break;
@@ -957,8 +999,10 @@ static void handle_response(struct sv_qp *qp, const struct sv_hdr *h, const uint
 static void handle_frame(struct sv_link *l, const struct sv_hdr *h, const uint8_t *payload)
 {
 	struct sv_qp *qp = sv_engine_qp_by_num(h->dst_qpn);
-	if (!qp || qp->dead)
+	if (!qp || qp->dead) {
+		SV_TRACE("frame for unknown QPN 0x%x dropped", h->dst_qpn);
 		return;
+	}
 	switch (h->type) {
 	case T_SEND:
 	case T_WRITE:
@@ -1000,8 +1044,26 @@ static void check_timers(uint64_t now, uint64_t *next)
 			if (w->st != SV_W_WAIT_ACK || !w->deadline_ns || w->rnr_wait)
 				continue;
 			if (now >= w->deadline_ns) {
-				wqe_done(w, IBV_WC_RETRY_EXC_ERR);
-				changed = true;
+				if (w->retries == 0) {
+					wqe_done(w, IBV_WC_RETRY_EXC_ERR);
+					changed = true;
+					break;
+				}
+				/* no ACK in time: send this message and all after it again */
+				w->retries--;
+				SV_TRACE("qp 0x%x: psn 0x%x timed out, retransmitting (%u left)",
+					 qp->qp.qp_num, w->psn, w->retries);
+				for (int j = i; j < qp->sq_tx; j++) {
+					struct sv_swqe *x = &qp->sq[(qp->sq_head + j) % qp->sq_cap];
+					if (x->st == SV_W_DONE)
+						continue;
+					x->st = SV_W_SENDING;
+					x->sent = 0;
+					x->got = 0;
+					x->deadline_ns = 0;
+					x->rnr_wait = false;
+				}
+				qp->sq_tx = i;
 				break;
 			}
 			if (w->deadline_ns < *next)

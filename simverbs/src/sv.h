@@ -177,6 +177,7 @@ struct sv_swqe {
 	enum sv_wqe_state st;
 	bool signaled;
 	bool rnr_wait;               /* responder parked it: ack timer suspended */
+	uint8_t retries;             /* retransmissions left (retry_cnt) */
 	uint64_t deadline_ns;        /* ack timeout; 0 = none */
 };
 
@@ -213,6 +214,8 @@ struct sv_qp {
 	bool in_failed;              /* drop the rest of the current message */
 	struct sv_rwqe in_wqe;
 	bool in_has_wqe;
+	bool in_dup;                 /* receiving a retransmitted, already executed message */
+	uint32_t dup_psn;
 	uint64_t in_off;
 	struct sv_inmsg *parked_head, *parked_tail;
 	uint64_t rnr_deadline_ns;
