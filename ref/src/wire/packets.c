@@ -147,28 +147,40 @@ typedef struct tw__sort_ctx {
 	tw__key_cmp cmp;
 } tw__sort_ctx;
 
-/* Stable bottom-up merge sort of indices by key. */
-static void tw__sort_indices(const tw__sort_ctx *c, size_t *idx, size_t *tmp, size_t n)
+/* Orders entry indices by key, then by wire position, so the first entry of
+ * each run of equal keys is the earliest on the wire. */
+static int tw__sort_less(const tw__sort_ctx *c, size_t a, size_t b)
 {
-	for (size_t width = 1; width < n; width *= 2) {
-		for (size_t lo = 0; lo < n; lo += 2 * width) {
-			size_t mid = lo + width < n ? lo + width : n;
-			size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-			size_t i = lo, j = mid, k = lo;
-			while (i < mid && j < hi) {
-				if (c->cmp(c->base + idx[j] * c->size, c->base + idx[i] * c->size) < 0)
-					tmp[k++] = idx[j++];
-				else
-					tmp[k++] = idx[i++];
-			}
-			while (i < mid)
-				tmp[k++] = idx[i++];
-			while (j < hi)
-				tmp[k++] = idx[j++];
-		}
-		memcpy(idx, tmp, n * sizeof(*idx));
-		if (width > SIZE_MAX / 2)
-			break;
+	int k = c->cmp(c->base + a * c->size, c->base + b * c->size);
+	return k < 0 || (k == 0 && a < b);
+}
+
+static void tw__sift_down(const tw__sort_ctx *c, size_t *idx, size_t root, size_t n)
+{
+	while (2 * root + 1 < n) {
+		size_t child = 2 * root + 1;
+		if (child + 1 < n && tw__sort_less(c, idx[child], idx[child + 1]))
+			child++;
+		if (!tw__sort_less(c, idx[root], idx[child]))
+			return;
+		size_t t = idx[root];
+		idx[root] = idx[child];
+		idx[child] = t;
+		root = child;
+	}
+}
+
+/* In-place heap sort: O(n log n) time and no memory beyond `idx`, so the
+ * decoder's allocations stay a small multiple of its input (spec 1.13). */
+static void tw__sort_indices(const tw__sort_ctx *c, size_t *idx, size_t n)
+{
+	for (size_t start = n / 2; start-- > 0;)
+		tw__sift_down(c, idx, start, n);
+	for (size_t end = n; end-- > 1;) {
+		size_t t = idx[0];
+		idx[0] = idx[end];
+		idx[end] = t;
+		tw__sift_down(c, idx, 0, end);
 	}
 }
 
@@ -190,16 +202,16 @@ static tw_status_t tw__dedupe(tw__dec *d, void *base, size_t *n, size_t size, tw
 				if (cmp(arr + i * size, arr + j * size) == 0)
 					dup[i] = true;
 	} else {
-		size_t *idx = tw__wire_malloc(2 * count * sizeof(*idx));
+		size_t *idx = tw__wire_malloc(count * sizeof(*idx));
 		if (!idx) {
 			tw__wire_free(dup);
-			return tw__dec_nomem(d, 2 * count * sizeof(*idx));
+			return tw__dec_nomem(d, count * sizeof(*idx));
 		}
 		for (size_t i = 0; i < count; i++)
 			idx[i] = i;
 		tw__sort_ctx c = {arr, size, cmp};
-		tw__sort_indices(&c, idx, idx + count, count);
-		/* stable: within a run of equal keys the first is the earliest on the wire */
+		tw__sort_indices(&c, idx, count);
+		/* within a run of equal keys the first is the earliest on the wire */
 		for (size_t k = 1; k < count; k++)
 			if (cmp(arr + idx[k - 1] * size, arr + idx[k] * size) == 0)
 				dup[idx[k]] = true;

@@ -593,6 +593,38 @@ static void test_duplicates(void)
 		CHECK(a.num_device_pairs == 1 && strcmp(a.device_pairs[0].channel.s, "x") == 0);
 		tw__wire_brochure_answer_free(&a);
 	}
+
+	/* the densest map: 5000 two-byte uint64 pairs, all keys equal or all
+	 * distinct; allocations stay within 16 x input + 64 (spec 1.13) */
+	for (int distinct = 0; distinct < 2; distinct++) {
+		tw__nop_writer_init(&w);
+		tw__nop_put_struct(&w, 7);
+		tw__nop_put_string(&w, "", 0);
+		tw__nop_put_string(&w, "", 0);
+		tw__nop_put_map(&w, 5000);
+		for (int i = 0; i < 5000; i++) {
+			tw__nop_put_uint(&w, distinct ? (uint64_t)(i * 7919 % 5000) : 0);
+			tw__nop_put_uint(&w, (uint64_t)i % 100);
+		}
+		tw__nop_put_string(&w, "", 0);
+		for (int i = 0; i < 3; i++)
+			tw__nop_put_map(&w, 0);
+		CHECK(tw__nop_writer_finish(&w) == TW_OK);
+		tw__wire_alloc_reset();
+		st = tw__wire_decode_brochure_answer(w.buf, w.len, &a, &used, detail, sizeof(detail));
+		CHECKF(st == TW_OK, "%s", detail);
+		CHECKF(tw__wire_alloc_bytes() <= 16 * w.len + 64, "%zu bytes for %zu input",
+		       tw__wire_alloc_bytes(), w.len);
+		if (st == TW_OK) {
+			CHECK(a.num_transport_ids == (distinct ? 5000u : 1u));
+			/* distinct keys come out in wire order; the first value wins */
+			CHECK(a.transport_ids[0].id == 0);
+			if (distinct)
+				CHECK(a.transport_ids[4999].key == (uint64_t)(4999 * 7919 % 5000));
+			tw__wire_brochure_answer_free(&a);
+		}
+		tw__nop_writer_free(&w);
+	}
 }
 
 
