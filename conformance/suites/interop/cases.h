@@ -28,4 +28,13 @@ extern const int tw_interop_num_cases;
 
 const tw_interop_case *tw_interop_case_find(const char *id);
 
+/* Runs one case: `ccmd` as client, `scmd` as server (spec/agent.md adapter
+ * commands, or "unavailable:<reason>"). wait_s > 0 overrides the case's
+ * bound on each wait. Returns 0 (PASS), 1 (FAIL) or 77 (SKIP), with the
+ * reason in `reason`; `transport`/`channel` (32 bytes each, may be NULL) get
+ * what the client reported. Progress lines ("# ...") go to stdout. */
+int tw_interop_run_case(const tw_interop_case *c, const char *ccmd, const char *scmd,
+                        const char *cname, const char *sname, int wait_s, char *reason,
+                        size_t reasonlen, char *transport, char *channel);
+
 #endif /* TW_SUITES_INTEROP_CASES_H */
