@@ -13,6 +13,9 @@
 #include <sys/wait.h>
 
 #include "test_util.h"
+#ifdef TW_FAULT_INJECTION
+#include "platform/fault.h"
+#endif
 
 /* ---- message shapes ---------------------------------------------------------- */
 
@@ -605,6 +608,12 @@ static int run_case(const char *name, bool two_process)
 	tw_context_destroy(srv);
 	tu_waiter_destroy(&client_wrote);
 	plan_free(&pl);
+#ifdef TW_FAULT_INJECTION
+	/* Built against the fault-injecting twin: the rules in TW_FAULTS must
+	 * really have fired, or this run proved nothing. */
+	printf("fault points fired %lu times\n", tw__fault_fired());
+	CHECK(tw__fault_fired() > 0);
+#endif
 	printf("ok - %s (%s)\n", name, two_process ? "two processes" : "one process");
 	return 0;
 }

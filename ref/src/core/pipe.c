@@ -148,7 +148,7 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 			pc->ch->ops->close(pc->ch);
 			pc->ch = NULL;
 		}
-		for (size_t k = 0; k < pc->num_conns; k++)
+		for (size_t k = 0; pc->conns && k < pc->num_conns; k++)
 			tw__conn_close(&pc->conns[k]);
 	}
 	if (p->listener) {

@@ -1,0 +1,172 @@
+/*
+ * fault_sweep_test.c - "fail the Nth call" sweeps over the library's fault
+ * points (platform/platform.h), SQLite-style: for N = 1, 2, ... a child
+ * process runs a small but complete scenario (listen, connect, handshake, a
+ * message with a payload and a tensor without target device, close) with
+ * TW_FAULTS=<point>:<N>, until a run where the point never fired. Each run
+ * must end with an allowed outcome: every API call either succeeds or fails
+ * with a status and detail, every armed callback fires exactly once, nothing
+ * hangs (watchdog), nothing leaks (LeakSanitizer runs at the child's exit).
+ *
+ * Needs the library built with TW_FAULT_INJECTION (links tw_ref_faulty).
+ * Usage: fault_sweep_test <point> [max_n]
+ */
+#include <sys/wait.h>
+
+#include "pair_util.h"
+#include "platform/fault.h"
+
+enum { EXIT_NO_FAULT = 3 };
+
+static bool rec_failed(tu_rec *r)
+{
+	pthread_mutex_lock(&r->w.mu);
+	bool f = r->calls > 0 && r->status != TW_OK;
+	pthread_mutex_unlock(&r->w.mu);
+	return f;
+}
+
+/* Waits (up to 2 s) for `want`, but gives up as soon as the client side
+ * reported a failure: then `want` may never come. */
+static bool wait_unless_failed(tu_rec *want, tu_rec *est, tu_rec *w)
+{
+	for (int i = 0; i < 400; i++) {
+		if (tu_wait_for(&want->w, 1, 5))
+			return want->status == TW_OK;
+		if (rec_failed(est) || rec_failed(w))
+			return false;
+	}
+	return false;
+}
+
+/* Each step may fail; a failure is an allowed outcome as long as
+ * everything armed so far still completes exactly once. */
+static int scenario(void)
+{
+	tw_context *s = NULL, *c = NULL;
+	tw_listener *l = NULL;
+	tw_pipe *cp = NULL;
+	tu_rec acc, est, w, d, r;
+	tu_rec_init(&acc), tu_rec_init(&est), tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	bool armed_acc = false, armed_est = false, armed_w = false, armed_d = false, armed_r = false;
+	uint8_t pay[300], ten[2000], rpay[300], rten[2000];
+	tu_fill_at(pay, sizeof(pay), 1);
+	tu_fill_at(ten, sizeof(ten), 2);
+
+	if (tw_context_create("s", &s) != TW_OK)
+		goto out;
+	if (tw_context_register_transport(s, "uv", NULL, 0, NULL) != TW_OK ||
+	    tw_context_register_channel(s, "basic", NULL, 0, NULL) != TW_OK)
+		goto out;
+	if (tw_context_create("c", &c) != TW_OK)
+		goto out;
+	if (tw_context_register_transport(c, "uv", NULL, 0, NULL) != TW_OK ||
+	    tw_context_register_channel(c, "basic", NULL, 0, NULL) != TW_OK)
+		goto out;
+	const char *urls[] = { "uv://127.0.0.1:0" };
+	if (tw_context_listen(s, urls, 1, &l) != TW_OK)
+		goto out;
+	char url[128];
+	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	if (tw_listener_accept(l, tu_on_accept, &acc) != TW_OK)
+		goto out;
+	armed_acc = true;
+	if (tw_context_connect(c, url, &cp) != TW_OK)
+		goto out;
+	if (tw_pipe_on_established(cp, tu_on_status, &est) == TW_OK)
+		armed_est = true;
+	tw_payload p = { pay, sizeof(pay), NULL, 0 };
+	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0 };
+	tw_message m = { "m", 1, 1, &p, 1, &t };
+	if (tw_pipe_write(cp, &m, tu_on_status, &w) != TW_OK)
+		goto out; /* no message: nothing more to wait for */
+	armed_w = true;
+	/* The accept may never come (the client's connect failed): wait a bit. */
+	if (!wait_unless_failed(&acc, &est, &w))
+		goto out;
+	if (tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d) != TW_OK)
+		goto out;
+	armed_d = true;
+	if (!wait_unless_failed(&d, &est, &w))
+		goto out;
+	void *pays[1] = { rpay };
+	tw_tensor_allocation ta = { rten, tw_device_cpu() };
+	tw_allocation a = { 1, pays, 1, &ta };
+	if (tw_pipe_read(acc.pipe, &a, tu_on_status, &r) != TW_OK)
+		goto out;
+	armed_r = true;
+	if (wait_unless_failed(&r, &est, &w)) {
+		/* If it says it worked, the bytes must be right. */
+		CHECK(memcmp(rpay, pay, sizeof(pay)) == 0);
+		CHECK(memcmp(rten, ten, sizeof(ten)) == 0);
+	}
+out:
+	/* Close everything; then every armed callback has fired exactly once. */
+	if (s)
+		tw_context_close(s);
+	if (c)
+		tw_context_close(c);
+	if (c)
+		CHECK_OK(tw_context_join(c));
+	if (s)
+		CHECK_OK(tw_context_join(s));
+	if (armed_acc)
+		tu_once(&acc);
+	if (armed_est)
+		tu_once(&est);
+	if (armed_w)
+		tu_once(&w);
+	if (armed_d)
+		tu_once(&d);
+	if (armed_r)
+		tu_once(&r);
+	if (acc.pipe)
+		tw_pipe_destroy(acc.pipe);
+	if (cp)
+		tw_pipe_destroy(cp);
+	if (l)
+		tw_listener_destroy(l);
+	tw_context_destroy(c);
+	tw_context_destroy(s);
+	return tw__fault_fired() > 0 ? 0 : EXIT_NO_FAULT;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s <point> [max_n]\n", argv[0]);
+		return 2;
+	}
+	long max_n = argc > 2 ? atol(argv[2]) : 1000;
+	tu_watchdog(600);
+	long n;
+	int failures = 0;
+	for (n = 1; n <= max_n; n++) {
+		fflush(NULL);
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			alarm(0);
+			tu_watchdog(30);
+			char rule[96];
+			snprintf(rule, sizeof(rule), "%s:%ld", argv[1], n);
+			setenv("TW_FAULTS", rule, 1);
+			exit(scenario()); /* exit, not _exit: LeakSanitizer runs at exit */
+		}
+		int status;
+		CHECK(waitpid(pid, &status, 0) == pid);
+		if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_NO_FAULT)
+			break;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "not ok - %s:%ld (status 0x%x)\n", argv[1], n, status);
+			failures++;
+		}
+	}
+	if (n == 1) {
+		printf("SKIP: fault point %s never fired (built without TW_FAULT_INJECTION?)\n",
+		       argv[1]);
+		return 77;
+	}
+	printf("%s - %s: %ld runs, %d failed\n", failures ? "not ok" : "ok", argv[1], n - 1, failures);
+	return failures ? 1 : 0;
+}
