@@ -348,7 +348,8 @@ static void initiator(uint64_t min, uint64_t max, int quick)
 	printf("simverbs vs loopback TCP, two processes; latency = one ping-pong round trip\n");
 	printf("%-10s %6s %6s %12s %12s %12s %10s %8s %12s\n", "test", "size", "iters", "min_us",
 	       "median_us", "p99_us", "MB/s", "wrong_B", "ratio_vs_tcp");
-	for (uint64_t size = min; size <= max; size *= (size < (1u << 20) ? 4 : 16)) {
+	for (uint64_t size = min; size <= max;
+	     size *= (size < (1u << 20) || size >= (256u << 20)) ? 4 : 16) {
 		char hb[16];
 		int it = iters_for(size, quick);
 		double tcp_lat = 0, tcp_bw = 0;

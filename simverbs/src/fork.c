@@ -28,6 +28,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* declared in <infiniband/driver.h>, which Debian does not install */
@@ -195,7 +196,12 @@ static void detach_page(struct sv_mr *mr, size_t pi, long pg)
 {
 	if (mr->detached[pi])
 		return;
-	memcpy(mr->shadow + pi * (size_t)pg, (void *)(mr->pg_start + pi * (size_t)pg), (size_t)pg);
+	/* the copy is the HCA's, not a CPU access of the application's page (and
+	 * the writer is parked in its fault): read it the way the engine's DMA does */
+	struct iovec l = {mr->shadow + pi * (size_t)pg, (size_t)pg};
+	struct iovec r = {(void *)(mr->pg_start + pi * (size_t)pg), (size_t)pg};
+	if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)pg)
+		memcpy(l.iov_base, r.iov_base, (size_t)pg);
 	mr->detached[pi] = 1;
 }
 
