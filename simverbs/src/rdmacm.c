@@ -250,6 +250,7 @@ EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id 
 	id->id.ps = ps;
 	id->id.qp_type = IBV_QPT_RC;
 	id->lfd = id->cfd = -1;
+	id->my_psn = (uint32_t)random() & 0xffffff; /* fixed before any QP moves */
 	pthread_cond_init(&id->cond, NULL);
 	pthread_mutex_lock(&cm_lock);
 	if (cm_start()) {
@@ -505,21 +506,28 @@ EXPORT void rdma_destroy_qp(struct rdma_cm_id *cid)
 EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *a, int *mask)
 {
 	struct sv_id *id = (struct sv_id *)cid;
+	/* the caller names the state it wants in a->qp_state (as with the kernel);
+	 * for our own calls on a QP we own, it is the next one after its state */
+	enum ibv_qp_state want = a->qp_state;
 	memset(a, 0, sizeof(*a));
 	pthread_mutex_lock(&cm_lock);
 	int r = 0;
-	struct ibv_qp_attr qa;
-	struct ibv_qp_init_attr ia;
-	enum ibv_qp_state cur = IBV_QPS_RESET;
-	if (cid->qp && !ibv_query_qp(cid->qp, &qa, IBV_QP_STATE, &ia))
-		cur = qa.qp_state;
-	if (cur == IBV_QPS_RESET) {
+	if (want == IBV_QPS_RESET) {
+		struct ibv_qp_attr qa;
+		struct ibv_qp_init_attr ia;
+		enum ibv_qp_state cur = IBV_QPS_RESET;
+		if (cid->qp && !ibv_query_qp(cid->qp, &qa, IBV_QP_STATE, &ia))
+			cur = qa.qp_state;
+		want = cur == IBV_QPS_RESET ? IBV_QPS_INIT : cur == IBV_QPS_INIT ? IBV_QPS_RTR
+											: IBV_QPS_RTS;
+	}
+	if (want == IBV_QPS_INIT) {
 		a->qp_state = IBV_QPS_INIT;
 		a->port_num = cid->port_num;
 		a->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				     IBV_ACCESS_REMOTE_READ;
 		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-	} else if (cur == IBV_QPS_INIT && id->peer.magic == CM_MAGIC) {
+	} else if (want == IBV_QPS_RTR && id->peer.magic == CM_MAGIC) {
 		a->qp_state = IBV_QPS_RTR;
 		a->path_mtu = IBV_MTU_1024;
 		a->dest_qp_num = id->peer.qpn;
@@ -532,7 +540,7 @@ EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *a, int 
 		a->ah_attr.port_num = cid->port_num;
 		*mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 			IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	} else if (cur == IBV_QPS_RTR) {
+	} else if (want == IBV_QPS_RTS && id->peer.magic == CM_MAGIC) {
 		a->qp_state = IBV_QPS_RTS;
 		a->sq_psn = id->my_psn;
 		a->timeout = 14;
@@ -559,7 +567,7 @@ static int connect_qp(struct sv_id *id)
 	if (!qp)
 		return 0; /* the application moves its own QP (rping -q) */
 	for (int step = 0; step < 2; step++) {
-		struct ibv_qp_attr a;
+		struct ibv_qp_attr a = {.qp_state = step ? IBV_QPS_RTS : IBV_QPS_RTR};
 		int mask;
 		pthread_mutex_unlock(&cm_lock);
 		int r = rdma_init_qp_attr(&id->id, &a, &mask);
@@ -629,7 +637,6 @@ EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	int fl = fcntl(fd, F_GETFL);
 	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	id->cfd = fd;
-	id->my_psn = (uint32_t)random() & 0xffffff;
 	if (p) {
 		id->init_depth = p->initiator_depth;
 		id->resp_res = p->responder_resources;
@@ -655,7 +662,6 @@ EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 		errno = EINVAL;
 		return -1;
 	}
-	id->my_psn = (uint32_t)random() & 0xffffff;
 	if (p) {
 		/* our responder resources answer their initiator depth, and back */
 		id->resp_res = p->responder_resources;
@@ -725,10 +731,8 @@ EXPORT int rdma_establish(struct rdma_cm_id *cid)
 	struct cm_msg m;
 	fill_msg(id, &m, M_RTU, NULL);
 	int r = id->cfd >= 0 ? send_msg(id->cfd, &m) : -1;
-	if (!r) {
-		id->st = S_ESTABLISHED;
-		post_event(id, NULL, RDMA_CM_EVENT_ESTABLISHED, 0, &id->peer);
-	}
+	if (!r)
+		id->st = S_ESTABLISHED; /* the active side gets no event for this */
 	pthread_mutex_unlock(&cm_lock);
 	return r;
 }
@@ -766,6 +770,7 @@ static void on_accept(struct sv_id *l)
 	c->id.qp_type = IBV_QPT_RC;
 	c->lfd = -1;
 	c->cfd = fd;
+	c->my_psn = (uint32_t)random() & 0xffffff;
 	c->peer = m;
 	c->resp_res = m.init_depth;
 	c->init_depth = m.resp_res;
