@@ -359,6 +359,8 @@ int tw_raw_parse_answer(const unsigned char *b, size_t n, tw_raw_answer *out, ch
 		if (get_string(&r, name, sizeof(name)) || get_byte(&r, &pfx) || pfx != 0xbc ||
 		    get_u64(&r, &blen) || blen > r.n - r.off)
 			goto bad;
+		size_t cl = strlen(out->channels);
+		snprintf(out->channels + cl, sizeof(out->channels) - cl, "%s%s", cl ? "," : "", name);
 		if (!strcmp(name, "basic") && blen >= 8) {
 			size_t save = r.off;
 			(void)get_le(&r, 8, &out->basic_id);

@@ -42,6 +42,7 @@ typedef struct tw_raw_answer {
 	uint64_t descriptor_id;   /* transportRegistrationIds[0], if the transport changed */
 	int has_basic;
 	uint64_t basic_id;        /* channelRegistrationIds["basic"][0] */
+	char channels[128];       /* the channels of channelRegistrationIds, comma-separated */
 } tw_raw_answer;
 
 /* Parses a BrochureAnswer body; 0 on success, -1 with the reason. */
