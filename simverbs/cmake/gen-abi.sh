@@ -14,7 +14,7 @@ tmp=$map.syms
 "$objdump" -T "$lib" | awk '
   $0 ~ /\*UND\*/ { next }
   NF >= 7 && ($3 == "DF" || $3 == "DO") && $(NF-1) !~ /^\(/ && $(NF-1) != $NF && $4 != "*ABS*" {
-    print $(NF-1), $NF, $3
+    print $(NF-1), $NF, $3, $(NF-2)
   }' | sort -u > "$tmp"
 [ -s "$tmp" ] || { echo "gen-abi: no versioned symbols found in $lib" >&2; exit 1; }
 
@@ -49,6 +49,10 @@ grep -vE '_[0-9]+\.[0-9]+$' "$tmp.nodes" > "$tmp.other" || true
   echo "#include <errno.h>"
   echo "#include <stdio.h>"
   echo "#define SV_STUB_NOTE(n) do { static int once; if (!once++) fprintf(stderr, \"simverbs: %s is not implemented\\\\n\", n); } while (0)"
+  awk '$3 == "DO" {
+    # exported data (e.g. a provider flag): zero-filled, of the same size
+    printf "__attribute__((weak, visibility(\"default\"))) unsigned char %s[0x%s];\n", $2, $4
+  }' "$tmp"
   awk -v style="$style" '$3 == "DF" {
     n = $2
     print "long " n "(void);"
