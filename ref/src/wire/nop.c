@@ -143,7 +143,7 @@ void tw__nop_put_f32(tw_nop_writer *w, float v)
 
 void tw__nop_put_f64(tw_nop_writer *w, double v)
 {
-	uint64_t bits;
+	uint64_t bits = 0;
 	memcpy(&bits, &v, sizeof(bits));
 	tw__nop_put_prefixed(w, TW_NOP_F64, bits, 8);
 }
@@ -281,7 +281,7 @@ static bool tw__nop_width_ok(unsigned width)
 static tw_status_t tw__nop_get_uint_as(tw_nop_reader *r, unsigned width, const char *what,
                                        uint64_t *out)
 {
-	uint8_t b;
+	uint8_t b = 0;
 	tw_status_t st = tw__nop_take_prefix(r, what, &b);
 	if (st != TW_OK)
 		return st;
@@ -304,7 +304,7 @@ tw_status_t tw__nop_get_uint(tw_nop_reader *r, unsigned width, uint64_t *out)
 	if (!tw__nop_width_ok(width))
 		return TW_ERR_INVAL;
 	static const char *const names[] = {"", "uint8", "uint16", "", "uint32", "", "", "", "uint64"};
-	uint64_t v;
+	uint64_t v = 0;
 	tw_status_t st = tw__nop_get_uint_as(r, width, names[width], &v);
 	if (st == TW_OK)
 		*out = v;
@@ -316,7 +316,7 @@ tw_status_t tw__nop_get_int(tw_nop_reader *r, unsigned width, int64_t *out)
 	if (!tw__nop_width_ok(width))
 		return TW_ERR_INVAL;
 	static const char *const names[] = {"", "int8", "int16", "", "int32", "", "", "", "int64"};
-	uint8_t b;
+	uint8_t b = 0;
 	tw_status_t st = tw__nop_take_prefix(r, names[width], &b);
 	if (st != TW_OK)
 		return st;
@@ -327,7 +327,7 @@ tw_status_t tw__nop_get_int(tw_nop_reader *r, unsigned width, int64_t *out)
 	if (b >= TW_NOP_I8 && b <= TW_NOP_I64) {
 		unsigned n = 1u << (b - TW_NOP_I8);
 		if (n <= width) {
-			uint64_t u;
+			uint64_t u = 0;
 			st = tw__nop_take_payload(r, names[width], b, n, &u);
 			if (st != TW_OK)
 				return st;
@@ -345,7 +345,7 @@ tw_status_t tw__nop_get_int(tw_nop_reader *r, unsigned width, int64_t *out)
 
 tw_status_t tw__nop_get_bool(tw_nop_reader *r, bool *out)
 {
-	uint8_t b;
+	uint8_t b = 0;
 	tw_status_t st = tw__nop_take_prefix(r, "bool", &b);
 	if (st != TW_OK)
 		return st;
@@ -361,7 +361,7 @@ tw_status_t tw__nop_get_bool(tw_nop_reader *r, bool *out)
 /* Consumes `expected` or fails naming what was found instead. */
 static tw_status_t tw__nop_expect(tw_nop_reader *r, uint8_t expected)
 {
-	uint8_t b;
+	uint8_t b = 0;
 	tw_status_t st = tw__nop_take_prefix(r, tw__nop_prefix_name(expected), &b);
 	if (st != TW_OK)
 		return st;
@@ -376,7 +376,7 @@ static tw_status_t tw__nop_expect(tw_nop_reader *r, uint8_t expected)
 
 tw_status_t tw__nop_get_f32(tw_nop_reader *r, float *out)
 {
-	uint64_t bits;
+	uint64_t bits = 0;
 	tw_status_t st = tw__nop_expect(r, TW_NOP_F32);
 	if (st == TW_OK)
 		st = tw__nop_take_payload(r, "float", TW_NOP_F32, 4, &bits);
@@ -389,7 +389,7 @@ tw_status_t tw__nop_get_f32(tw_nop_reader *r, float *out)
 
 tw_status_t tw__nop_get_f64(tw_nop_reader *r, double *out)
 {
-	uint64_t bits;
+	uint64_t bits = 0;
 	tw_status_t st = tw__nop_expect(r, TW_NOP_F64);
 	if (st == TW_OK)
 		st = tw__nop_take_payload(r, "double", TW_NOP_F64, 8, &bits);
@@ -403,7 +403,7 @@ tw_status_t tw__nop_get_f64(tw_nop_reader *r, double *out)
 static tw_status_t tw__nop_get_bytes(tw_nop_reader *r, uint8_t prefix, const char *what,
                                      const uint8_t **s, size_t *n)
 {
-	uint64_t len;
+	uint64_t len = 0;
 	tw_status_t st = tw__nop_expect(r, prefix);
 	if (st == TW_OK)
 		st = tw__nop_get_uint_as(r, 8, what, &len);
@@ -430,7 +430,7 @@ tw_status_t tw__nop_get_binary(tw_nop_reader *r, const uint8_t **b, size_t *n)
 
 tw_status_t tw__nop_get_struct(tw_nop_reader *r, uint64_t num_members)
 {
-	uint64_t n;
+	uint64_t n = 0;
 	tw_status_t st = tw__nop_expect(r, TW_NOP_STRUCT);
 	if (st == TW_OK)
 		st = tw__nop_get_uint_as(r, 8, "member count", &n);
@@ -446,7 +446,7 @@ tw_status_t tw__nop_get_struct(tw_nop_reader *r, uint64_t num_members)
 static tw_status_t tw__nop_get_count(tw_nop_reader *r, uint8_t prefix, const char *what,
                                      size_t min_elem_size, size_t *count)
 {
-	uint64_t n;
+	uint64_t n = 0;
 	tw_status_t st = tw__nop_expect(r, prefix);
 	if (st == TW_OK)
 		st = tw__nop_get_uint_as(r, 8, what, &n);
@@ -474,7 +474,7 @@ tw_status_t tw__nop_get_map_count(tw_nop_reader *r, size_t min_pair_size, size_t
 
 tw_status_t tw__nop_get_variant(tw_nop_reader *r, int32_t num_alternatives, int32_t *index)
 {
-	int64_t idx;
+	int64_t idx = 0;
 	tw_status_t st = tw__nop_expect(r, TW_NOP_VARIANT);
 	if (st == TW_OK)
 		st = tw__nop_get_int(r, 4, &idx);
@@ -484,7 +484,7 @@ tw_status_t tw__nop_get_variant(tw_nop_reader *r, int32_t num_alternatives, int3
 		return tw__nop_fail(r, "variant index %" PRId64 " outside [-1, %" PRId32 ")", idx,
 		                    num_alternatives);
 	if (idx == -1) {
-		uint8_t b;
+		uint8_t b = 0;
 		st = tw__nop_take_prefix(r, "Nil of the empty variant", &b);
 		if (st != TW_OK)
 			return st;
@@ -513,7 +513,7 @@ tw_status_t tw__nop_get_optional_nil(tw_nop_reader *r, bool *is_nil)
 
 tw_status_t tw__nop_get_u64_vector(tw_nop_reader *r, uint64_t **v, size_t *n)
 {
-	uint64_t len;
+	uint64_t len = 0;
 	tw_status_t st = tw__nop_expect(r, TW_NOP_BINARY);
 	if (st == TW_OK)
 		st = tw__nop_get_uint_as(r, 8, "Binary length", &len);
@@ -547,8 +547,8 @@ tw_status_t tw__nop_get_u64_vector(tw_nop_reader *r, uint64_t **v, size_t *n)
 
 tw_status_t tw__nop_skip_value(tw_nop_reader *r, unsigned max_depth)
 {
-	uint8_t b;
-	uint64_t v;
+	uint8_t b = 0;
+	uint64_t v = 0;
 	tw_status_t st = tw__nop_take_prefix(r, "value", &b);
 	if (st != TW_OK)
 		return st;
@@ -561,8 +561,8 @@ tw_status_t tw__nop_skip_value(tw_nop_reader *r, unsigned max_depth)
 	switch (b) {
 	case TW_NOP_STRING:
 	case TW_NOP_BINARY: {
-		const uint8_t *s;
-		size_t n;
+		const uint8_t *s = NULL;
+		size_t n = 0;
 		r->pos--;
 		return tw__nop_get_bytes(r, b, b == TW_NOP_STRING ? "string length" : "Binary length",
 		                         &s, &n);
@@ -570,7 +570,7 @@ tw_status_t tw__nop_skip_value(tw_nop_reader *r, unsigned max_depth)
 	case TW_NOP_STRUCT:
 	case TW_NOP_ARRAY:
 	case TW_NOP_MAP: {
-		size_t count;
+		size_t count = 0;
 		r->pos--;
 		st = tw__nop_get_count(r, b, b == TW_NOP_STRUCT ? "member count"
 		                             : b == TW_NOP_ARRAY ? "array count" : "map count",
@@ -588,14 +588,14 @@ tw_status_t tw__nop_skip_value(tw_nop_reader *r, unsigned max_depth)
 		return TW_OK;
 	}
 	case TW_NOP_VARIANT: {
-		int64_t idx;
+		int64_t idx = 0;
 		st = tw__nop_get_int(r, 4, &idx);
 		if (st != TW_OK)
 			return st;
 		if (idx < -1)
 			return tw__nop_fail(r, "variant index %" PRId64 " below -1", idx);
 		if (idx == -1) {
-			uint8_t nil;
+			uint8_t nil = 0;
 			st = tw__nop_take_prefix(r, "Nil of the empty variant", &nil);
 			if (st != TW_OK)
 				return st;

@@ -86,8 +86,8 @@ static tw_status_t tw__dec_array(tw__dec *d, size_t count, size_t size, void **o
 
 static tw_status_t tw__dec_str(tw__dec *d, tw_wire_str *out)
 {
-	const uint8_t *s;
-	size_t n;
+	const uint8_t *s = NULL;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_string(&d->r, &s, &n);
 	if (st != TW_OK)
 		return st;
@@ -122,7 +122,7 @@ static tw_status_t tw__dec_member_uint(tw__dec *d, const char *name, unsigned wi
 
 static tw_status_t tw__dec_device(tw__dec *d, tw_wire_device *out)
 {
-	int64_t index;
+	int64_t index = 0;
 	tw_status_t st = tw__nop_get_struct(&d->r, 2);
 	if (st == TW_OK)
 		st = tw__dec_member_str(d, "type", &out->type);
@@ -461,7 +461,7 @@ void tw__wire_xth_descriptor_free(tw_wire_xth_descriptor *v)
 /* map<string,string> */
 static tw_status_t tw__dec_kv_map(tw__dec *d, size_t *n_out, tw_wire_kv **out)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_map_count(&d->r, TW__MIN_KV, &n);
 	if (st == TW_OK)
 		st = tw__dec_array(d, n, sizeof(**out), (void **)out);
@@ -483,7 +483,7 @@ static tw_status_t tw__dec_kv_map(tw__dec *d, size_t *n_out, tw_wire_kv **out)
 /* map<Device,string> */
 static tw_status_t tw__dec_device_desc_map(tw__dec *d, size_t *n_out, tw_wire_device_desc **out)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_map_count(&d->r, TW__MIN_DEVICE_DESC, &n);
 	if (st == TW_OK)
 		st = tw__dec_array(d, n, sizeof(**out), (void **)out);
@@ -510,7 +510,7 @@ static tw_status_t tw__dec_device_desc_map(tw__dec *d, size_t *n_out, tw_wire_de
 static tw_status_t tw__dec_channel_devices_map(tw__dec *d, size_t *n_out,
                                                tw_wire_channel_devices **out)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_map_count(&d->r, TW__MIN_CHANNEL_DEVICES, &n);
 	if (st == TW_OK)
 		st = tw__dec_array(d, n, sizeof(**out), (void **)out);
@@ -537,7 +537,7 @@ static tw_status_t tw__dec_channel_devices_map(tw__dec *d, size_t *n_out,
 /* map<uint64,uint64> */
 static tw_status_t tw__dec_id_map(tw__dec *d, size_t *n_out, tw_wire_id_entry **out)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_map_count(&d->r, TW__MIN_ID_ENTRY, &n);
 	if (st == TW_OK)
 		st = tw__dec_array(d, n, sizeof(**out), (void **)out);
@@ -559,7 +559,7 @@ static tw_status_t tw__dec_id_map(tw__dec *d, size_t *n_out, tw_wire_id_entry **
 /* map<string, vector<uint64>> (the vectors are Binary, spec 1.6) */
 static tw_status_t tw__dec_channel_ids_map(tw__dec *d, size_t *n_out, tw_wire_channel_ids **out)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_map_count(&d->r, TW__MIN_CHANNEL_IDS, &n);
 	if (st == TW_OK)
 		st = tw__dec_array(d, n, sizeof(**out), (void **)out);
@@ -585,7 +585,7 @@ static tw_status_t tw__dec_channel_ids_map(tw__dec *d, size_t *n_out, tw_wire_ch
 /* std::pair: an Array of exactly 2 (spec 1.8). */
 static tw_status_t tw__dec_pair_header(tw__dec *d)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_array_count(&d->r, 1, &n);
 	if (st != TW_OK)
 		return st;
@@ -597,7 +597,7 @@ static tw_status_t tw__dec_pair_header(tw__dec *d)
 /* map<pair<Device,Device>, string> */
 static tw_status_t tw__dec_device_pair_map(tw__dec *d, size_t *n_out, tw_wire_device_pair **out)
 {
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_map_count(&d->r, TW__MIN_DEVICE_PAIR, &n);
 	if (st == TW_OK)
 		st = tw__dec_array(d, n, sizeof(**out), (void **)out);
@@ -644,7 +644,7 @@ static tw_status_t tw__dec_device_pair_map(tw__dec *d, size_t *n_out, tw_wire_de
 static tw_status_t tw__dec_packet(tw__dec *d, void *out)
 {
 	tw_wire_packet *v = out;
-	int32_t kind;
+	int32_t kind = 0;
 	tw_status_t st = tw__nop_get_variant(&d->r, 2, &kind);
 	if (st != TW_OK)
 		return st;
@@ -719,7 +719,7 @@ static tw_status_t tw__dec_tensor_desc(tw__dec *d, tw_wire_tensor_desc *t)
 		return st;
 	TW__MEMBER(d, "sourceDevice", tw__dec_device(d, &t->source_device));
 	size_t mark = tw__dec_push(d, ".targetDevice");
-	bool nil;
+	bool nil = false;
 	st = tw__nop_get_optional_nil(&d->r, &nil);
 	if (st == TW_OK && !nil)
 		st = tw__dec_device(d, &t->target_device);
@@ -733,7 +733,7 @@ static tw_status_t tw__dec_tensor_desc(tw__dec *d, tw_wire_tensor_desc *t)
 static tw_status_t tw__dec_descriptor(tw__dec *d, void *out)
 {
 	tw_wire_descriptor *v = out;
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_struct(&d->r, 3);
 	if (st == TW_OK)
 		st = tw__dec_member_str(d, "metadata", &v->metadata);
@@ -777,7 +777,7 @@ static tw_status_t tw__dec_descriptor(tw__dec *d, void *out)
 static tw_status_t tw__dec_descriptor_reply(tw__dec *d, void *out)
 {
 	tw_wire_descriptor_reply *v = out;
-	size_t n;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_struct(&d->r, 1);
 	if (st != TW_OK)
 		return st;
@@ -802,8 +802,8 @@ static tw_status_t tw__dec_descriptor_reply(tw__dec *d, void *out)
 static tw_status_t tw__dec_mpt_packet(tw__dec *d, void *out)
 {
 	tw_wire_mpt_packet *v = out;
-	int32_t kind;
-	size_t n;
+	int32_t kind = 0;
+	size_t n = 0;
 	tw_status_t st = tw__nop_get_variant(&d->r, 2, &kind);
 	if (st != TW_OK)
 		return st;
@@ -845,7 +845,7 @@ static tw_status_t tw__dec_mpt_packet(tw__dec *d, void *out)
 static tw_status_t tw__dec_cma_descriptor(tw__dec *d, void *out)
 {
 	tw_wire_cma_descriptor *v = out;
-	uint64_t pid;
+	uint64_t pid = 0;
 	tw_status_t st = tw__nop_get_struct(&d->r, 2);
 	if (st == TW_OK)
 		st = tw__dec_member_uint(d, "pid", 4, &pid);
