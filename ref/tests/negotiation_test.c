@@ -191,10 +191,34 @@ static void case_no_common_channel(void)
 	finish(&p);
 }
 
+/* IPv6 loopback: the address syntax "[::1]:port" end to end (spec 2.2). */
+static void case_ipv6(void)
+{
+	tw_context *probe;
+	tu_ctx(&probe, "probe");
+	const char *u[] = { "uv://[::1]:0" };
+	tw_listener *l;
+	if (tw_context_listen(probe, u, 1, &l) != TW_OK) {
+		printf("SKIP: no IPv6 loopback here: %s\n", tw_last_error());
+		tw_context_destroy(probe);
+		exit(77);
+	}
+	tw_listener_destroy(l);
+	tw_context_destroy(probe);
+	tu_pair p = { 0 };
+	tu_pair_open(&p, "uv://[::1]:0");
+	CHECK(strncmp(p.url, "uv://[::1]:", 11) == 0);
+	roundtrip(p.c, p.s);
+	roundtrip(p.s, p.c);
+	expect_choice(p.c, "uv", "basic");
+	finish(&p);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } cases[] = {
+	{ "ipv6", case_ipv6 },
 	{ "replacement", case_replacement },
 	{ "no_replacement", case_no_replacement },
 	{ "channel_priority", case_channel_priority },
