@@ -124,6 +124,7 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 	bool was_established = p->state == TW_PIPE_ESTABLISHED;
 	p->state = TW_PIPE_FAILED;
 	p->err = status;
+	p->d_busy = NULL; /* no more Descriptor reads; the message may go soon */
 	char what[TW_DETAIL_MAX];
 	va_list ap;
 	va_start(ap, fmt);
