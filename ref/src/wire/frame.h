@@ -28,6 +28,12 @@ enum {
 	TW_FRAME_RING_HEADER_SIZE = 4,  /* u32le length (spec 2.3.3, 2.4) */
 };
 
+/* Our default limit for a uv frame that should hold a packet (a nop value):
+ * spec/wire.md 2.2 (2.2.c) asks for at least 2 MiB, SHOULD 16 MiB. Raw
+ * payload and tensor frames are checked against their announced length
+ * instead. */
+#define TW_FRAME_UV_PACKET_MAX ((uint64_t)64 * 1024 * 1024)
+
 /* Capacity of a shm connection inbox and an ibv inbox: a nop object (one
  * packet) sent over a ring must fit in it whole, header included (spec 2.3.3). */
 #define TW_FRAME_RING_CAPACITY ((uint64_t)2 * 1024 * 1024)

@@ -113,6 +113,11 @@ static void test_limits(void)
 	CHECK(tw__frame_ring_split(ring, sizeof(ring), TW_FRAME_RING_CAPACITY, &body, &body_len,
 	                           &used, detail, sizeof(detail)) == TW_ERR_PROTO);
 	CHECK(strstr(detail, "ring frame: length 4294967295 exceeds the limit of 2097152") != NULL);
+	/* our default packet limit honours spec 2.2.c (MUST >= 2 MiB, SHOULD >= 16 MiB)
+	 * and refuses the 2^62 header of reference 5.3 */
+	CHECK(TW_FRAME_UV_PACKET_MAX >= (uint64_t)16 << 20);
+	CHECK(tw__frame_uv_split(huge, sizeof(huge), TW_FRAME_UV_PACKET_MAX, &body, &body_len,
+	                         &used, detail, sizeof(detail)) == TW_ERR_PROTO);
 	/* the whole of UINT64_MAX as a limit accepts anything, and never overflows */
 	CHECK(tw__frame_uv_split(huge, sizeof(huge), UINT64_MAX, &body, &body_len, &used, detail,
 	                         sizeof(detail)) == TW_OK && used == 0);
