@@ -585,6 +585,12 @@ int tw_adapter_check_callbacks(tw_adapter *a, char *err, size_t errlen)
 	return bad;
 }
 
+void tw_adapter_kill(tw_adapter *a)
+{
+	if (!a->exited)
+		kill(a->pid, SIGKILL);
+}
+
 void tw_adapter_destroy(tw_adapter *a)
 {
 	if (!a)

@@ -73,6 +73,9 @@ const char *tw_adapter_stderr(const tw_adapter *a);
 /* Describes a waitpid status: "exit 0", "killed by signal 6 (SIGABRT)". */
 void tw_adapter_describe_status(int status, char *buf, size_t buflen);
 
+/* Sends SIGKILL to the adapter now (it is reaped by later pumps or destroy). */
+void tw_adapter_kill(tw_adapter *a);
+
 /* Kills (SIGKILL) if still running, reaps, frees. */
 void tw_adapter_destroy(tw_adapter *a);
 

@@ -1,0 +1,78 @@
+/*
+ * case.h - how a conformance case is declared and what one run of it gets.
+ *
+ * A case carries its id, the spec section it checks, its level (MUST or
+ * SHOULD), the capabilities it needs, a one-line description, the requirement
+ * it checks quoted from the spec, and the outcomes it accepts besides PASS.
+ * The runner (conform.c) runs each case in its own process with a timeout,
+ * against one implementation under test (IUT) or, for pairwise cases, against
+ * every ordered pair of IUTs, and turns what the case reports into PASS,
+ * FAIL, SKIP(reason), XFAIL(reason, from the IUT's profile), ERROR or
+ * TIMEOUT.
+ *
+ * A case function must only report what it saw; levels, profiles and strict
+ * mode are the runner's business.
+ */
+#ifndef TW_HARNESS_CASE_H
+#define TW_HARNESS_CASE_H
+
+#include <stdbool.h>
+
+#include "session.h"
+
+typedef enum tw_level { TW_MUST, TW_SHOULD } tw_level_t;
+
+typedef enum tw_outcome {
+	TW_PASS = 0,
+	TW_FAIL,
+	TW_SKIP,
+	TW_XFAIL,
+	TW_ERROR,   /* the harness could not carry the case out */
+	TW_TIMEOUT,
+	TW_OUTCOME_COUNT
+} tw_outcome_t;
+
+#define TW_ACCEPTS(o) (1u << (o))
+
+/* What one run of a case gets: the IUT (for pairwise cases the client side)
+ * and, for pairwise cases, the peer (the server side). */
+typedef struct tw_case_env {
+	const char *iut_name, *iut_cmd;
+	const char *peer_name, *peer_cmd;
+	int wait_ms;                  /* bound on any single wait */
+	char reason[TW_REASON_MAX];   /* why, for anything but PASS */
+	char transport[32], channel[32];
+} tw_case_env;
+
+typedef struct tw_case tw_case;
+struct tw_case {
+	const char *id;          /* "wire.bad_type_byte" */
+	const char *suite;       /* "wire", "semantic", "interop" */
+	const char *section;     /* "wire.md 5.3": file under spec/ and section number */
+	tw_level_t level;
+	const char *needs;       /* capabilities, comma-separated ("" = none) */
+	const char *description; /* one line */
+	const char *requirement; /* the requirement, quoted */
+	unsigned accepts;        /* outcomes accepted besides PASS (TW_ACCEPTS(TW_SKIP)...) */
+	int timeout_s;
+	bool pairwise;           /* run for every ordered pair of IUTs */
+	bool large;              /* only with --large (multi-GiB) */
+	tw_outcome_t (*run)(const tw_case *c, tw_case_env *env);
+	const void *arg;         /* case-specific data */
+};
+
+/* Every case of every suite; built once by tw_cases_all(). */
+const tw_case *const *tw_cases_all(int *count_out);
+
+/* Each suite's declarations (suites/<suite>/). Return their cases. */
+const tw_case *tw_suite_wire(int *count_out);
+const tw_case *tw_suite_semantic(int *count_out);
+const tw_case *tw_suite_interop(int *count_out);
+
+const char *tw_outcome_name(tw_outcome_t o);
+
+/* Sets env->reason and returns the outcome, for one-line returns. */
+tw_outcome_t tw_case_result(tw_case_env *env, tw_outcome_t o, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+#endif /* TW_HARNESS_CASE_H */

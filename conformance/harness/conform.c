@@ -1,0 +1,710 @@
+/*
+ * conform.c - tensorwire-conform, the conformance runner (tensorwire issue 3).
+ *
+ * Chooses suites, cases and implementations under test (IUTs, each reached
+ * through an adapter that speaks spec/agent.md), runs every case in its own
+ * process with a timeout, turns what it saw into PASS, FAIL, SKIP(reason),
+ * XFAIL(reason from the IUT's profile), ERROR or TIMEOUT, prints TAP on
+ * stdout as it goes and a summary matrix at the end, and writes JUnit XML and
+ * JSON lines on request. Run with --help for the details.
+ *
+ * It must not interpret results beyond the rules written here: a case
+ * decides PASS/FAIL/SKIP/ERROR for itself; profiles turn known failures into
+ * XFAIL; strict mode turns SKIP into FAIL; the level decides what counts
+ * against the exit status.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "profile.h"
+#include "report.h"
+#include "session.h"
+
+#ifndef TW_IUT_OURS
+#define TW_IUT_OURS "unavailable:built without the tensorwire adapter"
+#endif
+#ifndef TW_IUT_STOCK
+#define TW_IUT_STOCK "unavailable:built without the stock TensorPipe adapter"
+#endif
+#ifndef TW_PROFILES_DIR
+#define TW_PROFILES_DIR "conformance/profiles"
+#endif
+#ifndef TW_SPEC_DIR
+#define TW_SPEC_DIR "spec"
+#endif
+
+#define EXIT_SKIP 77
+#define MAX_IUTS 8
+#define MAX_SEL 64
+
+typedef struct options {
+	const char *suites[MAX_SEL];
+	int nsuites;
+	const char *cases[MAX_SEL];
+	int ncases;
+	tw_iut_info iuts[MAX_IUTS];
+	int niuts;
+	bool strict, large, verbose, list, uncovered;
+	const char *junit, *json;
+	const char *profiles, *spec;
+	double timeout_scale;
+} options;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	"tensorwire-conform - check implementations of the TensorPipe wire protocol\n"
+	"\n"
+	"It drives each implementation under test (IUT) through an adapter program that\n"
+	"speaks the agent protocol (spec/agent.md), runs the conformance cases against it\n"
+	"(each case in its own process, with a timeout) and reports who passes what.\n"
+	"\n"
+	"usage: tensorwire-conform [options]\n"
+	"\n"
+	"choosing what runs:\n"
+	"  --suite NAME        wire (the harness is the raw TCP peer), semantic (API\n"
+	"                      behaviour through the adapters), interop (every ordered pair\n"
+	"                      of IUTs). Repeatable; default: all three.\n"
+	"  --case GLOB         only cases whose id matches (e.g. 'wire.*', '*.ordering').\n"
+	"                      Repeatable.\n"
+	"  --iut NAME=CMD      an IUT: NAME labels it in reports, CMD starts its adapter\n"
+	"                      (run by /bin/sh). Repeatable. Default: the adapters built\n"
+	"                      with this runner:\n"
+	"                        ours=%s\n"
+	"                        stock=%s\n"
+	"  --large             also the multi-GiB interop cases (need ~10 GiB of memory)\n"
+	"  --list              print the selected cases (id, level, section, description)\n"
+	"                      and exit\n"
+	"  --uncovered         print every section of spec/*.md that states a MUST and has\n"
+	"                      no case, and exit\n"
+	"\n"
+	"judging:\n"
+	"  --strict            a SKIP counts as a FAIL (nothing may be left unchecked)\n"
+	"  --profiles DIR      known exceptions, DIR/<impl>.profile (default %s):\n"
+	"                      a listed failure becomes XFAIL(reason), reported, not hidden\n"
+	"  --timeout-scale X   multiply every case's timeout by X (slow machines,\n"
+	"                      sanitizer builds)\n"
+	"\n"
+	"reports:\n"
+	"  stdout              TAP version 13 as cases finish, then the summary matrix\n"
+	"                      (as TAP comments); progress lines go to stderr\n"
+	"  --junit FILE        JUnit XML, one <testsuite> per suite and IUT (or pair)\n"
+	"  --json FILE         JSON lines, one object per case run: id, suite, section,\n"
+	"                      level, outcome, reason, duration_s, iut and peer (name,\n"
+	"                      impl, version), transport, channel, required_failure\n"
+	"  --verbose           show every case's log in the TAP stream, not only failures'\n"
+	"  --spec DIR          where spec/*.md live, for --uncovered (default %s)\n"
+	"\n"
+	"outcomes: PASS, FAIL, SKIP(reason), XFAIL(reason), ERROR (the harness could not\n"
+	"carry the case out), TIMEOUT. A MUST case that ends FAIL, ERROR or TIMEOUT (or\n"
+	"SKIP with --strict) fails the run; SHOULD cases are reported but do not.\n"
+	"\n"
+	"exit status: 0 every required case passed (or is an XFAIL of the profile),\n"
+	"             1 a required case failed, 77 nothing could run, 2 usage error.\n"
+	"\n"
+	"examples:\n"
+	"  tensorwire-conform                                   everything, ours and stock\n"
+	"  tensorwire-conform --suite wire --iut mine='python3 adapter.py' --junit out.xml\n"
+	"  tensorwire-conform --case 'interop.*' --iut ours=... --iut stock=...\n",
+	TW_IUT_OURS, TW_IUT_STOCK, TW_PROFILES_DIR, TW_SPEC_DIR);
+}
+
+/* ---- IUTs ------------------------------------------------------------------------------- */
+
+static void probe_iut(tw_iut_info *i)
+{
+	const char *why;
+	if (tw_cmd_unavailable(i->cmd, &why)) {
+		i->available = false;
+		snprintf(i->why, sizeof(i->why), "%s", why);
+		snprintf(i->impl, sizeof(i->impl), "unavailable");
+		snprintf(i->version, sizeof(i->version), "-");
+		return;
+	}
+	char err[2048];
+	tw_adapter *a = tw_adapter_spawn(i->cmd, i->name, err, sizeof(err));
+	json_t *r = a ? tw_adapter_call(a, json_pack("{s:s}", "cmd", "hello"), 15000, err, sizeof(err))
+	              : NULL;
+	if (!r) {
+		i->available = false;
+		snprintf(i->why, sizeof(i->why), "its adapter does not answer hello: %.400s", err);
+		snprintf(i->impl, sizeof(i->impl), "unknown");
+		snprintf(i->version, sizeof(i->version), "-");
+	} else {
+		i->available = true;
+		snprintf(i->impl, sizeof(i->impl), "%s",
+		         json_string_value(json_object_get(r, "impl")) ?: "unknown");
+		snprintf(i->version, sizeof(i->version), "%s",
+		         json_string_value(json_object_get(r, "version")) ?: "unknown");
+		json_decref(r);
+	}
+	if (a)
+		(void)tw_adapter_finish(a, 10000, err, sizeof(err));
+	tw_adapter_destroy(a);
+}
+
+/* Resolves a built-in default: the compiled path, or the same file name next
+ * to this executable (an installed runner). */
+static const char *default_cmd(const char *compiled, char *buf, size_t len)
+{
+	if (tw_cmd_unavailable(compiled, NULL) || access(compiled, X_OK) == 0)
+		return compiled;
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	const char *base = strrchr(compiled, '/');
+	if (n > 0 && base) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(buf, len, "%s%s", self, base);
+			if (access(buf, X_OK) == 0)
+				return buf;
+		}
+	}
+	return compiled;
+}
+
+/* ---- capabilities ------------------------------------------------------------------------ */
+
+static bool have_capability(const char *cap, char *why, size_t len)
+{
+	if (!strncmp(cap, "memory:", 7)) {
+		unsigned long want_gib = strtoul(cap + 7, NULL, 10), kb = 0;
+		FILE *f = fopen("/proc/meminfo", "r");
+		char line[256];
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "MemAvailable: %lu kB", &kb) == 1)
+				break;
+		if (f)
+			fclose(f);
+		if (kb / (1024 * 1024) >= want_gib)
+			return true;
+		snprintf(why, len, "needs %lu GiB of available memory, /proc/meminfo says %lu MiB",
+		         want_gib, kb / 1024);
+		return false;
+	}
+	snprintf(why, len, "unknown capability '%s'", cap);
+	return false;
+}
+
+static bool needs_met(const tw_case *c, char *why, size_t len)
+{
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", c->needs ? c->needs : "");
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		if (*t && !have_capability(t, why, len))
+			return false;
+	return true;
+}
+
+/* ---- running a case in a child process ------------------------------------------------------ */
+
+static int child_main(const char *id, const char *iut, const char *peer, int wait_ms)
+{
+	int n;
+	const tw_case *const *all = tw_cases_all(&n);
+	const tw_case *c = NULL;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(all[i]->id, id))
+			c = all[i];
+	if (!c) {
+		printf("RESULT ERROR no case '%s'\n", id);
+		return 0;
+	}
+	tw_case_env env = {.wait_ms = wait_ms};
+	char iname[32] = "", pname[32] = "";
+	const char *eq = strchr(iut, '=');
+	snprintf(iname, sizeof(iname), "%.*s", eq ? (int)(eq - iut) : 0, iut);
+	env.iut_name = iname;
+	env.iut_cmd = eq ? eq + 1 : iut;
+	if (peer) {
+		eq = strchr(peer, '=');
+		snprintf(pname, sizeof(pname), "%.*s", eq ? (int)(eq - peer) : 0, peer);
+		env.peer_name = pname;
+		env.peer_cmd = eq ? eq + 1 : peer;
+	}
+	printf("# %s: %s\n# %s\n", c->id, c->description, c->section);
+	fflush(stdout);
+	tw_outcome_t o = c->run(c, &env);
+	printf("INFO transport=%s channel=%s\n", env.transport, env.channel);
+	char reason[TW_REASON_MAX];
+	size_t k = 0;
+	for (const char *p = env.reason; *p && k + 1 < sizeof(reason); p++)
+		reason[k++] = *p == '\n' ? ' ' : *p;
+	reason[k] = '\0';
+	printf("RESULT %s %s\n", tw_outcome_name(o), reason);
+	fflush(stdout);
+	return 0;
+}
+
+static char *append(char *buf, size_t *len, size_t *cap, const char *data, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t ncap = (*len + n + 1) * 2;
+		char *nb = realloc(buf, ncap);
+		if (!nb)
+			return buf;
+		buf = nb;
+		*cap = ncap;
+	}
+	memcpy(buf + *len, data, n);
+	*len += n;
+	buf[*len] = '\0';
+	return buf;
+}
+
+static void run_child(const options *opt, const tw_case *c, tw_result *r)
+{
+	char self[PATH_MAX];
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (sl < 0) {
+		r->outcome = TW_ERROR;
+		snprintf(r->reason, sizeof(r->reason), "readlink /proc/self/exe: %s", strerror(errno));
+		return;
+	}
+	self[sl] = '\0';
+	int timeout_s = (int)(c->timeout_s * opt->timeout_scale);
+	int wait_ms = timeout_s * 1000 / 2; /* any single wait: half the case's time */
+	char iutarg[4096], peerarg[4096], waitarg[32];
+	snprintf(iutarg, sizeof(iutarg), "%s=%s", r->iut->name, r->iut->cmd);
+	if (r->peer)
+		snprintf(peerarg, sizeof(peerarg), "%s=%s", r->peer->name, r->peer->cmd);
+	snprintf(waitarg, sizeof(waitarg), "%d", wait_ms);
+	int out[2];
+	if (pipe2(out, O_CLOEXEC) != 0) {
+		r->outcome = TW_ERROR;
+		snprintf(r->reason, sizeof(r->reason), "pipe2: %s", strerror(errno));
+		return;
+	}
+	long long t0 = tw_now_ms();
+	pid_t pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0); /* its adapters share the group, so a timeout kills them too */
+		dup2(out[1], 1);
+		dup2(out[1], 2);
+		if (r->peer)
+			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-peer", peerarg,
+			      "--child-wait-ms", waitarg, (char *)NULL);
+		else
+			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-wait-ms",
+			      waitarg, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	if (pid < 0) {
+		close(out[0]);
+		r->outcome = TW_ERROR;
+		snprintf(r->reason, sizeof(r->reason), "fork: %s", strerror(errno));
+		return;
+	}
+	setpgid(pid, pid);
+	char *log = NULL;
+	size_t len = 0, cap = 0;
+	bool timed_out = false;
+	long long deadline = t0 + (long long)timeout_s * 1000;
+	for (;;) {
+		long long left = deadline - tw_now_ms();
+		if (left <= 0) {
+			timed_out = true;
+			kill(-pid, SIGKILL);
+			break;
+		}
+		struct pollfd p = {.fd = out[0], .events = POLLIN};
+		int pr = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			continue;
+		char buf[8192];
+		ssize_t n = read(out[0], buf, sizeof(buf));
+		if (n <= 0)
+			break;
+		log = append(log, &len, &cap, buf, (size_t)n);
+	}
+	close(out[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	kill(-pid, SIGKILL); /* stray adapters of a child that died */
+	r->seconds = (double)(tw_now_ms() - t0) / 1000.0;
+	/* the verdict: the last RESULT line; INFO for transport and channel */
+	char *res = NULL;
+	for (char *p = log; p && *p;) {
+		char *e = strchr(p, '\n');
+		if (!strncmp(p, "RESULT ", 7))
+			res = p;
+		if (!strncmp(p, "INFO ", 5)) {
+			const char *t = strstr(p, "transport="), *ch = strstr(p, "channel=");
+			if (t && ch && t < ch) {
+				snprintf(r->transport, sizeof(r->transport), "%.*s",
+				         (int)(ch - t - 11 > 0 ? ch - t - 11 : 0), t + 10);
+				snprintf(r->channel, sizeof(r->channel), "%.*s", (int)strcspn(ch + 8, " \n"),
+				         ch + 8);
+			}
+		}
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	if (timed_out) {
+		r->outcome = TW_TIMEOUT;
+		snprintf(r->reason, sizeof(r->reason), "no verdict within %d s", timeout_s);
+	} else if (!res) {
+		char st_txt[64];
+		tw_adapter_describe_status(st, st_txt, sizeof(st_txt));
+		r->outcome = TW_ERROR;
+		snprintf(r->reason, sizeof(r->reason), "the case process ended without a verdict (%s)",
+		         st_txt);
+	} else {
+		char word[16] = "";
+		sscanf(res + 7, "%15s", word);
+		const char *why = res + 7 + strlen(word);
+		while (*why == ' ')
+			why++;
+		snprintf(r->reason, sizeof(r->reason), "%.*s", (int)strcspn(why, "\n"), why);
+		r->outcome = TW_ERROR;
+		for (int o = 0; o < TW_OUTCOME_COUNT; o++)
+			if (!strcmp(word, tw_outcome_name((tw_outcome_t)o)))
+				r->outcome = (tw_outcome_t)o;
+	}
+	r->log = log;
+}
+
+/* ---- spec coverage ------------------------------------------------------------------------- */
+
+static int uncovered(const options *opt, const tw_case *const *sel, int nsel)
+{
+	DIR *d = opendir(opt->spec);
+	if (!d) {
+		fprintf(stderr, "tensorwire-conform: --uncovered: cannot open %s\n", opt->spec);
+		return 2;
+	}
+	struct dirent *de;
+	int missing = 0, musts = 0;
+	while ((de = readdir(d))) {
+		size_t nl = strlen(de->d_name);
+		if (nl < 4 || strcmp(de->d_name + nl - 3, ".md") != 0)
+			continue;
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", opt->spec, de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		char line[4096], sec[32] = "", title[256] = "";
+		bool has_must = false;
+		for (bool eof = false; !eof;) {
+			eof = !fgets(line, sizeof(line), f);
+			const char *p = line;
+			bool heading = false;
+			char nsec[32] = "", ntitle[256] = "";
+			if (!eof && *p == '#') {
+				while (*p == '#')
+					p++;
+				while (*p == ' ')
+					p++;
+				size_t k = 0;
+				while ((isdigit((unsigned char)*p) || *p == '.') && k + 1 < sizeof(nsec))
+					nsec[k++] = *p++;
+				while (k > 0 && nsec[k - 1] == '.')
+					k--;
+				nsec[k] = '\0';
+				heading = k > 0 && *p == ' ';
+				snprintf(ntitle, sizeof(ntitle), "%.*s", (int)strcspn(p + 1, "\n"), p + 1);
+			}
+			if (eof || heading) {
+				if (sec[0] && has_must) {
+					musts++;
+					char want[64];
+					snprintf(want, sizeof(want), "%s %s", de->d_name, sec);
+					bool covered = false;
+					for (int i = 0; i < nsel; i++) {
+						size_t wl = strlen(want);
+						if (!strncmp(sel[i]->section, want, wl) &&
+						    (sel[i]->section[wl] == '\0' || sel[i]->section[wl] == '.' ||
+						     sel[i]->section[wl] == ' ' || sel[i]->section[wl] == ','))
+							covered = true;
+					}
+					if (!covered) {
+						printf("%-16s %s\n", want, title);
+						missing++;
+					}
+				}
+				if (heading) {
+					snprintf(sec, sizeof(sec), "%s", nsec);
+					snprintf(title, sizeof(title), "%s", ntitle);
+					has_must = false;
+				}
+			} else if (strstr(line, "MUST") && !strstr(line, "MUST NOT be used")) {
+				has_must = true;
+			}
+		}
+		fclose(f);
+	}
+	closedir(d);
+	printf("%d of %d MUST section(s) in %s have no case\n", missing, musts, opt->spec);
+	return 0;
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+static bool selected(const options *opt, const tw_case *c)
+{
+	if (c->large && !opt->large) {
+		bool named = false;
+		for (int i = 0; i < opt->ncases; i++)
+			named |= fnmatch(opt->cases[i], c->id, 0) == 0 && !strchr(opt->cases[i], '*');
+		if (!named)
+			return false;
+	}
+	bool suite_ok = opt->nsuites == 0;
+	for (int i = 0; i < opt->nsuites; i++)
+		suite_ok |= !strcmp(opt->suites[i], c->suite);
+	bool case_ok = opt->ncases == 0;
+	for (int i = 0; i < opt->ncases; i++)
+		case_ok |= fnmatch(opt->cases[i], c->id, 0) == 0;
+	return suite_ok && case_ok;
+}
+
+int main(int argc, char **argv)
+{
+	static options opt = {.timeout_scale = 1.0};
+	static char ours_buf[PATH_MAX], stock_buf[PATH_MAX];
+	const char *child = NULL, *child_iut = NULL, *child_peer = NULL;
+	int child_wait = 60000;
+	opt.profiles = TW_PROFILES_DIR;
+	opt.spec = TW_SPEC_DIR;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		bool has = i + 1 < argc;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--child") && has) {
+			child = argv[++i];
+		} else if (!strcmp(a, "--child-iut") && has) {
+			child_iut = argv[++i];
+		} else if (!strcmp(a, "--child-peer") && has) {
+			child_peer = argv[++i];
+		} else if (!strcmp(a, "--child-wait-ms") && has) {
+			child_wait = atoi(argv[++i]);
+		} else if (!strcmp(a, "--suite") && has && opt.nsuites < MAX_SEL) {
+			const char *s = argv[++i];
+			if (strcmp(s, "wire") && strcmp(s, "semantic") && strcmp(s, "interop")) {
+				fprintf(stderr, "tensorwire-conform: unknown suite '%s' (wire, semantic, "
+				                "interop)\n", s);
+				return 2;
+			}
+			opt.suites[opt.nsuites++] = s;
+		} else if (!strcmp(a, "--case") && has && opt.ncases < MAX_SEL) {
+			opt.cases[opt.ncases++] = argv[++i];
+		} else if (!strcmp(a, "--iut") && has && opt.niuts < MAX_IUTS) {
+			const char *spec = argv[++i];
+			const char *eq = strchr(spec, '=');
+			if (!eq || eq == spec || (size_t)(eq - spec) >= sizeof(opt.iuts[0].name)) {
+				fprintf(stderr, "tensorwire-conform: --iut wants NAME=CMD\n");
+				return 2;
+			}
+			tw_iut_info *t = &opt.iuts[opt.niuts++];
+			snprintf(t->name, sizeof(t->name), "%.*s", (int)(eq - spec), spec);
+			t->cmd = eq + 1;
+		} else if (!strcmp(a, "--strict")) {
+			opt.strict = true;
+		} else if (!strcmp(a, "--large")) {
+			opt.large = true;
+		} else if (!strcmp(a, "--verbose")) {
+			opt.verbose = true;
+		} else if (!strcmp(a, "--list")) {
+			opt.list = true;
+		} else if (!strcmp(a, "--uncovered")) {
+			opt.uncovered = true;
+		} else if (!strcmp(a, "--junit") && has) {
+			opt.junit = argv[++i];
+		} else if (!strcmp(a, "--json") && has) {
+			opt.json = argv[++i];
+		} else if (!strcmp(a, "--profiles") && has) {
+			opt.profiles = argv[++i];
+		} else if (!strcmp(a, "--spec") && has) {
+			opt.spec = argv[++i];
+		} else if (!strcmp(a, "--timeout-scale") && has) {
+			opt.timeout_scale = atof(argv[++i]);
+			if (opt.timeout_scale <= 0)
+				opt.timeout_scale = 1.0;
+		} else {
+			fprintf(stderr, "tensorwire-conform: unknown or incomplete option '%s' (see "
+			                "--help)\n", a);
+			return 2;
+		}
+	}
+	if (child)
+		return child_main(child, child_iut ? child_iut : "", child_peer, child_wait);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+
+	int nall;
+	const tw_case *const *all = tw_cases_all(&nall);
+	const tw_case *sel[256];
+	int nsel = 0;
+	for (int i = 0; i < nall; i++)
+		if (selected(&opt, all[i]))
+			sel[nsel++] = all[i];
+	if (opt.uncovered) {
+		/* coverage is about the whole catalogue, not the selection */
+		return uncovered(&opt, all, nall);
+	}
+	if (opt.list) {
+		for (int i = 0; i < nsel; i++)
+			printf("%-38s %-6s %-14s %s%s\n", sel[i]->id,
+			       sel[i]->level == TW_MUST ? "MUST" : "SHOULD", sel[i]->section,
+			       sel[i]->pairwise ? "[pairs] " : "", sel[i]->description);
+		printf("%d case(s)\n", nsel);
+		return 0;
+	}
+	if (opt.niuts == 0) {
+		snprintf(opt.iuts[0].name, sizeof(opt.iuts[0].name), "ours");
+		opt.iuts[0].cmd = default_cmd(TW_IUT_OURS, ours_buf, sizeof(ours_buf));
+		snprintf(opt.iuts[1].name, sizeof(opt.iuts[1].name), "stock");
+		opt.iuts[1].cmd = default_cmd(TW_IUT_STOCK, stock_buf, sizeof(stock_buf));
+		opt.niuts = 2;
+	}
+	tw_profile *profiles[MAX_IUTS] = {NULL};
+	for (int i = 0; i < opt.niuts; i++) {
+		probe_iut(&opt.iuts[i]);
+		fprintf(stderr, "tensorwire-conform: IUT %s: %s %s%s%s\n", opt.iuts[i].name,
+		        opt.iuts[i].impl, opt.iuts[i].version, opt.iuts[i].available ? "" : " - ",
+		        opt.iuts[i].why);
+		char err[512];
+		if (opt.iuts[i].available &&
+		    !(profiles[i] = tw_profile_load(opt.profiles, opt.iuts[i].impl, err, sizeof(err)))) {
+			fprintf(stderr, "tensorwire-conform: %s\n", err);
+			return 2;
+		}
+	}
+
+	/* the runs: each case for each IUT, pairwise cases for each ordered pair */
+	int nruns = 0;
+	for (int i = 0; i < nsel; i++)
+		nruns += sel[i]->pairwise ? opt.niuts * opt.niuts : opt.niuts;
+	tw_result *rs = calloc((size_t)nruns + 1, sizeof(*rs));
+	if (!rs)
+		return 2;
+	int k = 0;
+	for (int i = 0; i < nsel; i++) {
+		if (!sel[i]->pairwise) {
+			for (int a = 0; a < opt.niuts; a++)
+				rs[k++] = (tw_result){.c = sel[i], .iut = &opt.iuts[a]};
+			continue;
+		}
+		for (int a = 0; a < opt.niuts; a++) /* mixed pairs first, then each with itself */
+			for (int b = 0; b < opt.niuts; b++)
+				if (a != b)
+					rs[k++] = (tw_result){.c = sel[i], .iut = &opt.iuts[a], .peer = &opt.iuts[b]};
+		for (int a = 0; a < opt.niuts; a++)
+			rs[k++] = (tw_result){.c = sel[i], .iut = &opt.iuts[a], .peer = &opt.iuts[a]};
+	}
+	tw_tap_plan(stdout, nruns);
+	int ran = 0, required_failures = 0;
+	for (int i = 0; i < nruns; i++) {
+		tw_result *r = &rs[i];
+		char why[512];
+		const tw_iut_info *gone = !r->iut->available ? r->iut
+		                          : (r->peer && !r->peer->available) ? r->peer : NULL;
+		if (gone) {
+			r->outcome = TW_SKIP;
+			snprintf(r->reason, sizeof(r->reason), "IUT %s: %s", gone->name, gone->why);
+		} else if (!needs_met(r->c, why, sizeof(why))) {
+			r->outcome = TW_SKIP;
+			snprintf(r->reason, sizeof(r->reason), "%s", why);
+		} else {
+			run_child(&opt, r->c, r);
+			ran++;
+		}
+		/* profiles: a known failure of either IUT involved becomes XFAIL */
+		if (r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT) {
+			for (int p = 0; p < opt.niuts; p++) {
+				if (&opt.iuts[p] != r->iut && &opt.iuts[p] != r->peer)
+					continue;
+				const char *x = tw_profile_find(profiles[p], r->c->id);
+				if (x) {
+					char was[1024];
+					snprintf(was, sizeof(was), "%s", r->reason);
+					snprintf(r->reason, sizeof(r->reason), "%s profile: %s (observed: %.600s)",
+					         opt.iuts[p].impl, x, was);
+					r->outcome = TW_XFAIL;
+					break;
+				}
+			}
+		} else if (r->outcome == TW_PASS) {
+			for (int p = 0; p < opt.niuts; p++)
+				if ((&opt.iuts[p] == r->iut || &opt.iuts[p] == r->peer) &&
+				    tw_profile_find(profiles[p], r->c->id))
+					fprintf(stderr, "tensorwire-conform: note: %s passes now; its %s profile "
+					                "exception can go\n", r->c->id, opt.iuts[p].impl);
+		}
+		if (opt.strict && r->outcome == TW_SKIP) {
+			char was[1024];
+			snprintf(was, sizeof(was), "%s", r->reason);
+			snprintf(r->reason, sizeof(r->reason), "strict mode: skipped: %.900s", was);
+			r->outcome = TW_FAIL;
+		}
+		bool bad = r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT;
+		if (bad && (r->c->accepts & TW_ACCEPTS(r->outcome)))
+			bad = false;
+		r->required_failure = bad && r->c->level == TW_MUST;
+		required_failures += r->required_failure;
+		tw_tap_result(stdout, i + 1, r, opt.verbose);
+		char target[96];
+		tw_result_target(r, target, sizeof(target));
+		fprintf(stderr, "[%d/%d] %-36s %-14s %s (%.1f s)%s%.200s\n", i + 1, nruns, r->c->id,
+		        target, tw_outcome_name(r->outcome), r->seconds,
+		        r->outcome == TW_PASS ? "" : ": ", r->outcome == TW_PASS ? "" : r->reason);
+	}
+	/* the matrix, as TAP comments */
+	char *mtx = NULL;
+	size_t mlen = 0;
+	FILE *mf = open_memstream(&mtx, &mlen);
+	if (mf) {
+		tw_matrix_print(mf, rs, nruns);
+		fclose(mf);
+		for (char *p = mtx; p && *p;) {
+			size_t n = strcspn(p, "\n");
+			printf("# %.*s\n", (int)n, p);
+			p += n + (p[n] ? 1 : 0);
+		}
+		free(mtx);
+	}
+	int rc = 0;
+	char err[512];
+	if (opt.junit && tw_junit_write(opt.junit, rs, nruns, err, sizeof(err))) {
+		fprintf(stderr, "tensorwire-conform: %s\n", err);
+		rc = 2;
+	}
+	if (opt.json && tw_json_write(opt.json, rs, nruns, err, sizeof(err))) {
+		fprintf(stderr, "tensorwire-conform: %s\n", err);
+		rc = 2;
+	}
+	for (int i = 0; i < nruns; i++)
+		free(rs[i].log);
+	free(rs);
+	for (int i = 0; i < opt.niuts; i++)
+		tw_profile_free(profiles[i]);
+	if (rc)
+		return rc;
+	if (ran == 0 && !opt.strict) {
+		printf("# nothing could run\n");
+		return EXIT_SKIP;
+	}
+	return required_failures ? 1 : 0;
+}

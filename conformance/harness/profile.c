@@ -1,0 +1,107 @@
+/*
+ * profile.c - loading an IUT's known exceptions (see profile.h).
+ */
+#define _GNU_SOURCE
+#include "profile.h"
+
+#include <ctype.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tw_profile {
+	size_t n;
+	char **glob;
+	char **reason;
+};
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+tw_profile *tw_profile_load(const char *dir, const char *impl, char *err, unsigned long errlen)
+{
+	tw_profile *p = calloc(1, sizeof(*p));
+	char path[4096];
+	if (!p) {
+		snprintf(err, errlen, "profile: out of memory");
+		return NULL;
+	}
+	snprintf(path, sizeof(path), "%s/%s.profile", dir, impl);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return p; /* no exceptions */
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0;
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		char *s = trim(line);
+		if (!*s)
+			continue;
+		char *glob = s;
+		char *sp = glob + strcspn(glob, " \t");
+		if (!*sp)
+			goto bad;
+		*sp++ = '\0';
+		char *rest = trim(sp);
+		if (strncmp(rest, "XFAIL", 5) != 0 || !isspace((unsigned char)rest[5]))
+			goto bad;
+		char *reason = trim(rest + 5);
+		if (!*reason || !strstr(reason, "--"))
+			goto bad;
+		char **ng = realloc(p->glob, (p->n + 1) * sizeof(char *));
+		if (ng)
+			p->glob = ng;
+		char **nr = realloc(p->reason, (p->n + 1) * sizeof(char *));
+		if (nr)
+			p->reason = nr;
+		if (!ng || !nr)
+			goto bad;
+		p->glob[p->n] = strdup(glob);
+		p->reason[p->n] = strdup(reason);
+		p->n++;
+		continue;
+bad:
+		snprintf(err, errlen, "%s:%d: expected '<case glob> XFAIL <reason> -- <link>'", path,
+		         lineno);
+		free(line);
+		fclose(f);
+		tw_profile_free(p);
+		return NULL;
+	}
+	free(line);
+	fclose(f);
+	return p;
+}
+
+const char *tw_profile_find(const tw_profile *p, const char *id)
+{
+	for (size_t i = 0; p && i < p->n; i++)
+		if (fnmatch(p->glob[i], id, 0) == 0)
+			return p->reason[i];
+	return NULL;
+}
+
+void tw_profile_free(tw_profile *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++) {
+		free(p->glob[i]);
+		free(p->reason[i]);
+	}
+	free(p->glob);
+	free(p->reason);
+	free(p);
+}

@@ -1,0 +1,27 @@
+/*
+ * profile.h - an IUT's known exceptions (conformance/profiles/<impl>.profile):
+ * cases it is known to fail, each with a reason and a link to the public
+ * issue or the spec section. A failure listed there is reported as
+ * XFAIL(reason) instead of FAIL. The profile documents; it never hides: the
+ * reason travels into every report.
+ *
+ * File format, one exception per line ('#' starts a comment):
+ *   <case id or glob>  XFAIL  <reason>  --  <link>
+ * e.g.
+ *   wire.bad_type_byte  XFAIL  aborts the process (uncaught exception)  --  docs/stock-bad-input.md
+ */
+#ifndef TW_HARNESS_PROFILE_H
+#define TW_HARNESS_PROFILE_H
+
+typedef struct tw_profile tw_profile;
+
+/* Loads dir/<impl>.profile. A missing file is an empty profile; a malformed
+ * line is an error (NULL, reason in err). */
+tw_profile *tw_profile_load(const char *dir, const char *impl, char *err, unsigned long errlen);
+
+/* The exception for case `id` ("reason -- link"), or NULL. */
+const char *tw_profile_find(const tw_profile *p, const char *id);
+
+void tw_profile_free(tw_profile *p);
+
+#endif /* TW_HARNESS_PROFILE_H */

@@ -1,0 +1,357 @@
+/*
+ * report.c - TAP, JUnit XML, JSON lines and the summary matrix (see report.h).
+ */
+#define _GNU_SOURCE
+#include "report.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+void tw_result_target(const tw_result *r, char *buf, size_t len)
+{
+	if (r->peer)
+		snprintf(buf, len, "%s->%s", r->iut->name, r->peer->name);
+	else
+		snprintf(buf, len, "%s", r->iut->name);
+}
+
+/* ---- TAP ---------------------------------------------------------------------------- */
+
+void tw_tap_plan(FILE *f, int n)
+{
+	fprintf(f, "TAP version 13\n1..%d\n", n);
+	fflush(f);
+}
+
+static void one_line(const char *s, char *out, size_t len)
+{
+	size_t k = 0;
+	for (; *s && k + 1 < len; s++)
+		out[k++] = (*s == '\n' || *s == '\r' || *s == '#') ? ' ' : *s;
+	out[k] = '\0';
+}
+
+void tw_tap_result(FILE *f, int index, const tw_result *r, bool verbose)
+{
+	char target[96], reason[1024];
+	tw_result_target(r, target, sizeof(target));
+	one_line(r->reason, reason, sizeof(reason));
+	const char *level = r->c->level == TW_MUST ? "MUST" : "SHOULD";
+	switch (r->outcome) {
+	case TW_PASS:
+		fprintf(f, "ok %d - %s [%s]\n", index, r->c->id, target);
+		break;
+	case TW_SKIP:
+		fprintf(f, "ok %d - %s [%s] # SKIP %s\n", index, r->c->id, target, reason);
+		break;
+	case TW_XFAIL:
+		fprintf(f, "not ok %d - %s [%s] # TODO XFAIL %s\n", index, r->c->id, target, reason);
+		break;
+	default:
+		if (!r->required_failure)
+			fprintf(f, "not ok %d - %s [%s] # TODO %s-level requirement not met\n", index,
+			        r->c->id, target, level);
+		else
+			fprintf(f, "not ok %d - %s [%s]\n", index, r->c->id, target);
+		break;
+	}
+	if (r->outcome != TW_PASS && r->outcome != TW_SKIP) {
+		fprintf(f, "  ---\n  outcome: %s\n  level: %s\n  section: %s\n  reason: \"",
+		        tw_outcome_name(r->outcome), level, r->c->section);
+		for (const char *p = reason; *p; p++)
+			fprintf(f, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+		fprintf(f, "\"\n  ...\n");
+	}
+	if (r->log && (verbose || r->required_failure)) {
+		const char *p = r->log;
+		while (*p) {
+			size_t n = strcspn(p, "\n");
+			fprintf(f, "#   %.*s\n", (int)n, p);
+			p += n + (p[n] ? 1 : 0);
+		}
+	}
+	fflush(f);
+}
+
+/* ---- JUnit ----------------------------------------------------------------------------- */
+
+/* XML 1.0 text: escapes markup, drops control characters and bytes that are
+ * not ASCII (the logs may hold anything a crashing process printed). */
+static void xml_text(FILE *f, const char *s)
+{
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		switch (ch) {
+		case '&': fputs("&amp;", f); break;
+		case '<': fputs("&lt;", f); break;
+		case '>': fputs("&gt;", f); break;
+		case '"': fputs("&quot;", f); break;
+		case '\'': fputs("&apos;", f); break;
+		default:
+			if (ch == '\n' || ch == '\t' || (ch >= 0x20 && ch < 0x7f))
+				fputc(ch, f);
+			else if (ch != '\r')
+				fputc('?', f);
+		}
+	}
+}
+
+static void suite_key(const tw_result *r, char *buf, size_t len)
+{
+	char target[96];
+	tw_result_target(r, target, sizeof(target));
+	snprintf(buf, len, "%s.%s", r->c->suite, target);
+}
+
+int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		snprintf(err, errlen, "--junit %s: cannot open for writing", path);
+		return -1;
+	}
+	int tot[TW_OUTCOME_COUNT] = {0};
+	double all = 0;
+	for (int i = 0; i < n; i++) {
+		tot[rs[i].outcome]++;
+		all += rs[i].seconds;
+	}
+	char stamp[32];
+	time_t now = time(NULL);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", gmtime(&now));
+	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+	fprintf(f, "<testsuites name=\"tensorwire-conform\" tests=\"%d\" failures=\"%d\" "
+	           "errors=\"%d\" skipped=\"%d\" time=\"%.3f\">\n",
+	        n, tot[TW_FAIL], tot[TW_ERROR] + tot[TW_TIMEOUT], tot[TW_SKIP] + tot[TW_XFAIL], all);
+	/* one <testsuite> per suite and target, in order of first appearance */
+	bool *done = calloc((size_t)n + 1, sizeof(bool));
+	if (!done) {
+		fclose(f);
+		snprintf(err, errlen, "--junit: out of memory");
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		if (done[i])
+			continue;
+		char key[160], k2[160];
+		suite_key(&rs[i], key, sizeof(key));
+		int cnt[TW_OUTCOME_COUNT] = {0}, tests = 0;
+		double t = 0;
+		for (int j = i; j < n; j++) {
+			suite_key(&rs[j], k2, sizeof(k2));
+			if (!strcmp(key, k2)) {
+				cnt[rs[j].outcome]++;
+				tests++;
+				t += rs[j].seconds;
+			}
+		}
+		fprintf(f, "  <testsuite name=\"");
+		xml_text(f, key);
+		fprintf(f, "\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\" "
+		           "timestamp=\"%s\">\n",
+		        tests, cnt[TW_FAIL], cnt[TW_ERROR] + cnt[TW_TIMEOUT], cnt[TW_SKIP] + cnt[TW_XFAIL],
+		        t, stamp);
+		fprintf(f, "    <properties>\n");
+		const tw_iut_info *who[2] = {rs[i].iut, rs[i].peer};
+		for (int w = 0; w < 2; w++) {
+			if (!who[w])
+				continue;
+			const char *role = rs[i].peer ? (w ? "server" : "client") : "iut";
+			fprintf(f, "      <property name=\"%s\" value=\"", role);
+			xml_text(f, who[w]->name);
+			fprintf(f, "\"/>\n      <property name=\"%s.impl\" value=\"", role);
+			xml_text(f, who[w]->impl);
+			fprintf(f, "\"/>\n      <property name=\"%s.version\" value=\"", role);
+			xml_text(f, who[w]->version);
+			fprintf(f, "\"/>\n");
+		}
+		fprintf(f, "    </properties>\n");
+		for (int j = i; j < n; j++) {
+			suite_key(&rs[j], k2, sizeof(k2));
+			if (strcmp(key, k2) != 0)
+				continue;
+			done[j] = true;
+			const tw_result *r = &rs[j];
+			fprintf(f, "    <testcase classname=\"");
+			xml_text(f, key);
+			fprintf(f, "\" name=\"");
+			xml_text(f, r->c->id);
+			fprintf(f, "\" time=\"%.3f\">\n", r->seconds);
+			switch (r->outcome) {
+			case TW_PASS:
+				break;
+			case TW_SKIP:
+			case TW_XFAIL:
+				fprintf(f, "      <skipped message=\"%s", r->outcome == TW_XFAIL ? "XFAIL: " : "");
+				xml_text(f, r->reason);
+				fprintf(f, "\"/>\n");
+				break;
+			case TW_FAIL:
+				fprintf(f, "      <failure type=\"%s\" message=\"",
+				        r->c->level == TW_MUST ? "MUST" : "SHOULD");
+				xml_text(f, r->reason);
+				fprintf(f, "\"/>\n");
+				break;
+			default:
+				fprintf(f, "      <error type=\"%s\" message=\"", tw_outcome_name(r->outcome));
+				xml_text(f, r->reason);
+				fprintf(f, "\"/>\n");
+				break;
+			}
+			fprintf(f, "      <system-out>section: ");
+			xml_text(f, r->c->section);
+			fprintf(f, "\nlevel: %s\noutcome: %s\ntransport: ",
+			        r->c->level == TW_MUST ? "MUST" : "SHOULD", tw_outcome_name(r->outcome));
+			xml_text(f, r->transport);
+			fprintf(f, "\nchannel: ");
+			xml_text(f, r->channel);
+			fprintf(f, "\ndescription: ");
+			xml_text(f, r->c->description);
+			fprintf(f, "\n");
+			if (r->log && r->outcome != TW_PASS)
+				xml_text(f, r->log);
+			fprintf(f, "</system-out>\n    </testcase>\n");
+		}
+		fprintf(f, "  </testsuite>\n");
+	}
+	free(done);
+	fprintf(f, "</testsuites>\n");
+	if (fclose(f) != 0) {
+		snprintf(err, errlen, "--junit %s: write failed", path);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- JSON lines ------------------------------------------------------------------------- */
+
+static json_t *iut_json(const tw_iut_info *i)
+{
+	if (!i)
+		return json_null();
+	return json_pack("{s:s,s:s,s:s}", "name", i->name, "impl", i->impl, "version", i->version);
+}
+
+int tw_json_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		snprintf(err, errlen, "--json %s: cannot open for writing", path);
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		const tw_result *r = &rs[i];
+		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:o,s:o,s:s,s:s,s:b}", "id", r->c->id,
+		                      "suite", r->c->suite, "section", r->c->section, "level",
+		                      r->c->level == TW_MUST ? "MUST" : "SHOULD", "outcome",
+		                      tw_outcome_name(r->outcome), "reason", r->reason, "duration_s",
+		                      r->seconds, "iut", iut_json(r->iut), "peer", iut_json(r->peer),
+		                      "transport", r->transport, "channel", r->channel,
+		                      "required_failure", r->required_failure);
+		char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		if (line)
+			fprintf(f, "%s\n", line);
+		free(line);
+		json_decref(o);
+	}
+	if (fclose(f) != 0) {
+		snprintf(err, errlen, "--json %s: write failed", path);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- matrix ---------------------------------------------------------------------------------- */
+
+typedef struct notes {
+	char text[128][320];
+	int n;
+} notes;
+
+static int note_index(notes *ns, const char *s)
+{
+	for (int i = 0; i < ns->n; i++)
+		if (!strncmp(ns->text[i], s, sizeof(ns->text[0]) - 1))
+			return i + 1;
+	if (ns->n == 128)
+		return 0;
+	snprintf(ns->text[ns->n], sizeof(ns->text[0]), "%.319s", s);
+	return ++ns->n;
+}
+
+static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
+{
+	char cols[32][96];
+	int ncols = 0;
+	for (int i = 0; i < n; i++) {
+		if (rs[i].c->pairwise != pairwise)
+			continue;
+		char t[96];
+		tw_result_target(&rs[i], t, sizeof(t));
+		int k;
+		for (k = 0; k < ncols; k++)
+			if (!strcmp(cols[k], t))
+				break;
+		if (k == ncols && ncols < 32)
+			snprintf(cols[ncols++], sizeof(cols[0]), "%s", t);
+	}
+	if (ncols == 0)
+		return;
+	fprintf(f, "\n%-36s %-6s", pairwise ? "interop case (client->server)" : "case", "level");
+	for (int k = 0; k < ncols; k++)
+		fprintf(f, " %-15s", cols[k]);
+	fprintf(f, "\n");
+	for (int i = 0; i < n; i++) {
+		if (rs[i].c->pairwise != pairwise)
+			continue;
+		bool first = true;
+		for (int j = 0; j < i; j++)
+			if (rs[j].c == rs[i].c)
+				first = false;
+		if (!first)
+			continue;
+		fprintf(f, "%-36s %-6s", rs[i].c->id, rs[i].c->level == TW_MUST ? "MUST" : "SHOULD");
+		for (int k = 0; k < ncols; k++) {
+			const tw_result *cell = NULL;
+			for (int j = i; j < n; j++) {
+				char t[96];
+				tw_result_target(&rs[j], t, sizeof(t));
+				if (rs[j].c == rs[i].c && !strcmp(t, cols[k]))
+					cell = &rs[j];
+			}
+			char txt[40];
+			if (!cell)
+				snprintf(txt, sizeof(txt), "-");
+			else if (cell->outcome == TW_PASS)
+				snprintf(txt, sizeof(txt), "PASS");
+			else
+				snprintf(txt, sizeof(txt), "%s[%d]", tw_outcome_name(cell->outcome),
+				         note_index(ns, cell->reason));
+			fprintf(f, " %-15s", txt);
+		}
+		fprintf(f, "\n");
+	}
+}
+
+void tw_matrix_print(FILE *f, const tw_result *rs, int n)
+{
+	static notes ns;
+	ns.n = 0;
+	int tot[TW_OUTCOME_COUNT] = {0};
+	for (int i = 0; i < n; i++)
+		tot[rs[i].outcome]++;
+	fprintf(f, "\n==== tensorwire-conform: who passes what ====");
+	table(f, rs, n, false, &ns);
+	table(f, rs, n, true, &ns);
+	if (ns.n)
+		fprintf(f, "\nnotes:\n");
+	for (int i = 0; i < ns.n; i++)
+		fprintf(f, "  [%d] %s\n", i + 1, ns.text[i]);
+	fprintf(f, "\n%d run(s): %d PASS, %d FAIL, %d XFAIL, %d SKIP, %d ERROR, %d TIMEOUT\n", n,
+	        tot[TW_PASS], tot[TW_FAIL], tot[TW_XFAIL], tot[TW_SKIP], tot[TW_ERROR],
+	        tot[TW_TIMEOUT]);
+	fflush(f);
+}

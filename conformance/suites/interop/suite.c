@@ -1,0 +1,57 @@
+/*
+ * suite.c - the interop matrix of tensorwire issue 2 item 8 as conformance
+ * cases: every case of cases.c, run for every ordered pair of IUTs (the
+ * first one connects, the second accepts; messages go both ways).
+ */
+#include <stdio.h>
+
+#include "case.h"
+#include "cases.h"
+
+static tw_outcome_t run_interop(const tw_case *c, tw_case_env *env)
+{
+	const tw_interop_case *ic = c->arg;
+	int rc = tw_interop_run_case(ic, env->iut_cmd, env->peer_cmd, env->iut_name, env->peer_name,
+	                             0, env->reason, sizeof(env->reason), env->transport,
+	                             env->channel);
+	return rc == 0 ? TW_PASS : rc == 77 ? TW_SKIP : TW_FAIL;
+}
+
+/* "Interop tests [...] each ours->stock, stock->ours and ours<->ours: [...]
+ * Data is compared by checksum." (tensorwire issue 2 item 8; spec/agent.md 8) */
+const tw_case *tw_suite_interop(int *count_out)
+{
+	static tw_case cases[32];
+	static char ids[32][64], descs[32][160];
+	static int n = -1;
+	if (n < 0) {
+		n = 0;
+		for (int i = 0; i < tw_interop_num_cases && n < 32; i++) {
+			const tw_interop_case *ic = &tw_interop_cases[i];
+			snprintf(ids[n], sizeof(ids[n]), "interop.%s", ic->id);
+			snprintf(descs[n], sizeof(descs[n]), "%s, both directions over one pipe", ic->title);
+			cases[n] = (tw_case){
+				.id = ids[n],
+				.suite = "interop",
+				.section = "agent.md 8",
+				.level = TW_MUST,
+				.needs = ic->large ? "memory:10GiB" : "",
+				.description = descs[n],
+				.requirement = "every received buffer's xxh3 and len equal those of the bytes "
+				               "the sender was told to generate; every descriptor field equals "
+				               "what the sender described; every request that armed a callback "
+				               "got exactly one event; info names the expected transport and "
+				               "channel; both adapters exit with status 0 (spec/agent.md 8)",
+				.accepts = 0,
+				.timeout_s = ic->large ? 3000 : 300,
+				.pairwise = true,
+				.large = ic->large,
+				.run = run_interop,
+				.arg = ic,
+			};
+			n++;
+		}
+	}
+	*count_out = n;
+	return cases;
+}

@@ -1,0 +1,511 @@
+/*
+ * semantic.c - the semantic suite: behaviour a user sees through the API,
+ * driven through the adapters (spec/agent.md) with the IUT on both ends of
+ * one pipe: per-pipe ordering, many writes in flight, both sides writing at
+ * once, closing with operations pending, a peer that closes versus one that
+ * is killed, and the priorities of transports and channels.
+ *
+ * Every case ends with the orderly shutdown of harness/session.c, which also
+ * checks that every callback fired exactly once and that the adapters exit
+ * cleanly (so leaks and sanitizer reports fail the case too).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "case.h"
+#include "session.h"
+
+/* ---- message shapes -------------------------------------------------------------- */
+
+static int parts(tw_agent_msg *m, size_t np, size_t nt)
+{
+	memset(m, 0, sizeof(*m));
+	m->num_payloads = np;
+	m->num_tensors = nt;
+	if (np && !(m->payloads = calloc(np, sizeof(*m->payloads))))
+		return -1;
+	if (nt && !(m->tensors = calloc(nt, sizeof(*m->tensors))))
+		return -1;
+	for (size_t i = 0; i < nt; i++) {
+		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].source_device);
+		m->tensors[i].has_target_device = true;
+		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].target_device);
+	}
+	return 0;
+}
+
+/* Every message differs in size, so a swap or a loss shows in the descriptor. */
+static int shape_ordered(int i, tw_agent_msg *m)
+{
+	if (parts(m, 1, 1))
+		return -1;
+	m->metadata.len = 1 + (uint64_t)i;
+	m->payloads[0].data.len = 3 + (uint64_t)i * 7;
+	m->tensors[0].data.len = 100 + (uint64_t)i * 13;
+	return 0;
+}
+
+static int shape_64k(int i, tw_agent_msg *m)
+{
+	if (parts(m, 0, 1))
+		return -1;
+	m->metadata.len = 8;
+	m->tensors[0].data.len = 64 * 1024 + (uint64_t)(i % 17);
+	return 0;
+}
+
+static int shape_4m(int i, tw_agent_msg *m)
+{
+	if (parts(m, 1, 1))
+		return -1;
+	m->payloads[0].data.len = 1000 + (uint64_t)i;
+	m->tensors[0].data.len = (4u << 20) + (uint64_t)i;
+	return 0;
+}
+
+static int shape_small(int i, tw_agent_msg *m)
+{
+	if (parts(m, 1, 1))
+		return -1;
+	m->metadata.len = 5;
+	m->payloads[0].data.len = 10 + (uint64_t)i;
+	m->tensors[0].data.len = 1000;
+	return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static tw_outcome_t from_session(tw_session *s, tw_case_env *env, int rc)
+{
+	snprintf(env->transport, sizeof(env->transport), "%s", s->transport);
+	snprintf(env->channel, sizeof(env->channel), "%s", s->channel);
+	tw_session_destroy(s);
+	if (rc == 0)
+		return TW_PASS;
+	return tw_case_result(env, TW_FAIL, "%s", s->reason);
+}
+
+static int begin(tw_session *s, tw_case_env *env, const json_t *ctx, const json_t *urls)
+{
+	int rc = tw_session_start(s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
+	                          env->wait_ms, ctx, urls);
+	if (rc == 0)
+		rc = tw_session_connect(s, NULL);
+	return rc;
+}
+
+/* A pending operation must end with exactly one error event. */
+static int expect_error_event(tw_session *s, tw_adapter *a, json_int_t id, const char *name,
+                              const char *want_kind, char *kind_out, size_t kind_len)
+{
+	json_t *ev;
+	if (tw_session_event(s, a, id, name, &ev))
+		return -1;
+	int rc = 0;
+	const char *kind = tw_event_error_kind(ev);
+	if (json_is_true(json_object_get(ev, "ok")))
+		rc = tw_session_fail(s, "%s: the pending %s succeeded; it should have failed",
+		                     tw_adapter_label(a), name);
+	else if (want_kind && (!kind || strcmp(kind, want_kind) != 0))
+		rc = tw_session_fail(s, "%s: the pending %s failed with kind '%s' (%s), expected '%s'",
+		                     tw_adapter_label(a), name, kind ? kind : "?",
+		                     tw_event_error_text(ev), want_kind);
+	else
+		printf("# %s: pending %s failed as it should: %s (%s)\n", tw_adapter_label(a), name,
+		       kind ? kind : "?", tw_event_error_text(ev));
+	if (kind_out)
+		snprintf(kind_out, kind_len, "%s", kind ? kind : "?");
+	json_decref(ev);
+	return rc;
+}
+
+/* ---- cases ----------------------------------------------------------------------------- */
+
+/* "D carries, per direction: descriptor0, payloads0..., descriptor1,
+ * payloads1..., strictly in message order. [...] Callbacks are delivered to the
+ * application in message order" (wire.md 3.11) */
+static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_ordered, 200, true, 1000);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, false, shape_ordered, 200, true, 2000000);
+	if (rc == 0)
+		rc = tw_session_check_info(&s, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* "Stock sender pipelining: [...] up to several descriptors can be in flight
+ * [...] there is no flow control beyond the transports'." (wire.md 3.11);
+ * "many writes in flight before any read" (issue 3 item 5) */
+static tw_outcome_t run_in_flight(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_64k, 1000, true, 3000000);
+	if (rc == 0)
+		rc = tw_session_check_info(&s, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* "both sides writing at once" (issue 3 item 5): each side queues 8 messages
+ * of 4 MiB before either side reads; nothing may deadlock or mix. */
+static tw_outcome_t run_both_write(const tw_case *c, tw_case_env *env)
+{
+	enum { N = 8 };
+	tw_session s;
+	tw_agent_msg msgs[2][N];
+	json_int_t wids[2][N];
+	memset(msgs, 0, sizeof(msgs));
+	int rc = begin(&s, env, NULL, NULL);
+	tw_adapter *side[2] = {s.client, s.server};
+	const char *pipe[2] = {s.cpipe, s.spipe};
+	for (int d = 0; rc == 0 && d < 2; d++) {
+		for (int i = 0; rc == 0 && i < N; i++) {
+			if (shape_4m(i, &msgs[d][i])) {
+				rc = tw_session_fail(&s, "harness: out of memory");
+				break;
+			}
+			tw_msg_assign_seeds(&msgs[d][i], 4000000 + (uint64_t)d * 100000 + (uint64_t)i * 100);
+		}
+	}
+	/* every write on both sides first */
+	for (int i = 0; rc == 0 && i < N; i++) {
+		for (int d = 0; d < 2 && rc == 0; d++) {
+			wids[d][i] = tw_session_arm(&s, side[d], json_pack("{s:s,s:s,s:o}", "cmd", "write",
+			                                                   "pipe", pipe[d], "message",
+			                                                   tw_msg_json(&msgs[d][i])));
+			rc = wids[d][i] < 0 ? -1 : 0;
+		}
+	}
+	/* then both sides read what the other wrote, alternating */
+	for (int i = 0; rc == 0 && i < N; i++) {
+		for (int d = 0; d < 2 && rc == 0; d++) {
+			tw_adapter *rx = side[1 - d];
+			char why[1024];
+			json_t *ev = NULL;
+			json_int_t id = tw_session_arm(&s, rx, json_pack("{s:s,s:s}", "cmd",
+			                                                 "read_descriptor", "pipe",
+			                                                 pipe[1 - d]));
+			rc = id < 0 || tw_session_ok_event(&s, rx, id, "read_descriptor", &ev) ? -1 : 0;
+			if (rc == 0 && tw_msg_check_descriptor(&msgs[d][i], json_object_get(ev, "descriptor"),
+			                                       why, sizeof(why)))
+				rc = tw_session_fail(&s, "message %d from %s: %s", i,
+				                     tw_adapter_label(side[d]), why);
+			json_decref(ev);
+			ev = NULL;
+			if (rc)
+				break;
+			id = tw_session_arm(&s, rx, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+			                                      pipe[1 - d]));
+			rc = id < 0 || tw_session_ok_event(&s, rx, id, "read", &ev) ? -1 : 0;
+			if (rc == 0 && tw_msg_check_read(&msgs[d][i], ev, why, sizeof(why)))
+				rc = tw_session_fail(&s, "message %d from %s: %s", i,
+				                     tw_adapter_label(side[d]), why);
+			json_decref(ev);
+		}
+	}
+	for (int i = 0; rc == 0 && i < N; i++)
+		for (int d = 0; d < 2 && rc == 0; d++)
+			rc = tw_session_ok_event(&s, side[d], wids[d][i], "write", NULL);
+	for (int d = 0; d < 2; d++)
+		for (int i = 0; i < N; i++)
+			tw_msg_clear(&msgs[d][i]);
+	if (rc == 0)
+		rc = tw_session_check_info(&s, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* "Every callback fires exactly once, with an error if the object closes
+ * first." (STYLE.md; tensorwire.h: "on close each pending callback fires with
+ * an error") - here: a descriptor delivered and never read, then close. */
+static tw_outcome_t run_descriptor_then_close(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	tw_agent_msg m;
+	json_t *ev = NULL;
+	int rc = begin(&s, env, NULL, NULL);
+	memset(&m, 0, sizeof(m));
+	if (rc == 0 && shape_small(0, &m))
+		rc = tw_session_fail(&s, "harness: out of memory");
+	tw_msg_assign_seeds(&m, 5000000);
+	json_int_t w = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
+	                                                                "write", "pipe", s.cpipe,
+	                                                                "message", tw_msg_json(&m)));
+	json_int_t rd = w < 0 ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	                                                                    "read_descriptor", "pipe",
+	                                                                    s.spipe));
+	rc = rd < 0 ? -1 : tw_session_ok_event(&s, s.server, rd, "read_descriptor", &ev);
+	json_decref(ev);
+	tw_msg_clear(&m);
+	if (rc == 0) {
+		json_t *r = tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
+		                                                    s.spipe));
+		rc = r ? 0 : -1;
+		json_decref(r);
+	}
+	/* the writer's callback fires once, whether it completed or failed */
+	if (rc == 0)
+		rc = tw_session_event(&s, s.client, w, "write", &ev);
+	if (rc == 0) {
+		printf("# the client's write ended: %s\n",
+		       json_is_true(json_object_get(ev, "ok")) ? "ok" : tw_event_error_text(ev));
+		json_decref(ev);
+	}
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* "Every callback fires exactly once, with an error if the object closes
+ * first." (STYLE.md) and tensorwire.h: "When the object closes first, each
+ * pending callback fires with an error (TW_ERR_CLOSED for a local close)". */
+static tw_outcome_t run_close_with_pending(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	tw_agent_msg m;
+	int rc = begin(&s, env, NULL, NULL);
+	memset(&m, 0, sizeof(m));
+	/* a write that cannot finish: its tensor has no target device, so it
+	 * waits for a DescriptorReply the server never sends (it never reads) */
+	if (rc == 0 && parts(&m, 0, 1))
+		rc = tw_session_fail(&s, "harness: out of memory");
+	if (rc == 0) {
+		m.tensors[0].data.len = 1 << 20;
+		m.tensors[0].has_target_device = false;
+		tw_msg_assign_seeds(&m, 6000000);
+	}
+	json_int_t w = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
+	                                                                "write", "pipe", s.cpipe,
+	                                                                "message", tw_msg_json(&m)));
+	tw_msg_clear(&m);
+	json_int_t crd = w < 0 ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	                                                                     "read_descriptor",
+	                                                                     "pipe", s.cpipe));
+	json_int_t acc = crd < 0 ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	                                                                       "accept", "listener",
+	                                                                       s.lid));
+	rc = acc < 0 ? -1 : 0;
+	/* close the client's pipe: its write and read_descriptor are pending */
+	json_t *r = rc ? NULL : tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+	                                                                "pipe", s.cpipe));
+	rc = rc || !r ? -1 : 0;
+	json_decref(r);
+	if (rc == 0)
+		rc = expect_error_event(&s, s.client, w, "write", "closed", NULL, 0);
+	if (rc == 0)
+		rc = expect_error_event(&s, s.client, crd, "read_descriptor", "closed", NULL, 0);
+	/* close the listener: its accept is pending */
+	r = rc ? NULL : tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close",
+	                                                        "listener", s.lid));
+	rc = rc || !r ? -1 : 0;
+	json_decref(r);
+	if (rc == 0)
+		rc = expect_error_event(&s, s.server, acc, "accept", "closed", NULL, 0);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* One run of "the peer goes away while the server waits for a descriptor":
+ * gracefully (close, shutdown, exit) or killed with SIGKILL. */
+static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len, char *why,
+                     size_t why_len)
+{
+	tw_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	/* one message first, so the pipe is established on both ends (a peer that
+	 * leaves mid-handshake is a wire-suite case, wire.close_after_answer) */
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_small, 1, false, 9000000);
+	json_int_t rd = rc ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	                                                                 "read_descriptor", "pipe",
+	                                                                 s.spipe));
+	rc = rd < 0 ? -1 : 0;
+	if (rc == 0 && kill_it) {
+		printf("# killing the client with SIGKILL\n");
+		tw_adapter_kill(s.client);
+	} else if (rc == 0) {
+		json_t *r = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
+		                                                    s.cpipe));
+		json_decref(r);
+		r = r ? tw_session_call(&s, s.client, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+		rc = r ? 0 : -1;
+		json_decref(r);
+	}
+	if (rc == 0)
+		rc = expect_error_event(&s, s.server, rd, "read_descriptor", NULL, kind, kind_len);
+	/* end the server in order; the client is gone (or going) */
+	if (rc == 0) {
+		char err[TW_REASON_MAX];
+		json_t *r = tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
+		                                                    s.spipe));
+		json_decref(r);
+		r = r ? tw_session_call(&s, s.server, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+		rc = r ? 0 : -1;
+		json_decref(r);
+		if (rc == 0 && (tw_adapter_finish(s.server, 30000, err, sizeof(err)) ||
+		                tw_adapter_check_callbacks(s.server, err, sizeof(err))))
+			rc = tw_session_fail(&s, "%s", err);
+		if (rc == 0 && !kill_it && (tw_adapter_finish(s.client, 30000, err, sizeof(err)) ||
+		                            tw_adapter_check_callbacks(s.client, err, sizeof(err))))
+			rc = tw_session_fail(&s, "%s", err);
+	}
+	snprintf(why, why_len, "%s", s.reason);
+	tw_session_destroy(&s);
+	return rc;
+}
+
+/* "a graceful close versus a peer killed with SIGKILL (distinguishable
+ * errors)" (issue 3 item 5). The MUST half: either way the pending operation
+ * ends with exactly one error, no hang. The SHOULD half (arg != NULL): the two
+ * errors are of different kinds. */
+static tw_outcome_t run_peer_gone(const tw_case *c, tw_case_env *env)
+{
+	char k1[32] = "", k2[32] = "", why[TW_REASON_MAX];
+	if (peer_gone(env, false, k1, sizeof(k1), why, sizeof(why)))
+		return tw_case_result(env, TW_FAIL, "graceful close: %s", why);
+	if (peer_gone(env, true, k2, sizeof(k2), why, sizeof(why)))
+		return tw_case_result(env, TW_FAIL, "SIGKILL: %s", why);
+	snprintf(env->transport, sizeof(env->transport), "uv");
+	snprintf(env->channel, sizeof(env->channel), "basic");
+	if (c->arg && !strcmp(k1, k2))
+		return tw_case_result(env, TW_FAIL, "a graceful close and a SIGKILL both end the "
+		                                    "peer's pending read with kind '%s'", k1);
+	return tw_case_result(env, TW_PASS, "graceful close: %s; SIGKILL: %s", k1, k2);
+}
+
+/* "The server iterates its own viable transports from highest to lowest
+ * priority and picks the first one that (a) its listener also listens on, (b)
+ * appears in the client's brochure [...]. Channels: iterating its channels
+ * from highest to lowest priority [...]" (wire.md 3.5) */
+static tw_outcome_t run_channel_priority(const tw_case *c, tw_case_env *env)
+{
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i},{s:s,s:s,s:i}]}", "transports",
+	                        "name", "uv", "kind", "uv", "priority", 0, "channels", "name",
+	                        "basic", "kind", "basic", "priority", 0, "name", "basic_hi", "kind",
+	                        "basic", "priority", 10);
+	tw_session s;
+	int rc = begin(&s, env, ctx, NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_small, 3, false, 7000000);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, false, shape_small, 3, false, 7100000);
+	if (rc == 0)
+		rc = tw_session_check_info(&s, "uv", "basic_hi");
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+static tw_outcome_t run_transport_priority(const tw_case *c, tw_case_env *env)
+{
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i},{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports",
+	                        "name", "uv", "kind", "uv", "priority", 0, "name", "uv_hi", "kind",
+	                        "uv", "priority", 10, "channels", "name", "basic", "kind", "basic",
+	                        "priority", 0);
+	json_t *urls = json_pack("[s,s]", "uv://127.0.0.1:0", "uv_hi://127.0.0.1:0");
+	tw_session s;
+	/* the client connects through "uv"; the server must move the pipe to
+	 * "uv_hi", the higher priority, which means a new descriptor connection */
+	int rc = begin(&s, env, ctx, urls);
+	json_decref(ctx);
+	json_decref(urls);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_small, 3, false, 8000000);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, false, shape_small, 3, false, 8100000);
+	if (rc == 0)
+		rc = tw_session_check_info(&s, "uv_hi", "basic");
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* ---- declarations ---------------------------------------------------------------------- */
+
+static const tw_case cases[] = {
+	{.id = "semantic.ordering", .suite = "semantic", .section = "wire.md 3.11",
+	 .level = TW_MUST, .needs = "",
+	 .description = "200 messages of distinct sizes each way arrive in write order",
+	 .requirement = "D carries, per direction: descriptor0, payloads0..., descriptor1, "
+	                "payloads1..., strictly in message order. [...] Callbacks are delivered to "
+	                "the application in message order",
+	 .timeout_s = 300, .run = run_ordering},
+	{.id = "semantic.writes_in_flight", .suite = "semantic", .section = "wire.md 3.11",
+	 .level = TW_MUST, .needs = "",
+	 .description = "1000 writes of 64 KiB tensors queued before the first read",
+	 .requirement = "many writes in flight before any read (issue 3 item 5); up to several "
+	                "descriptors can be in flight; there is no flow control beyond the "
+	                "transports'",
+	 .timeout_s = 300, .run = run_in_flight},
+	{.id = "semantic.both_sides_write", .suite = "semantic", .section = "wire.md 3.11",
+	 .level = TW_MUST, .needs = "",
+	 .description = "both ends queue 8 x 4 MiB messages before either reads",
+	 .requirement = "both sides writing at once (issue 3 item 5): every connection is "
+	                "symmetric after its first frame: both peers use D for their own outgoing "
+	                "descriptors/payloads",
+	 .timeout_s = 300, .run = run_both_write},
+	{.id = "semantic.descriptor_then_close", .suite = "semantic", .section = "agent.md 6.10",
+	 .level = TW_MUST, .needs = "",
+	 .description = "read_descriptor without read, then close: every callback once, clean exit",
+	 .requirement = "Every callback fires exactly once, with an error if the object closes "
+	                "first. (STYLE.md)",
+	 .timeout_s = 120, .run = run_descriptor_then_close},
+	{.id = "semantic.close_with_pending", .suite = "semantic", .section = "agent.md 6.10",
+	 .level = TW_MUST, .needs = "",
+	 .description = "closing a pipe and a listener fails their pending write, read_descriptor "
+	                "and accept with kind 'closed', once each",
+	 .requirement = "When the object closes (or fails) first, each pending callback fires with "
+	                "an error (TW_ERR_CLOSED for a local close) (tensorwire.h); Every callback "
+	                "fires exactly once (STYLE.md)",
+	 .timeout_s = 120, .run = run_close_with_pending},
+	{.id = "semantic.peer_gone", .suite = "semantic", .section = "wire.md 5.4",
+	 .level = TW_MUST, .needs = "",
+	 .description = "a peer that closes, and one killed with SIGKILL: the pending read fails "
+	                "once, no hang",
+	 .requirement = "Transport errors (EOF, ECONNRESET [...]) are reported as Errors to the "
+	                "pending operations' callbacks; the pipe enters an error state [...] and "
+	                "fails all pending/future reads and writes. (wire.md 5.2)",
+	 .timeout_s = 120, .run = run_peer_gone},
+	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic", .section = "wire.md 5.4",
+	 .level = TW_SHOULD, .needs = "",
+	 .description = "a graceful close and a SIGKILL of the peer give different error kinds",
+	 .requirement = "a graceful close versus a peer killed with SIGKILL (distinguishable "
+	                "errors) (issue 3 item 5)",
+	 .timeout_s = 120, .run = run_peer_gone, .arg = "distinct"},
+	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5",
+	 .level = TW_MUST, .needs = "",
+	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",
+	 .requirement = "Channels: iterating its channels from highest to lowest priority, for each "
+	                "channel also present in the brochure [...] for which no higher-priority "
+	                "channel was already chosen, it sets channelForDevicePair[(L,R)] = channel",
+	 .timeout_s = 120, .run = run_channel_priority},
+	{.id = "semantic.transport_priority", .suite = "semantic", .section = "wire.md 3.5",
+	 .level = TW_MUST, .needs = "",
+	 .description = "connected through uv, a server that also listens on uv_hi (10) moves the "
+	                "pipe there",
+	 .requirement = "The server iterates its own viable transports from highest to lowest "
+	                "priority and picks the first one that (a) its listener also listens on, "
+	                "(b) appears in the client's brochure [...]. If the chosen transport differs "
+	                "from the transport the bootstrap connection arrived on, the server "
+	                "registers a replacement descriptor connection",
+	 .timeout_s = 120, .run = run_transport_priority},
+};
+
+const tw_case *tw_suite_semantic(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
