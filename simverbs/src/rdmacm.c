@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -77,6 +79,33 @@ struct sv_id {
 };
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Address and route resolution complete asynchronously, after a short delay
+ * (an ARP and a path lookup take time on a real fabric; peers that race a
+ * re-listening server rely on it). */
+#define RESOLVE_DELAY_NS 2000000ull
+struct delayed_ev {
+	struct sv_id *id;
+	enum rdma_cm_event_type type;
+	uint64_t due;
+	struct delayed_ev *next;
+};
+static struct delayed_ev *delayed;
+static int cm_bell = -1;
+
+static void cm_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void cm_trace(const char *fmt, ...)
+{
+	const char *t = getenv("SIMVERBS_TRACE");
+	if (!t || atoi(t) == 0)
+		return;
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "simverbs-cm[%d]: %s\n", (int)getpid(), buf);
+}
 static struct sv_id *ids;
 static int cm_ep = -1;
 static pthread_t cm_thr;
@@ -145,6 +174,33 @@ static void post_event(struct sv_id *id, struct sv_id *listen, enum rdma_cm_even
 	c->tail = e;
 	uint64_t one = 1;
 	ssize_t r = write(c->ch.fd, &one, sizeof(one));
+	(void)r;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* caller holds cm_lock */
+static void post_later(struct sv_id *id, enum rdma_cm_event_type type)
+{
+	struct delayed_ev *d = calloc(1, sizeof(*d));
+	if (!d) {
+		post_event(id, NULL, type, 0, NULL);
+		return;
+	}
+	d->id = id;
+	d->type = type;
+	d->due = mono_ns() + RESOLVE_DELAY_NS;
+	struct delayed_ev **pp = &delayed;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = d;
+	uint64_t one = 1;
+	ssize_t r = write(cm_bell, &one, sizeof(one));
 	(void)r;
 }
 
@@ -217,6 +273,14 @@ static int cm_start(void)
 	cm_ep = epoll_create1(EPOLL_CLOEXEC);
 	if (cm_ep < 0)
 		return -1;
+	cm_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (cm_bell < 0) {
+		close(cm_ep);
+		cm_ep = -1;
+		return -1;
+	}
+	struct epoll_event bev = {.events = EPOLLIN, .data.ptr = &cm_bell};
+	epoll_ctl(cm_ep, EPOLL_CTL_ADD, cm_bell, &bev);
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -274,6 +338,7 @@ static void watch(struct sv_id *id, int fd)
 EXPORT int rdma_destroy_id(struct rdma_cm_id *cid)
 {
 	struct sv_id *id = (struct sv_id *)cid;
+	cm_trace("destroy_id %p (listener fd %d)", (void *)cid, id->lfd);
 	pthread_mutex_lock(&cm_lock);
 	/* every event reported for this id must have been acknowledged */
 	while (id->events_acked != id->events_reported)
@@ -374,6 +439,7 @@ EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
 	}
 	socklen_t sl = sizeof(struct sockaddr_in);
 	getsockname(fd, &cid->route.addr.src_addr, &sl);
+	cm_trace("listen %p on port %u", (void *)cid, ntohs(cid->route.addr.src_sin.sin_port));
 	pthread_mutex_lock(&cm_lock);
 	id->lfd = fd;
 	id->st = S_LISTEN;
@@ -423,7 +489,7 @@ EXPORT int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src, struc
 		dg[10] = dg[11] = 0xff;
 		memcpy(dg + 12, &cid->route.addr.dst_sin.sin_addr, 4);
 		id->st = S_ADDR;
-		post_event(id, NULL, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL);
+		post_later(id, RDMA_CM_EVENT_ADDR_RESOLVED);
 	}
 	pthread_mutex_unlock(&cm_lock);
 	return 0;
@@ -440,7 +506,7 @@ EXPORT int rdma_resolve_route(struct rdma_cm_id *cid, int timeout_ms)
 	}
 	id->st = S_ROUTE;
 	cid->route.num_paths = 1;
-	post_event(id, NULL, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL);
+	post_later(id, RDMA_CM_EVENT_ROUTE_RESOLVED);
 	pthread_mutex_unlock(&cm_lock);
 	return 0;
 }
@@ -624,6 +690,8 @@ EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 		} else
 			err = ETIMEDOUT;
 	}
+	cm_trace("connect %p to port %u: %s", (void *)cid, ntohs(cid->route.addr.dst_sin.sin_port),
+		 err ? strerror(err) : "ok");
 	pthread_mutex_lock(&cm_lock);
 	if (err) {
 		close(fd);
@@ -865,11 +933,38 @@ static void on_msg(struct sv_id *id)
 static void *cm_loop(void *arg)
 {
 	struct epoll_event evs[16];
+	int timeout = -1;
 	for (;;) {
-		int n = epoll_wait(cm_ep, evs, 16, -1);
+		int n = epoll_wait(cm_ep, evs, 16, timeout);
 		if (n < 0 && errno != EINTR)
 			return NULL;
+		pthread_mutex_lock(&cm_lock);
+		uint64_t now = mono_ns();
+		timeout = -1;
+		for (struct delayed_ev **pp = &delayed; *pp;) {
+			struct delayed_ev *d = *pp;
+			if (d->due <= now) {
+				if (alive(d->id))
+					post_event(d->id, NULL, d->type, 0, NULL);
+				*pp = d->next;
+				free(d);
+			} else {
+				int ms = (int)((d->due - now) / 1000000ull) + 1;
+				if (timeout < 0 || ms < timeout)
+					timeout = ms;
+				pp = &d->next;
+			}
+		}
+		pthread_mutex_unlock(&cm_lock);
 		for (int i = 0; i < n; i++) {
+			if (evs[i].data.ptr == &cm_bell) {
+				uint64_t v;
+				ssize_t r = read(cm_bell, &v, sizeof(v));
+				(void)r;
+				if (timeout < 0 || timeout > 1)
+					timeout = 1;
+				continue;
+			}
 			pthread_mutex_lock(&cm_lock);
 			struct sv_id *id = evs[i].data.ptr;
 			if (alive(id)) {

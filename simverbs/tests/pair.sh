@@ -78,6 +78,11 @@ if [ -n "$down_after" ]; then
   ip -n "$nsB" link set "vb$$" down
   echo "pair: took vb$$ down after ${down_after}s"
 fi
+# watchdog: a hung pair is stopped and reported with its output
+limit=${PAIR_TIMEOUT:-90}
+( sleep "$limit"; echo "pair: timed out after ${limit}s" >"$tmp/timeout"; kill "$cpid" "$spid" ) \
+  >/dev/null 2>&1 &
+wdog=$!
 if [ -n "$expect_fail" ]; then
   # a peer cut off while it waits for a message waits forever (as on real
   # hardware): once one side has failed, give the other a moment to report
@@ -91,9 +96,11 @@ if [ -n "$expect_fail" ]; then
 fi
 wait "$cpid"; crc=$?
 wait "$spid"; src=$?
+kill "$wdog" 2>/dev/null
 spid=""
 echo "--- server (${server[*]}) rc=$src"; cat "$tmp/server.out"
 echo "--- client (${client[*]}) rc=$crc"; cat "$tmp/client.out"
+if [ -e "$tmp/timeout" ]; then cat "$tmp/timeout"; echo "FAIL: hung"; exit 1; fi
 if [ -n "$expect_fail" ]; then
   if [ $src = 0 ] && [ $crc = 0 ]; then echo "FAIL: expected a failure"; exit 1; fi
   if cat "$tmp/server.out" "$tmp/client.out" | grep -Eq "$expect_fail"; then
