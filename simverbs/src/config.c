@@ -128,6 +128,8 @@ static void port_key(struct sv_dev_cfg *d, int p, const char *k, const char *v)
 		pc->active_mtu = mtu_of(v);
 	else if (!strcmp(k, "lid"))
 		pc->lid = (uint16_t)num(v);
+	else if (!strcmp(k, "gid_types"))
+		pc->gid_layout = !strcmp(v, "v1") ? 1 : !strcmp(v, "v1,v2") ? 2 : 0;
 	else
 		sv_log("config: unknown port key '%s' ignored", k);
 }
@@ -323,11 +325,14 @@ static void resolve_auto(struct sv_port_cfg *pc, struct ifaddrs *ifs)
 
 static void add_gid(struct sv_port_cfg *pc, const uint8_t raw[16])
 {
-	if (pc->ngid >= SV_MAX_GID)
-		return;
-	memcpy(pc->gid[pc->ngid].raw, raw, 16);
-	pc->gid_type[pc->ngid] = IBV_GID_TYPE_ROCE_V2;
-	pc->ngid++;
+	for (int t = 0; t < (pc->gid_layout == 2 ? 2 : 1); t++) {
+		if (pc->ngid >= SV_MAX_GID)
+			return;
+		memcpy(pc->gid[pc->ngid].raw, raw, 16);
+		bool v1 = pc->gid_layout == 1 || (pc->gid_layout == 2 && t == 0);
+		pc->gid_type[pc->ngid] = v1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
+		pc->ngid++;
+	}
 }
 
 void sv_port_refresh(struct sv_dev_cfg *d, int p)

@@ -45,6 +45,7 @@ struct sv_port_cfg {
 	uint16_t lid;
 	bool netdev_down;            /* bound interface lost IFF_UP/RUNNING */
 	bool ctl_down;               /* forced down through the control file */
+	int gid_layout;              /* 0: RoCE v2 per address; 1: v1; 2: v1 then v2 (mlx5-like) */
 	/* GID table, refreshed from getifaddrs() of the current namespace */
 	int ngid;
 	union ibv_gid gid[SV_MAX_GID];

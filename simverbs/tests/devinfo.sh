@@ -21,4 +21,11 @@ for want in 'hca_id:[[:space:]]*simB' 'state:[[:space:]]*PORT_DOWN' 'max_srq:[[:
             'max_msg_sz:[[:space:]]*0x1000'; do
   echo "$out" | grep -Eq "$want" || { echo "FAIL: no line matches '$want'"; exit 1; }
 done
+# GID types: each address as RoCE v1 then v2, like mlx5
+printf '[device simrdma0]\nport1.gid_types = v1,v2\n' >"$cfg"
+out=$(SIMVERBS_CONFIG=$cfg "$SIMVERBS_RUN" ibv_devinfo -v 2>&1); rc=$?
+echo "$out" | grep GID
+for want in 'GID\[ *0\]:.*ffff:7f00:0001, RoCE v1' 'GID\[ *1\]:[[:space:]]*::ffff:127.0.0.1, RoCE v2'; do
+  echo "$out" | grep -Eq "$want" || { echo "FAIL: no line matches '$want'"; exit 1; }
+done
 echo PASS

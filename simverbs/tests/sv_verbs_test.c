@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +187,64 @@ static void destroy_end(struct end *e)
 static const unsigned ALL = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			    IBV_ACCESS_REMOTE_READ;
 
+struct destroyer {
+	struct ibv_cq *cq;
+	atomic_int done;
+	int rc;
+};
+
+static void *destroy_thread(void *arg)
+{
+	struct destroyer *d = arg;
+	d->rc = ibv_destroy_cq(d->cq);
+	atomic_store(&d->done, 1);
+	return NULL;
+}
+
+/* ibv_destroy_cq waits until every completion event handed out was acked */
+static void test_ack_before_destroy(void)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct end a, b;
+	make_end(&a, false, NULL);
+	memset(&b, 0, sizeof(b));
+	b.scq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	b.rcq = ibv_create_cq(ctx, 8, NULL, ch, 0);
+	struct ibv_qp_init_attr qa = {.send_cq = b.scq, .recv_cq = b.rcq,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+					      .max_recv_sge = 1},
+				      .qp_type = IBV_QPT_RC, .sq_sig_all = 1};
+	b.qp = ibv_create_qp(pd, &qa);
+	connect_pair(&a, &b, ALL);
+	char buf[64] = "x";
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), ALL);
+	ibv_req_notify_cq(b.rcq, 0);
+	post_recv(b.qp, NULL, mr, buf, sizeof(buf), 1);
+	post_send(a.qp, IBV_WR_SEND, NULL, buf, 8, 2, IBV_SEND_INLINE, 0, 0);
+	struct ibv_cq *ecq;
+	void *ectx;
+	CHECK(ibv_get_cq_event(ch, &ecq, &ectx) == 0 && ecq == b.rcq, "event handed out");
+	struct ibv_wc wc;
+	wait_wc(b.rcq, &wc, 5000);
+	wait_wc(a.scq, &wc, 5000);
+	ibv_destroy_qp(b.qp);
+	struct destroyer d = {.cq = b.rcq};
+	pthread_t t;
+	pthread_create(&t, NULL, destroy_thread, &d);
+	usleep(200000);
+	CHECK(!atomic_load(&d.done), "ibv_destroy_cq blocks while the event is not acked");
+	ibv_ack_cq_events(ecq, 1);
+	pthread_join(t, NULL);
+	CHECK(atomic_load(&d.done) && d.rc == 0, "and returns once it is");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "then the channel goes");
+	ibv_destroy_cq(b.scq);
+	ibv_destroy_qp(a.qp);
+	ibv_destroy_cq(a.scq);
+	ibv_destroy_cq(a.rcq);
+	ibv_dereg_mr(mr);
+}
+
+
 static void test_basic(void)
 {
 	struct end a, b;
@@ -217,6 +277,9 @@ static void test_basic(void)
 	CHECK(wait_wc(a.scq, &wc, 5000) && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND &&
 		      wc.wr_id == 1,
 	      "SEND completion");
+	/* busy objects */
+	CHECK(ibv_destroy_cq(b.rcq) == EBUSY, "destroying a CQ that a QP uses is EBUSY");
+	CHECK(ibv_destroy_comp_channel(b.ch) == EBUSY, "a channel with CQs is EBUSY");
 	/* one-shot arming: not re-armed, so the next completion raises no event */
 	post_recv(b.qp, NULL, mb, rb, 64, 8);
 	post_send(a.qp, IBV_WR_SEND, ma, sa, 64, 2, 0, 0, 0);
@@ -677,6 +740,7 @@ int main(int argc, char **argv)
 	if (!strcmp(t, "basic")) {
 		test_basic();
 		test_state_machine();
+		test_ack_before_destroy();
 	} else if (!strcmp(t, "srq"))
 		test_srq();
 	else if (!strcmp(t, "max_msg"))
