@@ -395,5 +395,9 @@ int sv_find_port_by_ip(uint32_t ip_be, int *dev_out, int *port_out, int *gid_out
 
 int simverbs_find_port_by_ip(uint32_t ip_be, int *dev_out, int *port_out, int *gid_out)
 {
-	return sv_find_port_by_ip(ip_be, dev_out, port_out, gid_out);
+	sv_config_load();
+	pthread_mutex_lock(&sv_lock); /* the progress thread refreshes GID tables */
+	int r = sv_find_port_by_ip(ip_be, dev_out, port_out, gid_out);
+	pthread_mutex_unlock(&sv_lock);
+	return r;
 }

@@ -325,16 +325,18 @@ SV_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned i
 		return -1;
 	}
 	struct sv_port_cfg *pc = &dcfg(c)->port[port - 1];
+	pthread_mutex_lock(&sv_lock); /* the progress thread refreshes the table */
+	int r = 0;
 	if (index >= (unsigned)pc->ngid) {
 		errno = ENODATA;
-		return -1;
-	}
-	if (pc->link_layer == IBV_LINK_LAYER_INFINIBAND ||
-	    pc->gid_type[index] == IBV_GID_TYPE_ROCE_V1)
+		r = -1;
+	} else if (pc->link_layer == IBV_LINK_LAYER_INFINIBAND ||
+		   pc->gid_type[index] == IBV_GID_TYPE_ROCE_V1)
 		*type = SV_GID_TYPE_SYSFS_IB_ROCE_V1;
 	else
 		*type = SV_GID_TYPE_SYSFS_ROCE_V2;
-	return 0;
+	pthread_mutex_unlock(&sv_lock);
+	return r;
 }
 
 static void fill_gid_entry(struct sv_port_cfg *pc, uint32_t port, uint32_t idx,
@@ -355,10 +357,14 @@ SV_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t i
 	if (flags || entry_size < sizeof(*entry) || check_port(c, port))
 		return EINVAL;
 	struct sv_port_cfg *pc = &dcfg(c)->port[port - 1];
+	pthread_mutex_lock(&sv_lock);
+	int r = 0;
 	if (index >= (uint32_t)pc->ngid)
-		return ENODATA;
-	fill_gid_entry(pc, port, index, entry);
-	return 0;
+		r = ENODATA;
+	else
+		fill_gid_entry(pc, port, index, entry);
+	pthread_mutex_unlock(&sv_lock);
+	return r;
 }
 
 SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entries,
@@ -368,14 +374,18 @@ SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_ent
 		return -EINVAL;
 	struct sv_dev_cfg *d = dcfg(c);
 	size_t n = 0;
+	pthread_mutex_lock(&sv_lock);
 	for (int p = 0; p < d->nports; p++)
 		for (int g = 0; g < d->port[p].ngid; g++) {
-			if (n >= max_entries)
+			if (n >= max_entries) {
+				pthread_mutex_unlock(&sv_lock);
 				return -EINVAL;
+			}
 			fill_gid_entry(&d->port[p], (uint32_t)p + 1, (uint32_t)g,
 				       (struct ibv_gid_entry *)((char *)entries + n * entry_size));
 			n++;
 		}
+	pthread_mutex_unlock(&sv_lock);
 	return (ssize_t)n;
 }
 
