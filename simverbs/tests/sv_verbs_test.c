@@ -2,7 +2,7 @@
  * two RC QPs in one process connected through the engine over 127.0.0.1,
  * bytes compared after each transfer, each completion and event counted.
  * usage: sv_verbs_test basic|srq|max_msg|devmem|fork_legacy|fork_safe|
- *                      fork_modern|port|memlock|nosrq|garbage
+ *                      fork_modern|fork_strict|port|memlock|nosrq|garbage|garbage_off
  * Prints one line per check and "N passed, N failed"; exit 1 on a failure. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -15,7 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -550,12 +554,31 @@ static void test_devmem(void)
 	free(src);
 }
 
+static bool have_uffd(void)
+{
+#ifdef UFFD_USER_MODE_ONLY
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
+#else
+	int fd = -1;
+#endif
+	if (fd < 0)
+		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP};
+	bool ok = ioctl(fd, UFFDIO_API, &api) == 0 && (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+	close(fd);
+	return ok;
+}
+
 /* fork: the peer WRITEs into a registered buffer after the parent forked and
- * wrote to it. mode: 0 legacy unprotected, 1 fork-safe, 2 modern kernel */
+ * wrote to it. mode: 0 legacy unprotected, 1 fork-safe, 2 modern kernel,
+ * 3 strict (every private page detaches at fork) */
 static void test_fork(int mode)
 {
 	enum ibv_fork_status want = mode == 2 ? IBV_FORK_UNNEEDED
 				    : mode == 1 ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+	bool hazard = mode == 0 || mode == 3;
 	if (mode == 1)
 		CHECK(ibv_fork_init() == 0, "ibv_fork_init before any registration");
 	CHECK(ibv_is_fork_initialized() == want, "ibv_is_fork_initialized() = %d",
@@ -564,7 +587,7 @@ static void test_fork(int mode)
 	uint8_t *dst = aligned_alloc((size_t)pg, (size_t)pg * 4), *src = aligned_alloc((size_t)pg, (size_t)pg);
 	memset(dst, 0, (size_t)pg * 4);
 	struct ibv_mr *md = ibv_reg_mr(pd, dst, (size_t)pg * 4, ALL), *ms = ibv_reg_mr(pd, src, (size_t)pg, ALL);
-	if (mode == 0)
+	if (hazard)
 		CHECK(ibv_fork_init() == EINVAL, "ibv_fork_init after a registration is EINVAL");
 	struct end a, b;
 	make_end(&a, false, NULL);
@@ -587,15 +610,20 @@ static void test_fork(int mode)
 	struct ibv_wc wc;
 	CHECK(wait_wc(a.scq, &wc, 5000) && wc.status == IBV_WC_SUCCESS, "WRITE completes successfully");
 	bool landed = !memcmp(dst, src, (size_t)pg);
-	if (mode == 0)
+	if (hazard)
 		CHECK(!landed && dst[0] == 'P',
 		      "without fork protection the data lands in a copy the parent never sees");
 	else
 		CHECK(landed, "the parent sees the data");
-	/* a page the parent did not touch after fork stays shared: data visible */
+	/* a page the parent did not touch after fork stays shared: data visible
+	 * (where userfaultfd is unavailable simverbs detaches every page at fork) */
 	post_send(a.qp, IBV_WR_RDMA_WRITE, ms, src, 64, 2, 0, (uintptr_t)dst + 2 * pg, md->rkey);
-	CHECK(wait_wc(a.scq, &wc, 5000) && wc.status == IBV_WC_SUCCESS && !memcmp(dst + 2 * pg, src, 64),
-	      "a page not written since fork() still receives data");
+	bool ok2 = wait_wc(a.scq, &wc, 5000) && wc.status == IBV_WC_SUCCESS;
+	bool seen = !memcmp(dst + 2 * pg, src, 64);
+	if (mode == 3 || (mode == 0 && !have_uffd()))
+		CHECK(ok2 && !seen, "strict (or no userfaultfd): untouched pages detached too");
+	else
+		CHECK(ok2 && seen, "a page not written since fork() still receives data");
 	/* the parent rewrites its source buffer: without protection the HCA
 	 * still reads the pre-fork page */
 	uint8_t *old = malloc((size_t)pg);
@@ -603,7 +631,11 @@ static void test_fork(int mode)
 	fill(src, (size_t)pg, 7);
 	post_send(a.qp, IBV_WR_RDMA_WRITE, ms, src, 256, 3, 0, (uintptr_t)dst + 3 * pg, md->rkey);
 	CHECK(wait_wc(a.scq, &wc, 5000) && wc.status == IBV_WC_SUCCESS, "third WRITE completes");
-	if (mode == 0)
+	if (mode == 3) {
+		/* both ends live in this process, so the destination page is detached too */
+		uint8_t zero[256] = {0};
+		CHECK(!memcmp(dst + 3 * pg, zero, 256), "strict: the parent sees none of it");
+	} else if (hazard)
 		CHECK(!memcmp(dst + 3 * pg, old, 256), "the peer receives the stale pre-fork bytes");
 	else
 		CHECK(!memcmp(dst + 3 * pg, src, 256), "the peer receives the new bytes");
@@ -729,6 +761,8 @@ int main(int argc, char **argv)
 		write_config("[hazards]\nerr_cqe_garbage = 0\n");
 	else if (!strcmp(t, "fork_legacy") || !strcmp(t, "fork_safe"))
 		setenv("SIMVERBS_FORK", "legacy", 1);
+	else if (!strcmp(t, "fork_strict"))
+		setenv("SIMVERBS_FORK", "strict", 1);
 	else if (!strcmp(t, "memlock"))
 		setenv("SIMVERBS_MEMLOCK", "always", 1);
 	else if (!strcmp(t, "port")) {
@@ -753,6 +787,8 @@ int main(int argc, char **argv)
 		test_fork(1);
 	else if (!strcmp(t, "fork_modern"))
 		test_fork(2);
+	else if (!strcmp(t, "fork_strict"))
+		test_fork(3);
 	else if (!strcmp(t, "port"))
 		test_port(ctl);
 	else if (!strcmp(t, "memlock"))
