@@ -386,6 +386,26 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 
 /* ---- spec coverage ------------------------------------------------------------------------- */
 
+/* Does a case's section list ("wire.md 5.2 (5.2.c), agent.md 8") cite
+ * `want` ("wire.md 5.2")? Every "<file>.md <number>" in the list counts. */
+static bool cites(const char *sections, const char *want)
+{
+	for (const char *md = strstr(sections, ".md "); md; md = strstr(md + 4, ".md ")) {
+		const char *start = md;
+		while (start > sections && start[-1] != ' ' && start[-1] != ',' && start[-1] != '(')
+			start--;
+		const char *num = md + 4;
+		size_t numlen = strspn(num, "0123456789.");
+		while (numlen > 0 && num[numlen - 1] == '.')
+			numlen--;
+		char entry[96];
+		snprintf(entry, sizeof(entry), "%.*s %.*s", (int)(md + 3 - start), start, (int)numlen, num);
+		if (!strcmp(entry, want))
+			return true;
+	}
+	return false;
+}
+
 static int uncovered(const options *opt, const tw_case *const *sel, int nsel)
 {
 	DIR *d = opendir(opt->spec);
@@ -431,13 +451,8 @@ static int uncovered(const options *opt, const tw_case *const *sel, int nsel)
 					char want[64];
 					snprintf(want, sizeof(want), "%s %s", de->d_name, sec);
 					bool covered = false;
-					for (int i = 0; i < nsel; i++) {
-						size_t wl = strlen(want);
-						if (!strncmp(sel[i]->section, want, wl) &&
-						    (sel[i]->section[wl] == '\0' || sel[i]->section[wl] == '.' ||
-						     sel[i]->section[wl] == ' ' || sel[i]->section[wl] == ','))
-							covered = true;
-					}
+					for (int i = 0; i < nsel && !covered; i++)
+						covered = cites(sel[i]->section, want);
 					if (!covered) {
 						printf("%-16s %s\n", want, title);
 						missing++;

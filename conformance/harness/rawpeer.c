@@ -65,6 +65,39 @@ int tw_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen)
 	return fd;
 }
 
+int tw_raw_listen(int *port_out, char *err, size_t errlen)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sin);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 || listen(fd, 16) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&sin, &sl) != 0) {
+		snprintf(err, errlen, "raw listen: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port_out = ntohs(sin.sin_port);
+	return fd;
+}
+
+int tw_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen)
+{
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	if (poll(&p, 1, timeout_ms) != 1) {
+		snprintf(err, errlen, "raw accept: no connection within %d ms", timeout_ms);
+		return -1;
+	}
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "raw accept: %s", strerror(errno));
+		return -1;
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
 int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen)
 {
 	const unsigned char *p = buf;

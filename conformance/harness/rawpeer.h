@@ -17,6 +17,13 @@
 /* Connects to "A.B.C.D:port" (or a "uv://" URL); returns the fd or -1. */
 int tw_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen);
 
+/* Listens on 127.0.0.1 with an ephemeral port; returns the fd (port in
+ * *port_out) or -1. */
+int tw_raw_listen(int *port_out, char *err, size_t errlen);
+
+/* Accepts one connection within timeout_ms; returns the fd or -1. */
+int tw_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen);
+
 /* Sends raw bytes; returns 0 or -1 (err). */
 int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen);
 

@@ -4,4 +4,4 @@
 #
 # Format: <case id or glob>  XFAIL  <reason>  --  <link>
 
-semantic.close_vs_kill_distinct  XFAIL  a closed and a killed peer both end the pending read with TW_ERR_EOF: stock's wire has no goodbye message, so both arrive as a TCP FIN  --  wire.md 3.12, 5.4
+semantic.close_vs_kill_distinct  XFAIL  a closed and a killed peer both end the pending read with TW_ERR_EOF: stock's wire has no goodbye message, so both arrive as a TCP FIN  --  wire.md 5.6

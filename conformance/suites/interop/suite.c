@@ -4,6 +4,7 @@
  * first one connects, the second accepts; messages go both ways).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "case.h"
 #include "cases.h"
@@ -22,7 +23,7 @@ static tw_outcome_t run_interop(const tw_case *c, tw_case_env *env)
 const tw_case *tw_suite_interop(int *count_out)
 {
 	static tw_case cases[32];
-	static char ids[32][64], descs[32][160];
+	static char ids[32][64], descs[32][160], secs[32][96];
 	static int n = -1;
 	if (n < 0) {
 		n = 0;
@@ -30,10 +31,18 @@ const tw_case *tw_suite_interop(int *count_out)
 			const tw_interop_case *ic = &tw_interop_cases[i];
 			snprintf(ids[n], sizeof(ids[n]), "interop.%s", ic->id);
 			snprintf(descs[n], sizeof(descs[n]), "%s, both directions over one pipe", ic->title);
+			/* every case runs the handshake and the message flow between the two
+			 * IUTs; some also exercise a rule of their own */
+			const char *extra = !strcmp(ic->id, "zero_length")        ? ", wire.md 4.1 (4.1.a)"
+			                    : !strcmp(ic->id, "no_target_device") ? ", wire.md 3.11"
+			                    : !strcmp(ic->id, "burst_1000")       ? ", wire.md 3.12"
+			                    : !strcmp(ic->id, "tensors_100")      ? ", wire.md 3.10 (3.10.d)"
+			                                                          : "";
+			snprintf(secs[n], sizeof(secs[n]), "agent.md 8, wire.md 3.9, wire.md 3.10%s", extra);
 			cases[n] = (tw_case){
 				.id = ids[n],
 				.suite = "interop",
-				.section = "agent.md 8",
+				.section = secs[n],
 				.level = TW_MUST,
 				.needs = ic->large ? "memory:10GiB" : "",
 				.description = descs[n],

@@ -345,6 +345,9 @@ static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len
 	}
 	if (rc == 0)
 		rc = expect_error_event(&s, s.server, rd, "read_descriptor", NULL, kind, kind_len);
+	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
+		rc = tw_session_fail(&s, "the pending read failed with kind '%s', not an end-of-file or "
+		                         "connection-reset error (wire.md 5.6.a)", kind);
 	/* end the server in order; the client is gone (or going) */
 	if (rc == 0) {
 		char err[TW_REASON_MAX];
@@ -436,26 +439,25 @@ static tw_outcome_t run_transport_priority(const tw_case *c, tw_case_env *env)
 /* ---- declarations ---------------------------------------------------------------------- */
 
 static const tw_case cases[] = {
-	{.id = "semantic.ordering", .suite = "semantic", .section = "wire.md 3.11",
+	{.id = "semantic.ordering", .suite = "semantic", .section = "wire.md 3.12 (3.12.a, 3.12.c)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "200 messages of distinct sizes each way arrive in write order",
-	 .requirement = "D carries, per direction: descriptor0, payloads0..., descriptor1, "
-	                "payloads1..., strictly in message order. [...] Callbacks are delivered to "
-	                "the application in message order",
+	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
+	                "payloads1..., strictly in message order. (3.12.c) A receiver MUST deliver "
+	                "messages to the application in the order their Descriptors arrived.",
 	 .timeout_s = 300, .run = run_ordering},
-	{.id = "semantic.writes_in_flight", .suite = "semantic", .section = "wire.md 3.11",
+	{.id = "semantic.writes_in_flight", .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "1000 writes of 64 KiB tensors queued before the first read",
-	 .requirement = "many writes in flight before any read (issue 3 item 5); up to several "
-	                "descriptors can be in flight; there is no flow control beyond the "
-	                "transports'",
+	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
+	                "payloads1..., strictly in message order; with many writes in flight before "
+	                "any read (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_in_flight},
-	{.id = "semantic.both_sides_write", .suite = "semantic", .section = "wire.md 3.11",
+	{.id = "semantic.both_sides_write", .suite = "semantic", .section = "wire.md 3.1",
 	 .level = TW_MUST, .needs = "",
 	 .description = "both ends queue 8 x 4 MiB messages before either reads",
-	 .requirement = "both sides writing at once (issue 3 item 5): every connection is "
-	                "symmetric after its first frame: both peers use D for their own outgoing "
-	                "descriptors/payloads",
+	 .requirement = "After its first frame every connection is symmetric. (wire.md 3.1) - "
+	                "both sides writing at once (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_both_write},
 	{.id = "semantic.descriptor_then_close", .suite = "semantic", .section = "agent.md 6.10",
 	 .level = TW_MUST, .needs = "",
@@ -471,36 +473,39 @@ static const tw_case cases[] = {
 	                "an error (TW_ERR_CLOSED for a local close) (tensorwire.h); Every callback "
 	                "fires exactly once (STYLE.md)",
 	 .timeout_s = 120, .run = run_close_with_pending},
-	{.id = "semantic.peer_gone", .suite = "semantic", .section = "wire.md 5.4",
+	{.id = "semantic.peer_gone", .suite = "semantic", .section = "wire.md 5.6 (5.6.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "a peer that closes, and one killed with SIGKILL: the pending read fails "
 	                "once, no hang",
-	 .requirement = "Transport errors (EOF, ECONNRESET [...]) are reported as Errors to the "
-	                "pending operations' callbacks; the pipe enters an error state [...] and "
-	                "fails all pending/future reads and writes. (wire.md 5.2)",
+	 .requirement = "(5.6.a) An implementation MUST treat the end of any connection of a pipe "
+	                "as the end of the pipe and fail its pending operations with an end-of-file "
+	                "or connection-reset error.",
 	 .timeout_s = 120, .run = run_peer_gone},
-	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic", .section = "wire.md 5.4",
+	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic", .section = "wire.md 5.6",
 	 .level = TW_SHOULD, .needs = "",
 	 .description = "a graceful close and a SIGKILL of the peer give different error kinds",
 	 .requirement = "a graceful close versus a peer killed with SIGKILL (distinguishable "
 	                "errors) (issue 3 item 5)",
 	 .timeout_s = 120, .run = run_peer_gone, .arg = "distinct"},
-	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5",
+	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",
-	 .requirement = "Channels: iterating its channels from highest to lowest priority, for each "
-	                "channel also present in the brochure [...] for which no higher-priority "
-	                "channel was already chosen, it sets channelForDevicePair[(L,R)] = channel",
+	 .requirement = "Channels: the server walks its own channels from highest to lowest "
+	                "priority. For each channel the brochure also names, and for each pair [...] "
+	                "not already taken by a higher-priority channel [...] it records "
+	                "channelForDevicePair[(L,R)] = channel. (3.5.a) A server MUST choose the "
+	                "transport and channels as described",
 	 .timeout_s = 120, .run = run_channel_priority},
-	{.id = "semantic.transport_priority", .suite = "semantic", .section = "wire.md 3.5",
+	{.id = "semantic.transport_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a), wire.md 3.6 (3.6.b), wire.md 3.7 (3.7.b)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "connected through uv, a server that also listens on uv_hi (10) moves the "
 	                "pipe there",
-	 .requirement = "The server iterates its own viable transports from highest to lowest "
-	                "priority and picks the first one that (a) its listener also listens on, "
-	                "(b) appears in the client's brochure [...]. If the chosen transport differs "
-	                "from the transport the bootstrap connection arrived on, the server "
-	                "registers a replacement descriptor connection",
+	 .requirement = "Transport: the server walks its own transports from highest to lowest "
+	                "priority and chooses the first one that (1) its listener is listening on, "
+	                "(2) the brochure names, and (3) whose domain descriptor equals the client's. "
+	                "(3.6.b) [...] a replacement descriptor connection under key 0 if and only "
+	                "if the transport changed. (3.7.b) If the transport changed, a client MUST "
+	                "open a connection to address [...]",
 	 .timeout_s = 120, .run = run_transport_priority},
 };
 

@@ -1,0 +1,554 @@
+/*
+ * client.c - wire-level cases with the IUT as the client: the harness is a
+ * raw uv server (harness/rawpeer.h) that the IUT's adapter connects to. It
+ * reads the hello and the Brochure byte by byte, answers with a
+ * BrochureAnswer of its own (well-formed, or broken on purpose), accepts the
+ * requested connections, and then checks every byte of a message the IUT
+ * sends, and the DescriptorReply it sends for a message the harness sends.
+ *
+ * Expected bytes are built here, independently of ref/src/wire, with the
+ * canonical encoding of spec/wire.md §1.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "rawpeer.h"
+#include "session.h"
+
+/* ---- a small canonical encoder for expected bytes --------------------------------- */
+
+typedef struct buf {
+	unsigned char b[8192];
+	size_t n;
+} buf;
+
+static void put(buf *w, const void *p, size_t n)
+{
+	if (w->n + n <= sizeof(w->b)) {
+		memcpy(w->b + w->n, p, n);
+		w->n += n;
+	}
+}
+
+static void put_byte(buf *w, unsigned v)
+{
+	unsigned char c = (unsigned char)v;
+	put(w, &c, 1);
+}
+
+static void put_uint(buf *w, uint64_t v)
+{
+	if (v < 0x80) {
+		put_byte(w, (unsigned)v);
+		return;
+	}
+	int width = v < (1ull << 8) ? 1 : v < (1ull << 16) ? 2 : v < (1ull << 32) ? 4 : 8;
+	put_byte(w, width == 1 ? 0x80 : width == 2 ? 0x81 : width == 4 ? 0x82 : 0x83);
+	for (int i = 0; i < width; i++)
+		put_byte(w, (unsigned)(v >> (8 * i)) & 0xff);
+}
+
+static void put_str(buf *w, const void *s, size_t n)
+{
+	put_byte(w, 0xbd);
+	put_uint(w, n);
+	put(w, s, n);
+}
+
+static void put_cstr(buf *w, const char *s)
+{
+	put_str(w, s, strlen(s));
+}
+
+static void put_cpu0(buf *w)
+{
+	put_byte(w, 0xb9);
+	put_byte(w, 0x02);
+	put_cstr(w, "cpu");
+	put_byte(w, 0x00);
+}
+
+static void put_gen_str(buf *w, const tw_agent_buf *b)
+{
+	unsigned char tmp[256];
+	size_t n = b->len < sizeof(tmp) ? (size_t)b->len : sizeof(tmp);
+	tw_agent_gen_fill(tmp, n, b->seed);
+	put_str(w, tmp, n);
+}
+
+/* Descriptor of a message (spec/wire.md 3.2, 3.10), canonical. */
+static void put_descriptor(buf *w, const tw_agent_msg *m)
+{
+	put_byte(w, 0xb9);
+	put_byte(w, 0x03);
+	put_gen_str(w, &m->metadata);
+	put_byte(w, 0xba);
+	put_uint(w, m->num_payloads);
+	for (size_t i = 0; i < m->num_payloads; i++) {
+		put_byte(w, 0xb9);
+		put_byte(w, 0x02);
+		put_uint(w, m->payloads[i].data.len);
+		put_gen_str(w, &m->payloads[i].metadata);
+	}
+	put_byte(w, 0xba);
+	put_uint(w, m->num_tensors);
+	for (size_t i = 0; i < m->num_tensors; i++) {
+		put_byte(w, 0xb9);
+		put_byte(w, 0x04);
+		put_uint(w, m->tensors[i].data.len);
+		put_cpu0(w);
+		if (m->tensors[i].has_target_device)
+			put_cpu0(w);
+		else
+			put_byte(w, 0xbe);
+		put_gen_str(w, &m->tensors[i].metadata);
+	}
+}
+
+typedef enum answer_kind { ANSWER_GOOD, ANSWER_UNKNOWN_TRANSPORT, ANSWER_BAD_CHANNELS,
+                           ANSWER_TRUNCATED } answer_kind;
+
+enum { REPLY_ID = 100, BASIC_ID = 101 };
+
+/* BrochureAnswer for uv + basic (spec/wire.md 3.6) with opaque ids 100/101. */
+static void put_answer(buf *w, answer_kind k, int port)
+{
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	put_byte(w, 0xb9);
+	put_byte(w, 0x07);
+	put_cstr(w, k == ANSWER_UNKNOWN_TRANSPORT ? "zz" : "uv");
+	put_cstr(w, addr);
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_uint(w, 1);
+	put_uint(w, REPLY_ID);
+	put_cstr(w, k == ANSWER_UNKNOWN_TRANSPORT ? "zz:*" : "uv:*");
+	/* channelRegistrationIds {"basic": [101]} (Binary vector<uint64>) */
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_cstr(w, "basic");
+	put_byte(w, 0xbc);
+	put_uint(w, 8);
+	for (int i = 0; i < 8; i++)
+		put_byte(w, i == 0 ? BASIC_ID : 0);
+	/* channelDeviceDescriptors {"basic": {cpu:0: "any"}} */
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_cstr(w, "basic");
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_cpu0(w);
+	put_cstr(w, "any");
+	/* channelForDevicePair {(cpu:0, cpu:0): "basic"} */
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_byte(w, 0xba);
+	put_byte(w, 0x02);
+	put_cpu0(w);
+	put_cpu0(w);
+	put_cstr(w, k == ANSWER_BAD_CHANNELS ? "zz" : "basic");
+	if (k == ANSWER_TRUNCATED)
+		w->n = 5; /* b9 07 bd 02 75: the transport name runs past the frame */
+}
+
+/* ---- the run -------------------------------------------------------------------------- */
+
+typedef struct run {
+	tw_case_env *env;
+	tw_adapter *a;
+	int lfd, port;
+	int boot, reply, basic;
+	char pipe[32];
+	char why[TW_REASON_MAX];
+} run;
+
+static int failf(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int failf(run *r, const char *fmt, ...)
+{
+	if (r->why[0])
+		return -1;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->why, sizeof(r->why), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static void hex(const unsigned char *b, size_t n, char *out, size_t len)
+{
+	out[0] = '\0';
+	for (size_t i = 0, k = 0; i < n && k + 4 < len; i++, k += 3)
+		snprintf(out + k, len - k, "%02x ", b[i]);
+	if (n * 3 + 4 > len && len > 4)
+		snprintf(out + len - 5, 5, "...");
+}
+
+static int expect_frame(run *r, int fd, const char *what, const unsigned char *want, size_t wn)
+{
+	static unsigned char got[1 << 16];
+	char err[512];
+	long n = tw_raw_recv_frame(fd, got, sizeof(got), r->env->wait_ms, err, sizeof(err));
+	if (n < 0)
+		return failf(r, "%s: %s", what, n == -2 ? "the IUT closed the connection" : err);
+	if ((size_t)n != wn || memcmp(got, want, wn) != 0) {
+		char g[400], w[400];
+		hex(got, (size_t)n, g, sizeof(g));
+		hex(want, wn, w, sizeof(w));
+		return failf(r, "%s: got %ld bytes [%s], expected %zu [%s]", what, n, g, wn, w);
+	}
+	return 0;
+}
+
+static json_t *call(run *r, json_t *req)
+{
+	char err[1024];
+	json_t *resp = tw_adapter_call(r->a, req, r->env->wait_ms, err, sizeof(err));
+	if (!resp)
+		failf(r, "%s", err);
+	return resp;
+}
+
+static json_int_t arm(run *r, json_t *req)
+{
+	json_t *resp = call(r, req);
+	json_int_t id = resp ? json_integer_value(json_object_get(resp, "id")) : -1;
+	json_decref(resp);
+	return id;
+}
+
+static json_t *event(run *r, json_int_t id, const char *name)
+{
+	char err[1024];
+	json_t *ev = tw_adapter_event(r->a, id, name, r->env->wait_ms, err, sizeof(err));
+	if (!ev)
+		failf(r, "%s", err);
+	return ev;
+}
+
+static int send_frame(run *r, int fd, const void *b, size_t n, const char *what)
+{
+	char err[256];
+	if (tw_raw_send_frame(fd, b, n, err, sizeof(err)))
+		return failf(r, "sending %s: %s", what, err);
+	return 0;
+}
+
+/* The IUT connects; the harness checks hello and Brochure, then answers. */
+static int handshake(run *r, answer_kind kind, const tw_agent_msg *first, json_int_t *wid)
+{
+	char err[512];
+	json_t *resp = call(r, json_pack("{s:s}", "cmd", "hello"));
+	json_decref(resp);
+	resp = resp ? call(r, json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd",
+	                                "context", "name", "rawtest", "transports", "name", "uv",
+	                                "kind", "uv", "priority", 0, "channels", "name", "basic",
+	                                "kind", "basic", "priority", 0))
+	            : NULL;
+	json_decref(resp);
+	if (!resp)
+		return -1;
+	char url[64];
+	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", r->port);
+	resp = call(r, json_pack("{s:s,s:s}", "cmd", "connect", "url", url));
+	if (!resp)
+		return -1;
+	snprintf(r->pipe, sizeof(r->pipe), "%s", json_string_value(json_object_get(resp, "pipe")) ?: "");
+	json_decref(resp);
+	/* a write right away: a client may write before the handshake ends (3.7.f) */
+	*wid = arm(r, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe", r->pipe, "message",
+	                        tw_msg_json(first)));
+	if (*wid < 0)
+		return -1;
+	if ((r->boot = tw_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err))) < 0)
+		return failf(r, "the IUT did not connect: %s", err);
+	unsigned char hello[64];
+	size_t hn = tw_raw_hello("rawtest", hello, sizeof(hello));
+	if (expect_frame(r, r->boot, "hello (wire.md 3.3.a: SpontaneousConnection{\"rawtest\"})",
+	                 hello, hn) ||
+	    expect_frame(r, r->boot, "Brochure (wire.md 3.4.a, uv + basic)", tw_raw_brochure_uv_basic,
+	                 tw_raw_brochure_uv_basic_len))
+		return -1;
+	buf ans = {.n = 0};
+	put_answer(&ans, kind, r->port);
+	return send_frame(r, r->boot, ans.b, ans.n, "the BrochureAnswer");
+}
+
+/* The requested connections, in any order (wire.md 3.7.c, 3.7.e, 3.9.a). */
+static int accept_requested(run *r)
+{
+	char err[512];
+	for (int k = 0; k < 2; k++) {
+		int fd = tw_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err));
+		if (fd < 0)
+			return failf(r, "requested connection %d of 2 never came: %s", k + 1, err);
+		unsigned char f[64], want_r[16], want_b[16];
+		size_t rn = tw_raw_requested(REPLY_ID, want_r, sizeof(want_r));
+		size_t bn = tw_raw_requested(BASIC_ID, want_b, sizeof(want_b));
+		long n = tw_raw_recv_frame(fd, f, sizeof(f), r->env->wait_ms, err, sizeof(err));
+		if (n == (long)rn && !memcmp(f, want_r, rn) && r->reply < 0) {
+			r->reply = fd;
+		} else if (n == (long)bn && !memcmp(f, want_b, bn) && r->basic < 0) {
+			r->basic = fd;
+		} else {
+			char g[200];
+			hex(f, n > 0 ? (size_t)n : 0, g, sizeof(g));
+			close(fd);
+			return failf(r, "a requested connection began with [%s], not "
+			                "RequestedConnection{100} or {101} (wire.md 3.7.c, 3.7.e)", g);
+		}
+	}
+	return 0;
+}
+
+static int shape(tw_agent_msg *m, size_t np, size_t nt)
+{
+	memset(m, 0, sizeof(*m));
+	m->num_payloads = np;
+	m->num_tensors = nt;
+	m->payloads = np ? calloc(np, sizeof(*m->payloads)) : NULL;
+	m->tensors = nt ? calloc(nt, sizeof(*m->tensors)) : NULL;
+	if ((np && !m->payloads) || (nt && !m->tensors))
+		return -1;
+	for (size_t i = 0; i < nt; i++)
+		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].source_device);
+	return 0;
+}
+
+static int finish(run *r)
+{
+	char err[TW_REASON_MAX];
+	json_t *resp = call(r, json_pack("{s:s,s:s}", "cmd", "close", "pipe", r->pipe));
+	json_decref(resp);
+	resp = resp ? call(r, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+	json_decref(resp);
+	if (!resp)
+		return -1;
+	if (tw_adapter_finish(r->a, 30000, err, sizeof(err)) ||
+	    tw_adapter_check_callbacks(r->a, err, sizeof(err)))
+		return failf(r, "%s", err);
+	return 0;
+}
+
+/* "(3.3.a) A client MUST send a SpontaneousConnection as the first frame of the
+ * bootstrap connection. (3.4.a) A client MUST send the Brochure as the second
+ * frame [...] (3.7.c) A client MUST open the descriptor-reply connection and
+ * send RequestedConnection{transportRegistrationIds[1]} first. (3.10.a) A
+ * sender MUST write the Descriptor and then exactly one frame per payload on
+ * D [...] (3.11.a) A receiver MUST send exactly one DescriptorReply per
+ * message that has at least one tensor without a target device" */
+static int client_handshake(run *r)
+{
+	tw_agent_msg out, in;
+	json_int_t wid;
+	int rc = -1;
+	if (shape(&out, 1, 1) || shape(&in, 1, 1)) {
+		failf(r, "harness: out of memory");
+		goto done;
+	}
+	out.metadata = (tw_agent_buf){5, 11};
+	out.payloads[0].data = (tw_agent_buf){8, 12};
+	out.payloads[0].metadata = (tw_agent_buf){2, 13};
+	out.tensors[0].data = (tw_agent_buf){16, 14};
+	out.tensors[0].metadata = (tw_agent_buf){3, 15};
+	out.tensors[0].has_target_device = true;
+	(void)tw_agent_device_parse("cpu:0", &out.tensors[0].target_device);
+	in.metadata = (tw_agent_buf){4, 21};
+	in.payloads[0].data = (tw_agent_buf){6, 22};
+	in.tensors[0].data = (tw_agent_buf){12, 23}; /* no target device: DescriptorReply */
+	if (handshake(r, ANSWER_GOOD, &out, &wid) || accept_requested(r))
+		goto done;
+	/* the IUT's message, byte for byte */
+	buf d = {.n = 0};
+	put_descriptor(&d, &out);
+	unsigned char pay[8], ten[16], ten_in[12], pay_in[6];
+	tw_agent_gen_fill(pay, sizeof(pay), 12);
+	tw_agent_gen_fill(ten, sizeof(ten), 14);
+	if (expect_frame(r, r->boot, "the IUT's Descriptor (wire.md 3.10.a, 3.2.a)", d.b, d.n) ||
+	    expect_frame(r, r->boot, "the IUT's payload frame (wire.md 3.10.b)", pay, sizeof(pay)) ||
+	    expect_frame(r, r->basic, "the IUT's tensor on the basic channel (wire.md 4.2)", ten,
+	                 sizeof(ten)))
+		goto done;
+	json_t *ev = event(r, wid, "write");
+	if (!ev)
+		goto done;
+	if (!json_is_true(json_object_get(ev, "ok"))) {
+		failf(r, "the IUT's write failed: %s", tw_event_error_text(ev));
+		json_decref(ev);
+		goto done;
+	}
+	json_decref(ev);
+	/* the harness's message: the IUT must answer with DescriptorReply [cpu:0] */
+	json_int_t rd = arm(r, json_pack("{s:s,s:s}", "cmd", "read_descriptor", "pipe", r->pipe));
+	buf d2 = {.n = 0};
+	put_descriptor(&d2, &in);
+	tw_agent_gen_fill(pay_in, sizeof(pay_in), 22);
+	if (rd < 0 || send_frame(r, r->boot, d2.b, d2.n, "a Descriptor") ||
+	    send_frame(r, r->boot, pay_in, sizeof(pay_in), "a payload"))
+		goto done;
+	char why[1024];
+	if (!(ev = event(r, rd, "read_descriptor")))
+		goto done;
+	if (!json_is_true(json_object_get(ev, "ok")) ||
+	    tw_msg_check_descriptor(&in, json_object_get(ev, "descriptor"), why, sizeof(why))) {
+		failf(r, "the IUT's read_descriptor: %s",
+		      json_is_true(json_object_get(ev, "ok")) ? why : tw_event_error_text(ev));
+		json_decref(ev);
+		goto done;
+	}
+	json_decref(ev);
+	json_int_t rid = arm(r, json_pack("{s:s,s:s}", "cmd", "read", "pipe", r->pipe));
+	static const unsigned char reply[] = {0xb9, 0x01, 0xba, 0x01, 0xb9, 0x02, 0xbd,
+	                                      0x03, 'c', 'p', 'u', 0x00};
+	tw_agent_gen_fill(ten_in, sizeof(ten_in), 23);
+	if (rid < 0 ||
+	    expect_frame(r, r->reply, "the IUT's DescriptorReply (wire.md 3.11.a, 3.11.b)", reply,
+	                 sizeof(reply)) ||
+	    send_frame(r, r->basic, ten_in, sizeof(ten_in), "a tensor"))
+		goto done;
+	if (!(ev = event(r, rid, "read")))
+		goto done;
+	if (!json_is_true(json_object_get(ev, "ok")) ||
+	    tw_msg_check_read(&in, ev, why, sizeof(why))) {
+		failf(r, "the IUT's read: %s",
+		      json_is_true(json_object_get(ev, "ok")) ? why : tw_event_error_text(ev));
+		json_decref(ev);
+		goto done;
+	}
+	json_decref(ev);
+	rc = finish(r);
+done:
+	tw_msg_clear(&out);
+	tw_msg_clear(&in);
+	return rc;
+}
+
+/* A BrochureAnswer the client must refuse: the pipe fails with a protocol
+ * error (its pending write reports it), and the process lives on. */
+static int client_refuses(run *r, answer_kind kind)
+{
+	tw_agent_msg out;
+	json_int_t wid;
+	int rc = -1;
+	if (shape(&out, 1, 0)) {
+		failf(r, "harness: out of memory");
+		goto done;
+	}
+	out.payloads[0].data = (tw_agent_buf){8, 31};
+	if (handshake(r, kind, &out, &wid))
+		goto done;
+	json_t *ev = event(r, wid, "write");
+	if (!ev)
+		goto done;
+	const char *k = tw_event_error_kind(ev);
+	if (json_is_true(json_object_get(ev, "ok")))
+		failf(r, "the IUT accepted the answer: its write succeeded");
+	else if (!k || strcmp(k, "proto") != 0)
+		failf(r, "the pipe failed with kind '%s' (%s), not a protocol error", k ? k : "?",
+		      tw_event_error_text(ev));
+	else
+		printf("# the pipe failed as it should: %s\n", tw_event_error_text(ev));
+	json_decref(ev);
+	if (!r->why[0])
+		rc = finish(r);
+done:
+	tw_msg_clear(&out);
+	return rc;
+}
+
+static tw_outcome_t run_client_case(const tw_case *c, tw_case_env *env)
+{
+	run r = {.env = env, .boot = -1, .reply = -1, .basic = -1};
+	char err[1024];
+	if ((r.lfd = tw_raw_listen(&r.port, err, sizeof(err))) < 0)
+		return tw_case_result(env, TW_ERROR, "%s", err);
+	if (!(r.a = tw_adapter_spawn(env->iut_cmd, "client", err, sizeof(err)))) {
+		close(r.lfd);
+		return tw_case_result(env, TW_ERROR, "%s", err);
+	}
+	const char *which = c->arg;
+	int rc;
+	if (!strcmp(which, "handshake"))
+		rc = client_handshake(&r);
+	else if (!strcmp(which, "unknown_transport"))
+		rc = client_refuses(&r, ANSWER_UNKNOWN_TRANSPORT);
+	else if (!strcmp(which, "bad_channels"))
+		rc = client_refuses(&r, ANSWER_BAD_CHANNELS);
+	else
+		rc = client_refuses(&r, ANSWER_TRUNCATED);
+	if (rc != 0) {
+		int st;
+		if (tw_adapter_exited(r.a, &st)) {
+			char s[64];
+			tw_adapter_describe_status(st, s, sizeof(s));
+			const char *tail = tw_adapter_stderr(r.a);
+			size_t tl = strlen(tail);
+			printf("# the IUT ended: %s; stderr tail: %s\n", s, tl > 400 ? tail + tl - 400 : tail);
+		}
+	}
+	int fds[4] = {r.boot, r.reply, r.basic, r.lfd};
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	tw_adapter_destroy(r.a);
+	snprintf(env->transport, sizeof(env->transport), "uv");
+	snprintf(env->channel, sizeof(env->channel), "basic");
+	if (rc == 0)
+		return TW_PASS;
+	return tw_case_result(env, TW_FAIL, "%s", r.why);
+}
+
+static const tw_case cases[] = {
+	{.id = "wire.client_handshake", .suite = "wire",
+	 .section = "wire.md 3.3 (3.3.a), wire.md 3.4 (3.4.a), wire.md 3.7 (3.7.c, 3.7.e), "
+	            "wire.md 3.10 (3.10.a, 3.10.b), wire.md 3.11 (3.11.a, 3.11.b), wire.md 2.2 (2.2.a), "
+	            "wire.md 3.2 (3.2.a), wire.md 2.1 (2.1.a)",
+	 .level = TW_MUST, .needs = "",
+	 .description = "raw server: the IUT connects; hello, Brochure, requested connections, a "
+	                "message and a DescriptorReply checked byte for byte",
+	 .requirement = "(3.3.a) A client MUST send a SpontaneousConnection as the first frame of "
+	                "the bootstrap connection. (3.4.a) A client MUST send the Brochure as the "
+	                "second frame of the bootstrap connection. (3.7.c) A client MUST open the "
+	                "descriptor-reply connection and send RequestedConnection{"
+	                "transportRegistrationIds[1]} first. (3.10.a) A sender MUST write the "
+	                "Descriptor and then exactly one frame per payload on D, in that order. "
+	                "(3.11.b) Its targetDevices MUST hold one Device per tensor that lacked a "
+	                "target device, in tensor order.",
+	 .timeout_s = 60, .run = run_client_case, .arg = "handshake"},
+	{.id = "wire.client_unknown_transport", .suite = "wire", .section = "wire.md 3.7 (3.7.a)",
+	 .level = TW_MUST, .needs = "",
+	 .description = "raw server: a BrochureAnswer naming transport 'zz', which the client never "
+	                "offered: the pipe fails with a protocol error",
+	 .requirement = "(3.7.a) A client MUST fail the pipe with a protocol error if transport "
+	                "names a transport it did not offer, or if it does not accept "
+	                "transportDomainDescriptor.",
+	 .timeout_s = 60, .run = run_client_case, .arg = "unknown_transport"},
+	{.id = "wire.client_bad_channels", .suite = "wire", .section = "wire.md 3.7 (3.7.d)",
+	 .level = TW_MUST, .needs = "",
+	 .description = "raw server: a BrochureAnswer whose channelForDevicePair names channel "
+	                "'zz': the pipe fails with a protocol error",
+	 .requirement = "(3.7.d) A client MUST recompute the channel selection with its own "
+	                "priorities over the server's descriptors and fail the pipe with a protocol "
+	                "error unless, for each of its pairs [...] the answer holds [...] the same "
+	                "channel",
+	 .timeout_s = 60, .run = run_client_case, .arg = "bad_channels"},
+	{.id = "wire.client_truncated_answer", .suite = "wire", .section = "wire.md 5.2 (5.2.a)",
+	 .level = TW_MUST, .needs = "",
+	 .description = "raw server: a BrochureAnswer cut inside its first string: the pipe fails "
+	                "with a protocol error",
+	 .requirement = "(5.2.a) An implementation that receives a malformed packet MUST fail only "
+	                "the connection, or the pipe the connection belongs to, with a protocol "
+	                "error. (5.2.b) It MUST NOT terminate the process",
+	 .timeout_s = 60, .run = run_client_case, .arg = "truncated"},
+};
+
+const tw_case *tw_suite_wire_client(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
