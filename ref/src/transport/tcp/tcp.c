@@ -78,6 +78,11 @@ struct tcp_conn {
 	uint8_t *rbuf;
 	size_t rpos, rend;
 	unsigned refs; /* the poll handle + every op not yet called back */
+	/* A read or write moved less than asked: the socket is drained (or
+	 * full); wait for the next poll event instead of trying again just to
+	 * hear EAGAIN. Level-triggered polling makes this safe. */
+	bool read_drained;
+	bool write_full;
 	char peer[TW_TCP_ADDR_MAX];
 };
 
@@ -256,15 +261,24 @@ static void tcp_drive_writes(tcp_conn *c)
 			tcp_advance_writes(c, 0);
 			continue;
 		}
+		if (c->write_full)
+			return;
+		size_t asked = 0;
+		for (int i = 0; i < n; i++)
+			asked += iov[i].iov_len;
 		ssize_t w = tw__sys_writev(c->fd, iov, n);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				c->write_full = true;
 				return;
+			}
 			tcp_fail_errno(c, "write to", errno);
 			return;
 		}
+		if ((size_t)w < asked && (size_t)w < TW_RW_MAX)
+			c->write_full = true;
 		tcp_advance_writes(c, (size_t)w);
 	}
 }
@@ -338,11 +352,18 @@ static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64
 		iov[n].iov_len = TCP_RBUF_SIZE - c->rend;
 		n++;
 	}
+	if (c->read_drained)
+		return -2;
+	size_t asked = 0;
+	for (int i = 0; i < n; i++)
+		asked += iov[i].iov_len;
 	for (;;) {
 		ssize_t r = tw__sys_readv(c->fd, iov, n);
 		if (r > 0) {
 			uint64_t into_dst = (uint64_t)r < dst_len ? (uint64_t)r : dst_len;
 			c->rend += (size_t)((uint64_t)r - into_dst);
+			if ((size_t)r < asked && (size_t)r < TW_RW_MAX)
+				c->read_drained = true;
 			return (ssize_t)into_dst;
 		}
 		if (r == 0) {
@@ -359,8 +380,10 @@ static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64
 		}
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->read_drained = true;
 			return -2;
+		}
 		tcp_fail_errno(c, "read from", errno);
 		return -1;
 	}
@@ -565,6 +588,10 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		}
 		return;
 	}
+	if (events & UV_READABLE)
+		c->read_drained = false;
+	if (events & UV_WRITABLE)
+		c->write_full = false;
 	if (c->state == TCP_CONNECTING && (events & UV_WRITABLE))
 		tcp_finish_connect(c);
 	tcp_drive(c);
