@@ -34,7 +34,13 @@
  *     fail such a write with TW_ERR_UNSUPPORTED, not truncate).
  *   - TW_WRITE_OBJECT marks a frame that holds a nop object: ring transports
  *     must write it in one piece (spec 2.3.6); stream transports ignore it.
- *     read_alloc() is only used for nop objects.
+ *     read_alloc() is only used for nop objects. A transport may enforce a
+ *     lower limit of its own (shm/ibv rings: a nop object must fit the 2 MiB
+ *     ring): fail the read with TW_ERR_PROTO, or the write with
+ *     TW_ERR_UNSUPPORTED, through the callback and with a detail.
+ *   - Several connections to the same peer are independent: the core opens
+ *     one per descriptor, reply and channel connection (spec 3.1), and a
+ *     channel with lanes (mpt) opens more through its own transport instances.
  */
 #ifndef TW_TRANSPORT_TRANSPORT_H
 #define TW_TRANSPORT_TRANSPORT_H
