@@ -1,7 +1,7 @@
 # Known exceptions of libtensorwire (conformance/iut/tensorwire). Every MUST
 # case passes; what is listed here is a SHOULD that the wire itself cannot
-# support.
+# support. None at the moment: a graceful close and a killed peer are told
+# apart by the goodbye extension (spec/wire.md 8.2), and a client that leaves
+# after the answer is noticed by the end watch (spec/wire.md 5.6.b).
 #
 # Format: <case id or glob>  XFAIL  <reason>  --  <link>
-
-semantic.close_vs_kill_distinct  XFAIL  a closed and a killed peer both end the pending read with TW_ERR_EOF: stock's wire has no goodbye message, so both arrive as a TCP FIN  --  wire.md 5.6

@@ -97,7 +97,8 @@ static void case_peer_close_eof(void)
 
 static void case_peer_close_clean_eof(void)
 {
-	/* With nothing unread on either side the peer's close is a FIN: EOF. */
+	/* A graceful close of an ours<->ours pipe says goodbye (spec 8.2): the
+	 * peer's pending read ends with TW_ERR_EOF saying so. */
 	tu_pair p = { 0 };
 	tu_pair_open(&p, NULL);
 	tu_rec d;
@@ -106,7 +107,7 @@ static void case_peer_close_clean_eof(void)
 	CHECK(!tu_wait_for(&d.w, 1, 100));
 	tw_pipe_destroy(p.c);
 	p.c = NULL;
-	tu_expect(&d, TW_ERR_EOF, "closed by peer");
+	tu_expect(&d, TW_ERR_EOF, "the peer closed the pipe");
 	destroy_pair(&p);
 	tu_once(&d);
 }

@@ -385,6 +385,12 @@ static tw_outcome_t run_peer_gone(const tw_case *c, tw_case_env *env)
 	if (c->arg && !strcmp(k1, k2))
 		return tw_case_result(env, TW_FAIL, "a graceful close and a SIGKILL both end the "
 		                                    "peer's pending read with kind '%s'", k1);
+	/* Distinct is not enough: the close must read as an end-of-file and the
+	 * death as a reset (wire.md 8.2), not the other way round. */
+	if (c->arg && (strcmp(k1, "eof") != 0 || strcmp(k2, "reset") != 0))
+		return tw_case_result(env, TW_FAIL, "a graceful close ended the peer's pending read "
+		                                    "with kind '%s' and a SIGKILL with '%s'; expected "
+		                                    "'eof' and 'reset'", k1, k2);
 	return tw_case_result(env, TW_PASS, "graceful close: %s; SIGKILL: %s", k1, k2);
 }
 
@@ -481,11 +487,13 @@ static const tw_case cases[] = {
 	                "as the end of the pipe and fail its pending operations with an end-of-file "
 	                "or connection-reset error.",
 	 .timeout_s = 120, .run = run_peer_gone},
-	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic", .section = "wire.md 5.6",
+	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic",
+	 .section = "wire.md 5.6, wire.md 8.2 (8.2.c, 8.2.d)",
 	 .level = TW_SHOULD, .needs = "",
 	 .description = "a graceful close and a SIGKILL of the peer give different error kinds",
 	 .requirement = "a graceful close versus a peer killed with SIGKILL (distinguishable "
-	                "errors) (issue 3 item 5)",
+	                "errors) (issue 3 item 5); (8.2.c) end-of-file after a goodbye, (8.2.d) "
+	                "connection reset without one",
 	 .timeout_s = 120, .run = run_peer_gone, .arg = "distinct"},
 	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
 	 .level = TW_MUST, .needs = "",

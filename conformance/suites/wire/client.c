@@ -205,6 +205,64 @@ static int expect_frame(run *r, int fd, const char *what, const unsigned char *w
 	return 0;
 }
 
+/* The Brochure: uv + basic (tw_raw_brochure_uv_basic), where the transports
+ * map may also hold the extension request of spec/wire.md §8.1, one entry
+ * "tensorwire.ext" -> any string, before or after "uv" (map order is the
+ * writer's, §1.7). */
+static bool ext_brochure(const unsigned char *g, size_t n)
+{
+	const unsigned char *plain = tw_raw_brochure_uv_basic;
+	static const unsigned char head[] = {0xb9, 0x02, 0xbb, 0x02};
+	static const unsigned char ext[] = {0xbd, 0x0e, 't', 'e', 'n', 's', 'o', 'r', 'w',
+	                                    'i', 'r', 'e', '.', 'e', 'x', 't'};
+	const size_t uv_len = 10, rest_off = 14; /* plain: b9 02 bb 01 <uv entry> <channels> */
+	const size_t rest_len = tw_raw_brochure_uv_basic_len - rest_off;
+	for (int ext_first = 0; ext_first < 2; ext_first++) {
+		size_t k = 0;
+		if (n < sizeof(head) || memcmp(g, head, sizeof(head)) != 0)
+			return false;
+		k = sizeof(head);
+		for (int part = 0; part < 2; part++) {
+			if ((part == 0) != (ext_first == 1)) {
+				if (n - k < uv_len || memcmp(g + k, plain + 4, uv_len) != 0)
+					goto next;
+				k += uv_len;
+			} else {
+				/* the key, then a string of up to 127 bytes */
+				if (n - k < sizeof(ext) + 2 || memcmp(g + k, ext, sizeof(ext)) != 0 ||
+				    g[k + sizeof(ext)] != 0xbd || g[k + sizeof(ext) + 1] >= 0x80)
+					goto next;
+				k += sizeof(ext) + 2 + g[k + sizeof(ext) + 1];
+				if (k > n)
+					goto next;
+			}
+		}
+		if (n - k == rest_len && memcmp(g + k, plain + rest_off, rest_len) == 0)
+			return true;
+	next:;
+	}
+	return false;
+}
+
+static int expect_brochure(run *r)
+{
+	static unsigned char got[1 << 16];
+	char err[512];
+	const char *what = "Brochure (wire.md 3.4.a, uv + basic)";
+	long n = tw_raw_recv_frame(r->boot, got, sizeof(got), r->env->wait_ms, err, sizeof(err));
+	if (n < 0)
+		return failf(r, "%s: %s", what, n == -2 ? "the IUT closed the connection" : err);
+	if (((size_t)n == tw_raw_brochure_uv_basic_len &&
+	     memcmp(got, tw_raw_brochure_uv_basic, (size_t)n) == 0) ||
+	    ext_brochure(got, (size_t)n))
+		return 0;
+	char g[400], w[400];
+	hex(got, (size_t)n, g, sizeof(g));
+	hex(tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, w, sizeof(w));
+	return failf(r, "%s: got %ld bytes [%s], expected %zu [%s] (or with a tensorwire.ext entry, "
+	                "wire.md 8.1)", what, n, g, tw_raw_brochure_uv_basic_len, w);
+}
+
 static json_t *call(run *r, json_t *req)
 {
 	char err[1024];
@@ -271,8 +329,7 @@ static int handshake(run *r, answer_kind kind, const tw_agent_msg *first, json_i
 	size_t hn = tw_raw_hello("rawtest", hello, sizeof(hello));
 	if (expect_frame(r, r->boot, "hello (wire.md 3.3.a: SpontaneousConnection{\"rawtest\"})",
 	                 hello, hn) ||
-	    expect_frame(r, r->boot, "Brochure (wire.md 3.4.a, uv + basic)", tw_raw_brochure_uv_basic,
-	                 tw_raw_brochure_uv_basic_len))
+	    expect_brochure(r))
 		return -1;
 	buf ans = {.n = 0};
 	put_answer(&ans, kind, r->port);

@@ -22,6 +22,25 @@
  *   - Lifetime: close (start shutdown, non-blocking), join (wait), destroy
  *     (free) are separate steps. A pipe or listener handle stays valid until
  *     its destroy call; the library frees it once its callbacks have run.
+ *   - The peer going away (spec/wire.md 5.6, 8.2): a pipe notices the end of
+ *     any of its connections even when nothing is pending on it, also while
+ *     a server pipe still waits for its requested connections (then it fails
+ *     with TW_ERR_EOF or TW_ERR_CONNRESET, and so do its pending accept-side
+ *     notifications). Once established, what the peer wrote before it left is
+ *     still delivered while it is being read (for at most about 1 s after the
+ *     end was noticed); then every pending callback fires with the pipe's
+ *     error, which says how the peer left:
+ *       TW_ERR_EOF        the peer closed the pipe (tw_pipe_close,
+ *                         tw_pipe_destroy or tw_context_close/destroy of a
+ *                         tensorwire peer, which says goodbye first), or a
+ *                         stock TensorPipe peer's connection ended (FIN);
+ *       TW_ERR_CONNRESET  a tensorwire peer's connections were lost without
+ *                         a goodbye: it died (SIGKILL, crash, exit without
+ *                         closing) or the network failed; or a stock peer's
+ *                         connection was reset.
+ *     Stock TensorPipe peers cannot say goodbye (their wire has no such
+ *     message), so with them a FIN is TW_ERR_EOF whether the peer closed or
+ *     died. Closing discards what this side has not read yet.
  *
  * This header must not expose internals: all objects are opaque; only the
  * message description types are plain structs.
@@ -53,13 +72,13 @@ typedef enum tw_status {
 	TW_ERR_INVAL = -2,       /* bad argument from the caller */
 	TW_ERR_PROTO = -3,       /* the peer broke the protocol (spec/wire.md) */
 	TW_ERR_CLOSED = -4,      /* the object was closed locally */
-	TW_ERR_EOF = -5,         /* the peer closed the connection */
+	TW_ERR_EOF = -5,         /* the peer closed the pipe or connection (see above) */
 	TW_ERR_TIMEDOUT = -6,    /* a deadline passed */
 	TW_ERR_CANCELED = -7,    /* the operation was canceled */
 	TW_ERR_UNSUPPORTED = -8, /* not supported by this build, backend or peer */
 	TW_ERR_NODEV = -9,       /* no usable device (RDMA, GPU) */
 	TW_ERR_SYS = -10,        /* a system call failed; the detail names it */
-	TW_ERR_CONNRESET = -11,  /* the connection was reset (peer died or RST) */
+	TW_ERR_CONNRESET = -11,  /* the connection was reset or lost without a goodbye (peer died) */
 } tw_status_t;
 
 /* Short constant name of a status ("TW_ERR_PROTO"). Never NULL. */
@@ -151,6 +170,8 @@ TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_ou
  * accepts from a peer before failing that pipe with TW_ERR_PROTO (default
  * 64 MiB; the last registration that sets it wins; payload and tensor frames
  * are not limited by it). Must be called before the first listen or connect.
+ * Names starting with "tensorwire." are reserved (spec/wire.md 8.1) and
+ * refused with TW_ERR_INVAL.
  * Returns TW_ERR_UNSUPPORTED (with the reason) if the kind is not viable on
  * this machine; the context stays usable without it. */
 TW_NODISCARD tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind,
@@ -252,7 +273,12 @@ TW_NODISCARD tw_status_t tw_pipe_read(tw_pipe *pipe, const tw_allocation *alloc,
                                       void *arg);
 
 /* Closes the pipe: its connections are closed and each pending callback fires
- * with TW_ERR_CLOSED. Non-blocking, idempotent. */
+ * with TW_ERR_CLOSED. Non-blocking, idempotent. If the pipe is established and
+ * its peer is a tensorwire implementation, a goodbye (spec/wire.md 8.2) is
+ * written first, so the peer's pipe fails with TW_ERR_EOF, not
+ * TW_ERR_CONNRESET; the connection carrying it closes once it is written (at
+ * most 1 s later: tw_context_join may wait that long). tw_pipe_destroy and
+ * tw_context_close/destroy close this way too. */
 void tw_pipe_close(tw_pipe *pipe);
 
 /* Closes if needed and releases the handle. */

@@ -208,6 +208,12 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 	tw_status_t st = tw__ctx_check_name(fn, name);
 	if (st != TW_OK)
 		return st;
+	/* Brochure entries under this prefix are not transports (spec 8.1.a). */
+	if (strncmp(name, "tensorwire.", 11) == 0)
+		return tw__api_fail(TW_ERR_INVAL,
+		                    "%s: transport names starting with 'tensorwire.' are reserved (spec "
+		                    "8.1): '%s'",
+		                    fn, name);
 	char rest[256];
 	uint64_t max_object = 0;
 	st = tw__ctx_split_options(ctx, fn, options, rest, sizeof(rest), &max_object);

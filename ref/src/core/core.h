@@ -36,6 +36,20 @@
 #define TW_DEFAULT_MAX_OBJECT ((uint64_t)64 << 20)
 #define TW_URL_MAX 128
 
+/* tensorwire's extensions (spec/wire.md 8). The Brochure entry that asks for
+ * them: a transport name that is never a real transport, whose value lists
+ * the extensions, joined by ','. The BrochureAnswer's acknowledgement: this
+ * extra transportRegistrationIds key, whose value is a bit mask. */
+#define TW_EXT_BROCHURE_NAME "tensorwire.ext"
+#define TW_EXT_ANSWER_KEY UINT64_C(0x74770001)
+#define TW_EXT_GOODBYE "goodbye"
+#define TW_EXT_GOODBYE_BIT UINT64_C(1)
+/* Bounds of the end of a pipe (spec 8.2): how long an established pipe whose
+ * peer is gone waits for the verdict and for D to hand over what it still
+ * holds; how long a closing pipe waits for its goodbye to be written. */
+#define TW_PIPE_END_GRACE_MS 1000
+#define TW_PIPE_GOODBYE_WAIT_MS 1000
+
 /* ---- registrations ------------------------------------------------------ */
 
 typedef struct tw_transport_reg {
@@ -193,6 +207,7 @@ typedef struct tw_out_msg {
 	tw_device *targets;     /* per tensor: the device it goes to */
 	enum tw_out_state state;
 	unsigned pending;       /* transport/channel operations in flight */
+	bool held;              /* an operation failed as the peer left: wait for the verdict */
 	bool done;
 	tw_status_t status;
 	char detail[TW_DETAIL_MAX];
@@ -224,6 +239,7 @@ typedef struct tw_in_msg {
 	tw_tensor_allocation *ten_allocs;
 	tw_nop_writer reply;       /* encoded DescriptorReply, if any */
 	unsigned pending;
+	bool held;                 /* an operation failed as the peer left: wait for the verdict */
 	tw_status_t status;
 	char detail[TW_DETAIL_MAX];
 } tw_in_msg;
@@ -309,6 +325,24 @@ struct tw_pipe {
 	tw_pipe_pair *pairs;
 	size_t num_pairs;
 	char remote_name[256];
+
+	/* goodbye (spec 8.2): negotiated in the handshake; then R always has a
+	 * read pending and a local close writes a goodbye on it first */
+	bool ext_goodbye;
+	tw_conn *r_goodbye;         /* R after a local close, until the goodbye is written */
+	/* The end of an established pipe (spec 5.6): the first connection that
+	 * ends (EOF or reset) starts it; the pipe fails once the verdict is known
+	 * (goodbye pipes: from R) and D has delivered what it still held, or when
+	 * the timer runs out. Operations that failed meanwhile are held. */
+	bool ending;
+	bool d_ended;               /* D reported its end (after its last frame) */
+	bool r_ended;               /* goodbye pipes: R ended without a goodbye */
+	bool goodbye_seen;          /* goodbye pipes: R delivered the peer's goodbye */
+	tw_status_t end_status;     /* the first end */
+	char end_detail[TW_DETAIL_MAX];
+	uv_timer_t timer;           /* the end's grace, then the goodbye write's bound */
+	bool timer_inited;
+	bool timer_closed;
 
 	tw_list out_msgs;           /* writes whose callback has not run */
 	tw_list in_msgs;            /* reads whose callbacks have not all run */

@@ -3,7 +3,10 @@
  * client puts in its Brochure, how the server picks a transport and the
  * channel for each device pair (registration priority, higher wins), what
  * goes into the BrochureAnswer, and how the client checks that answer by
- * recomputing the channel selection with its own priorities.
+ * recomputing the channel selection with its own priorities. Also the
+ * extensions of spec 8: the client always asks for them with the reserved
+ * Brochure entry; the server acknowledges what it supports only when asked,
+ * so stock peers never see anything new.
  *
  * Pure decisions over the registry and decoded packets: this file must not
  * touch connections (pipe.c opens them).
@@ -48,7 +51,7 @@ tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w)
 {
 	tw_wire_brochure b;
 	memset(&b, 0, sizeof(b));
-	tw_wire_kv kv[TW_REGS_MAX];
+	tw_wire_kv kv[TW_REGS_MAX + 1];
 	tw_wire_channel_devices chans[TW_REGS_MAX];
 	memset(chans, 0, sizeof(chans));
 	tw_status_t st = TW_ERR_NOMEM;
@@ -60,7 +63,12 @@ tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w)
 		kv[i].value.s = (char *)d;
 		kv[i].value.n = strlen(d);
 	}
-	b.num_transports = ctx->num_transports;
+	/* The extensions we ask for (spec 8.1): last, after every transport. */
+	kv[ctx->num_transports].key.s = (char *)TW_EXT_BROCHURE_NAME;
+	kv[ctx->num_transports].key.n = strlen(TW_EXT_BROCHURE_NAME);
+	kv[ctx->num_transports].value.s = (char *)TW_EXT_GOODBYE;
+	kv[ctx->num_transports].value.n = strlen(TW_EXT_GOODBYE);
+	b.num_transports = ctx->num_transports + 1;
 	b.transports = kv;
 	for (size_t i = 0; i < ctx->num_channels; i++) {
 		tw_channel_reg *creg = &ctx->channels[i];
@@ -160,6 +168,38 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 	return TW_OK;
 }
 
+/* ---- extensions (spec 8.1) ------------------------------------------------------ */
+
+/* Does the comma-separated list `list` name `token`? */
+static bool tw__ext_list_has(const tw_wire_str *list, const char *token)
+{
+	size_t tn = strlen(token);
+	const char *p = list->s, *end = list->s + list->n;
+	while (p <= end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		const char *stop = comma ? comma : end;
+		if ((size_t)(stop - p) == tn && memcmp(p, token, tn) == 0)
+			return true;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	return false;
+}
+
+/* The extensions a Brochure asks for, as a bit mask (unknown ones ignored). */
+static uint64_t tw__ext_asked(const tw_wire_brochure *b)
+{
+	size_t n = strlen(TW_EXT_BROCHURE_NAME);
+	for (size_t i = 0; i < b->num_transports; i++) {
+		/* Duplicate keys were dropped by the decoder: the first one counts. */
+		if (tw__wire_str_eq(&b->transports[i].key, TW_EXT_BROCHURE_NAME, n))
+			return tw__ext_list_has(&b->transports[i].value, TW_EXT_GOODBYE) ? TW_EXT_GOODBYE_BIT
+			                                                                  : 0;
+	}
+	return 0;
+}
+
 /* ---- server ------------------------------------------------------------------- */
 
 static char *tw__offer_list(const tw_wire_brochure *b, char *buf, size_t n)
@@ -254,8 +294,17 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	a.transport.n = p->reg->name_len;
 	a.address.s = entry->address;
 	a.address.n = strlen(entry->address);
-	tw_wire_id_entry ids[2] = { { 1, id_r }, { 0, id_d } };
+	tw_wire_id_entry ids[3] = { { 1, id_r }, { 0, id_d } };
 	a.num_transport_ids = p->need_replacement ? 2 : 1;
+	/* Acknowledge what the client asked for and we support (spec 8.1.c);
+	 * a client that asked for nothing (any stock client) gets no key. */
+	uint64_t acked = tw__ext_asked(b) & TW_EXT_GOODBYE_BIT;
+	if (acked) {
+		ids[a.num_transport_ids].key = TW_EXT_ANSWER_KEY;
+		ids[a.num_transport_ids].id = acked;
+		a.num_transport_ids++;
+	}
+	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
 	a.transport_ids = ids;
 	a.transport_domain_descriptor.s = (char *)tdesc;
 	a.transport_domain_descriptor.n = strlen(tdesc);
@@ -338,7 +387,8 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 		return TW_ERR_PROTO;
 	}
 	p->reg = reg;
-	bool need_d = reg != p->boot_reg, have_d = false, have_r = false;
+	bool need_d = reg != p->boot_reg, have_d = false, have_r = false, have_ext = false;
+	uint64_t acked = 0;
 	for (size_t i = 0; i < a->num_transport_ids; i++) {
 		if (a->transport_ids[i].key == 1 && !have_r) {
 			*id_r_out = a->transport_ids[i].id;
@@ -346,8 +396,13 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 		} else if (a->transport_ids[i].key == 0 && !have_d) {
 			*id_d_out = a->transport_ids[i].id;
 			have_d = true;
+		} else if (a->transport_ids[i].key == TW_EXT_ANSWER_KEY && !have_ext) {
+			acked = a->transport_ids[i].id;
+			have_ext = true;
 		}
 	}
+	/* Only what we asked for counts (spec 8.1.d); stock never sends the key. */
+	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
 	if (!have_r) {
 		tw__detail(detail, detail_len,
 		           "BrochureAnswer has no registration id for the descriptor-reply connection (key 1)");

@@ -23,6 +23,23 @@
  * with that status and detail. Bad input from the peer is TW_ERR_PROTO with
  * the decoder's detail; it never aborts and never touches another pipe.
  *
+ * The peer going away (spec 5.6): every connection has an end watch armed
+ * from the moment the pipe gets it (transport.h), so the end is noticed even
+ * with nothing to read, e.g. a client that leaves right after the answer.
+ * Before the pipe is established any end fails it. Once established, the
+ * first end (EOF or reset, noticed by a watch or an operation) starts the
+ * pipe's end: operations that fail meanwhile are held, and the pipe fails
+ * when the verdict is known and D has handed over what the peer wrote before
+ * it left (D's end is reported only after its last frame, and reads in
+ * flight finish), or after TW_PIPE_END_GRACE_MS. The verdict: with a stock
+ * peer, the first end's status (TW_ERR_EOF for a FIN, TW_ERR_CONNRESET for a
+ * reset); with goodbye (spec 8.2) it comes from R, which always has a read
+ * pending: a goodbye (zero-length frame) means TW_ERR_EOF "the peer closed
+ * the pipe", R's end without one TW_ERR_CONNRESET "lost without a goodbye".
+ * A local close of an established goodbye pipe writes the goodbye on R and
+ * closes R once it is written (at most TW_PIPE_GOODBYE_WAIT_MS later); the
+ * other connections close at once, so local callbacks fire at once.
+ *
  * This file must not know how frames are framed or how tensors travel: it
  * uses transports and channels only through their vtables.
  */
@@ -35,12 +52,16 @@
 
 static void tw__pipe_pump_writes(tw_pipe *p);
 static void tw__pipe_pump_reads(tw_pipe *p);
+static void tw__pipe_read_r(tw_pipe *p);
 static void tw__pipe_in_check(tw_in_msg *m);
 static void tw__pipe_out_check_all(tw_pipe *p);
 static void tw__pipe_in_check_all(tw_pipe *p);
 static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void tw__pipe_deliver_established(void *arg);
+static void tw__pipe_try_end(tw_pipe *p, bool timed_out);
+static void tw__pipe_send_goodbye(tw_pipe *p);
+static void tw__pipe_timer_close(tw_pipe *p);
 
 /* ---- references and lifetime -------------------------------------------------- */
 
@@ -139,6 +160,14 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 	}
 	pthread_mutex_unlock(&p->ctx->mu);
 
+	/* A local close of an established goodbye pipe says goodbye on R first
+	 * (spec 8.2.b), unless R is known to be gone. */
+	bool goodbye = status == TW_ERR_CLOSED && was_established && p->ext_goodbye && p->r &&
+	               !p->goodbye_seen && !p->r_ended;
+	if (goodbye) {
+		p->r_goodbye = p->r;
+		p->r = NULL;
+	}
 	tw__conn_close(&p->boot);
 	tw__conn_close(&p->d);
 	tw__conn_close(&p->r);
@@ -157,6 +186,10 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 		tw__listener_pipe_released(p->listener);
 		p->listener = NULL;
 	}
+	if (goodbye)
+		tw__pipe_send_goodbye(p);
+	else
+		tw__pipe_timer_close(p);
 	tw__pipe_out_check_all(p);
 	tw__pipe_in_check_all(p);
 	if (p->est_pending) {
@@ -172,6 +205,180 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 void tw__pipe_close_internal(tw_pipe *p, tw_status_t status, const char *detail)
 {
 	tw__pipe_fail(p, status, "%s", detail);
+}
+
+/* ---- the end of the pipe (spec 5.6, 8.2) --------------------------------------------- */
+
+static void tw__pipe_on_timer_closed(uv_handle_t *h)
+{
+	tw__pipe_release(h->data);
+}
+
+static void tw__pipe_timer_close(tw_pipe *p)
+{
+	if (!p->timer_inited || p->timer_closed)
+		return;
+	p->timer_closed = true;
+	uv_timer_stop(&p->timer);
+	uv_close((uv_handle_t *)&p->timer, tw__pipe_on_timer_closed);
+}
+
+static void tw__pipe_on_timer(uv_timer_t *t)
+{
+	tw_pipe *p = t->data;
+	if (p->state == TW_PIPE_FAILED) {
+		/* Our goodbye was not written in time: give up on it. */
+		tw__conn_close(&p->r_goodbye);
+		tw__pipe_timer_close(p);
+		return;
+	}
+	tw__pipe_try_end(p, true);
+}
+
+/* (Re)starts the pipe's one timer. The open handle holds the pipe alive
+ * (inflight) until tw__pipe_timer_close's callback. */
+static void tw__pipe_timer_start(tw_pipe *p, uint64_t ms)
+{
+	if (p->timer_closed)
+		return;
+	if (!p->timer_inited) {
+		uv_timer_init(&p->ctx->loop.uv, &p->timer); /* cannot fail */
+		p->timer.data = p;
+		p->timer_inited = true;
+		p->inflight++;
+	}
+	uv_timer_start(&p->timer, tw__pipe_on_timer, ms, 0);
+}
+
+static void tw__pipe_on_goodbye_written(tw_conn *c, tw_status_t status, const char *detail,
+                                        void *arg)
+{
+	tw_pipe *p = arg;
+	/* Written (or failed, or given up on): R has nothing more to say. */
+	tw__conn_close(&p->r_goodbye);
+	tw__pipe_timer_close(p);
+	tw__pipe_release(p);
+}
+
+/* The goodbye is a zero-length frame on R (spec 8.2.b). */
+static void tw__pipe_send_goodbye(tw_pipe *p)
+{
+	static const uint8_t nothing;
+	tw_iov iov = { &nothing, 0 };
+	tw_status_t st =
+		p->r_goodbye->ops->write(p->r_goodbye, &iov, 1, 0, tw__pipe_on_goodbye_written, p);
+	if (st != TW_OK) {
+		tw__conn_close(&p->r_goodbye);
+		tw__pipe_timer_close(p);
+		return;
+	}
+	p->inflight++;
+	tw__pipe_timer_start(p, TW_PIPE_GOODBYE_WAIT_MS);
+}
+
+static const char *tw__pipe_conn_name(const tw_pipe *p, const tw_conn *c)
+{
+	if (c && c == p->boot)
+		return "the bootstrap connection";
+	if (c && c == p->d)
+		return "the descriptor connection";
+	if (c && (c == p->r || c == p->r_goodbye))
+		return "the descriptor-reply connection";
+	if (c && c == p->d_replacement)
+		return "the replacement descriptor connection";
+	return "a channel connection";
+}
+
+/* Is the application still being handed a message: a read in flight, or a
+ * descriptor delivered whose tw_pipe_read() has not been handled yet? */
+static bool tw__pipe_receiving(tw_pipe *p)
+{
+	tw_list *it;
+	for (it = p->in_msgs.next; it != &p->in_msgs; it = it->next) {
+		tw_in_msg *m = TW_CONTAINER_OF(it, tw_in_msg, link);
+		if (m->pending > 0 || m->state == TW_IN_DESC_READY)
+			return true;
+	}
+	return false;
+}
+
+/* Fails an ending pipe once it may (see the file comment). */
+static void tw__pipe_try_end(tw_pipe *p, bool timed_out)
+{
+	if (!p->ending || p->state != TW_PIPE_ESTABLISHED)
+		return;
+	bool verdict = !p->ext_goodbye || p->goodbye_seen || p->r_ended;
+	if (!timed_out && !(verdict && p->d_ended && !tw__pipe_receiving(p)))
+		return;
+	if (p->goodbye_seen)
+		tw__pipe_fail(p, TW_ERR_EOF, "the peer closed the pipe (it said goodbye)");
+	else if (p->ext_goodbye)
+		tw__pipe_fail(p, TW_ERR_CONNRESET,
+		              "connection lost without a goodbye (the peer died or the network failed): %s",
+		              p->end_detail);
+	else
+		tw__pipe_fail(p, p->end_status, "%s", p->end_detail);
+}
+
+static bool tw__status_is_end(tw_status_t st)
+{
+	return st == TW_ERR_EOF || st == TW_ERR_CONNRESET;
+}
+
+/* Loop thread: connection `c` of the pipe (NULL: one a channel owns) failed
+ * with `status`. Anything but the end of an established pipe's connection
+ * fails the pipe at once; an end starts (or advances) the pipe's end, and
+ * the caller holds its operation for the verdict. */
+static void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, const char *what,
+                                 const char *detail)
+{
+	if (p->state == TW_PIPE_FAILED)
+		return;
+	if (p->state != TW_PIPE_ESTABLISHED || !tw__status_is_end(status)) {
+		tw__pipe_fail(p, status, "%s: %s", what, detail);
+		return;
+	}
+	if (!p->ending) {
+		p->ending = true;
+		p->end_status = status;
+		tw__detail(p->end_detail, sizeof(p->end_detail), "%s: %s", what, detail);
+		tw__pipe_timer_start(p, TW_PIPE_END_GRACE_MS);
+	}
+	if (c && c == p->d)
+		p->d_ended = true;
+	if (c && c == p->r && p->ext_goodbye && !p->goodbye_seen)
+		p->r_ended = true;
+	tw__pipe_try_end(p, false);
+}
+
+/* The end watch of one of the pipe's connections (transport.h). */
+static void tw__pipe_on_conn_end(tw_conn *c, tw_status_t status, const char *detail, void *arg)
+{
+	tw_pipe *p = arg;
+	if (status != TW_ERR_CLOSED && c == p->boot && p->state == TW_PIPE_SERVER_CONNS &&
+	    p->need_replacement) {
+		/* The transport changed: the client drops the bootstrap connection
+		 * (spec 3.7.b), possibly before its other connections arrive. */
+		tw__conn_close(&p->boot);
+	} else if (status != TW_ERR_CLOSED) {
+		char what[96];
+		snprintf(what, sizeof(what), "%s ended%s", tw__pipe_conn_name(p, c),
+		         p->state == TW_PIPE_ESTABLISHED ? "" : " before the pipe was established");
+		tw__pipe_conn_failed(p, c, status, what, detail);
+	}
+	tw__pipe_release(p);
+}
+
+/* Arms the end watch of a connection the pipe just got. */
+static tw_status_t tw__pipe_watch(tw_pipe *p, tw_conn *c)
+{
+	tw_status_t st = c->ops->watch_end(c, tw__pipe_on_conn_end, p);
+	if (st != TW_OK) {
+		tw__pipe_fail(p, st, "watching %s: out of memory", tw__pipe_conn_name(p, c));
+		return st;
+	}
+	p->inflight++;
+	return TW_OK;
 }
 
 /* ---- established notification ------------------------------------------------------ */
@@ -264,6 +471,8 @@ static void tw__pipe_establish(tw_pipe *p)
 		p->inflight++;
 		tw__loop_defer(&p->ctx->loop, &p->est_dfr, tw__pipe_deliver_established, p);
 	}
+	if (p->ext_goodbye)
+		tw__pipe_read_r(p);
 	tw__pipe_pump_writes(p);
 	tw__pipe_pump_reads(p);
 }
@@ -280,8 +489,11 @@ static void tw__pipe_on_obj_written(tw_conn *c, tw_status_t status, const char *
 {
 	tw_obj_write *op = arg;
 	tw_pipe *p = op->pipe;
-	if (status != TW_OK)
-		tw__pipe_fail(p, status, "writing the %s: %s", op->what, detail);
+	if (status != TW_OK) {
+		char what[64];
+		snprintf(what, sizeof(what), "writing the %s", op->what);
+		tw__pipe_conn_failed(p, c, status, what, detail);
+	}
 	tw__nop_writer_free(&op->w);
 	tw__free(op);
 	tw__pipe_release(p);
@@ -338,6 +550,8 @@ static tw_status_t tw__pipe_connect_requested(tw_pipe *p, const char *address, u
 		tw__pipe_fail(p, st, "connecting to %s: %s", address, detail);
 		return st;
 	}
+	if ((st = tw__pipe_watch(p, *out)) != TW_OK)
+		return st;
 	tw_wire_packet pkt;
 	memset(&pkt, 0, sizeof(pkt));
 	pkt.kind = TW_PACKET_REQUESTED;
@@ -443,6 +657,8 @@ static void tw__pipe_do_connect(void *arg)
 		tw__pipe_fail(p, st, "%s", detail);
 		goto out;
 	}
+	if (tw__pipe_watch(p, p->boot) != TW_OK)
+		goto out;
 	tw_wire_packet hello;
 	memset(&hello, 0, sizeof(hello));
 	hello.kind = TW_PACKET_SPONTANEOUS;
@@ -585,11 +801,15 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 	tw__list_push_back(&ctx->live_pipes, &p->live_link);
 	p->state = TW_PIPE_SERVER_BROCHURE;
 	p->inflight++; /* this step */
-	tw_status_t st = boot->ops->read_alloc(boot, ctx->max_object, tw__pipe_on_brochure, p);
-	if (st != TW_OK)
-		tw__pipe_fail(p, st, "reading the Brochure: out of memory");
-	else
-		p->inflight++;
+	/* The watch is what notices a client that leaves after the answer
+	 * (spec 5.6.b) without reading what it may already have written. */
+	if (tw__pipe_watch(p, boot) == TW_OK) {
+		tw_status_t st = boot->ops->read_alloc(boot, ctx->max_object, tw__pipe_on_brochure, p);
+		if (st != TW_OK)
+			tw__pipe_fail(p, st, "reading the Brochure: out of memory");
+		else
+			p->inflight++;
+	}
 	tw__pipe_release(p);
 	return p;
 }
@@ -597,6 +817,10 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn)
 {
 	if (p->state != TW_PIPE_SERVER_CONNS) {
+		conn->ops->close(conn);
+		return;
+	}
+	if (tw__pipe_watch(p, conn) != TW_OK) {
 		conn->ops->close(conn);
 		return;
 	}
@@ -646,7 +870,10 @@ static void tw__pipe_out_check_all(tw_pipe *p)
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
 		if (m->done || m->pending > 0)
 			continue;
-		if (m->status == TW_OK && p->state == TW_PIPE_FAILED && m->state != TW_OUT_SENDING) {
+		if (m->held && p->state != TW_PIPE_FAILED)
+			continue; /* the pipe's end decides its status */
+		if (m->status == TW_OK && p->state == TW_PIPE_FAILED &&
+		    (m->state != TW_OUT_SENDING || m->held)) {
 			m->status = p->err;
 			snprintf(m->detail, sizeof(m->detail), "%s", p->err_detail);
 		}
@@ -663,15 +890,13 @@ static void tw__pipe_out_check_all(tw_pipe *p)
 	}
 }
 
-static void tw__pipe_out_op_failed(tw_out_msg *m, tw_status_t status, const char *what,
-                                   const char *detail)
+/* An operation of message m failed on connection c (NULL: a channel's). The
+ * message takes the pipe's status once the pipe has failed. */
+static void tw__pipe_out_op_failed(tw_out_msg *m, tw_conn *c, tw_status_t status,
+                                   const char *what, const char *detail)
 {
-	tw_pipe *p = m->pipe;
-	tw__pipe_fail(p, status, "%s: %s", what, detail);
-	if (m->status == TW_OK) {
-		m->status = p->err;
-		snprintf(m->detail, sizeof(m->detail), "%s", p->err_detail);
-	}
+	m->held = true;
+	tw__pipe_conn_failed(m->pipe, c, status, what, detail);
 }
 
 static void tw__pipe_on_out_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
@@ -680,7 +905,7 @@ static void tw__pipe_on_out_written(tw_conn *c, tw_status_t status, const char *
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK)
-		tw__pipe_out_op_failed(m, status, "writing a Descriptor or payload", detail);
+		tw__pipe_out_op_failed(m, c, status, "writing a Descriptor or payload", detail);
 	tw__pipe_out_check_all(p);
 	tw__pipe_release(p);
 }
@@ -692,37 +917,28 @@ static void tw__pipe_on_tensor_sent(tw_channel *ch, tw_status_t status, const ch
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK)
-		tw__pipe_out_op_failed(m, status, "sending a tensor", detail);
+		tw__pipe_out_op_failed(m, NULL, status, "sending a tensor", detail);
 	tw__pipe_out_check_all(p);
 	tw__pipe_release(p);
 }
 
-static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail, void *buf,
-                              uint64_t len, void *arg)
+/* Applies the DescriptorReply in buf to message m (spec 3.11). */
+static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint64_t len)
 {
-	tw_out_msg *m = arg;
-	tw_pipe *p = m->pipe;
-	m->pending--;
-	if (status != TW_OK) {
-		tw__pipe_out_op_failed(m, status, "reading a DescriptorReply", detail);
-		goto out;
-	}
-	if (p->state == TW_PIPE_FAILED)
-		goto out;
 	tw_wire_descriptor_reply r;
 	char dd[TW_DETAIL_MAX] = "";
 	size_t used;
 	tw_status_t st = tw__wire_decode_descriptor_reply(buf, (size_t)len, &r, &used, dd, sizeof(dd));
 	if (st != TW_OK) {
-		tw__pipe_out_op_failed(m, st, "bad DescriptorReply", dd);
-		goto out;
+		tw__pipe_out_op_failed(m, NULL, st, "bad DescriptorReply", dd);
+		return;
 	}
 	if (r.num_target_devices != m->num_untargeted) {
 		tw__detail(dd, sizeof(dd), "it lists %zu devices for %zu tensors without a target device",
 		           r.num_target_devices, m->num_untargeted);
 		tw__wire_descriptor_reply_free(&r);
-		tw__pipe_out_op_failed(m, TW_ERR_PROTO, "bad DescriptorReply", dd);
-		goto out;
+		tw__pipe_out_op_failed(m, NULL, TW_ERR_PROTO, "bad DescriptorReply", dd);
+		return;
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
@@ -732,18 +948,83 @@ static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail
 		if (wd->type.n == 0 || wd->type.n >= TW_DEVICE_TYPE_MAX) {
 			tw__detail(dd, sizeof(dd), "targetDevices[%zu].type has %zu bytes", k - 1, wd->type.n);
 			tw__wire_descriptor_reply_free(&r);
-			tw__pipe_out_op_failed(m, TW_ERR_PROTO, "bad DescriptorReply", dd);
-			goto out;
+			tw__pipe_out_op_failed(m, NULL, TW_ERR_PROTO, "bad DescriptorReply", dd);
+			return;
 		}
 		tw__device_from_wire(&m->targets[i], wd);
 	}
 	tw__wire_descriptor_reply_free(&r);
 	m->state = TW_OUT_READY;
 	tw__pipe_pump_writes(p);
-out:
+}
+
+/* A stock peer's pipe: each message that needs a DescriptorReply reads its
+ * own from R (reads on one connection complete in order). */
+static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail, void *buf,
+                              uint64_t len, void *arg)
+{
+	tw_out_msg *m = arg;
+	tw_pipe *p = m->pipe;
+	m->pending--;
+	if (status != TW_OK)
+		tw__pipe_out_op_failed(m, c, status, "reading a DescriptorReply", detail);
+	else if (p->state != TW_PIPE_FAILED)
+		tw__pipe_take_reply(p, m, buf, len);
 	tw__free(buf);
 	tw__pipe_out_check_all(p);
 	tw__pipe_release(p);
+}
+
+/* A goodbye pipe: R always has this read pending (spec 8.2.a). A non-empty
+ * frame is the DescriptorReply of the oldest message waiting for one; an
+ * empty one is the peer's goodbye. */
+static void tw__pipe_on_r_frame(tw_conn *c, tw_status_t status, const char *detail, void *buf,
+                                uint64_t len, void *arg)
+{
+	tw_pipe *p = arg;
+	if (p->state == TW_PIPE_FAILED)
+		goto out;
+	if (status != TW_OK) {
+		tw__pipe_conn_failed(p, c, status, "reading the descriptor-reply connection", detail);
+		goto out;
+	}
+	if (len == 0) {
+		p->goodbye_seen = true;
+		tw__pipe_conn_failed(p, c, TW_ERR_EOF, "the descriptor-reply connection",
+		                     "the peer said goodbye");
+		goto out; /* nothing follows a goodbye */
+	}
+	tw_out_msg *m = NULL;
+	tw_list *it;
+	for (it = p->out_msgs.next; it != &p->out_msgs && !m; it = it->next) {
+		tw_out_msg *x = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (x->state == TW_OUT_WAIT_REPLY)
+			m = x;
+	}
+	if (!m) {
+		tw__pipe_fail(p, TW_ERR_PROTO,
+		              "a DescriptorReply of %llu bytes arrived, but no message waits for one "
+		              "(spec 3.11.a)",
+		              (unsigned long long)len);
+		goto out;
+	}
+	tw__pipe_take_reply(p, m, buf, len);
+	tw__pipe_out_check_all(p);
+	if (p->state == TW_PIPE_ESTABLISHED)
+		tw__pipe_read_r(p);
+out:
+	tw__free(buf);
+	tw__pipe_release(p);
+}
+
+static void tw__pipe_read_r(tw_pipe *p)
+{
+	tw_status_t st = p->r->ops->read_alloc(p->r, p->ctx->max_object, tw__pipe_on_r_frame, p);
+	if (st != TW_OK) {
+		tw__pipe_fail(p, st, "reading the descriptor-reply connection: out of memory");
+		return;
+	}
+	p->inflight++;
 }
 
 static bool tw__pipe_serves_source(const tw_pipe *p, const tw_device *src)
@@ -792,7 +1073,9 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 		m->pending++;
 		p->inflight++;
 	}
-	if (m->num_untargeted > 0) {
+	if (m->num_untargeted > 0 && p->ext_goodbye) {
+		m->state = TW_OUT_WAIT_REPLY; /* R's standing read brings the reply */
+	} else if (m->num_untargeted > 0) {
 		st = p->r->ops->read_alloc(p->r, p->ctx->max_object, tw__pipe_on_reply, m);
 		if (st != TW_OK)
 			return st;
@@ -961,7 +1244,7 @@ static void tw__pipe_deliver_reads(tw_pipe *p)
 		}
 		if (m->read_cb_fired)
 			continue;
-		if (m->pending > 0)
+		if (m->pending > 0 || (m->held && p->state != TW_PIPE_FAILED))
 			break;
 		tw__pipe_in_take_error(m);
 		m->read_cb_fired = true;
@@ -980,32 +1263,36 @@ static void tw__pipe_in_check_all(tw_pipe *p)
 	tw__pipe_deliver_reads(p);
 }
 
-static void tw__pipe_in_op_done(tw_in_msg *m, tw_status_t status, const char *what,
+/* An operation of message m finished on connection c (NULL: a channel's). */
+static void tw__pipe_in_op_done(tw_in_msg *m, tw_conn *c, tw_status_t status, const char *what,
                                 const char *detail)
 {
 	tw_pipe *p = m->pipe;
 	m->pending--;
-	if (status != TW_OK)
-		tw__pipe_fail(p, status, "%s: %s", what, detail);
+	if (status != TW_OK) {
+		m->held = true;
+		tw__pipe_conn_failed(p, c, status, what, detail);
+	}
 	tw__pipe_in_check_all(p);
+	tw__pipe_try_end(p, false); /* an ending pipe may have waited for this read */
 	tw__pipe_release(p);
 }
 
 static void tw__pipe_on_payload(tw_conn *c, tw_status_t status, const char *detail, void *buf,
                                 uint64_t len, void *arg)
 {
-	tw__pipe_in_op_done(arg, status, "reading a payload", detail);
+	tw__pipe_in_op_done(arg, c, status, "reading a payload", detail);
 }
 
 static void tw__pipe_on_reply_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
 {
-	tw__pipe_in_op_done(arg, status, "writing a DescriptorReply", detail);
+	tw__pipe_in_op_done(arg, c, status, "writing a DescriptorReply", detail);
 }
 
 static void tw__pipe_on_tensor_received(tw_channel *ch, tw_status_t status, const char *detail,
                                         void *arg)
 {
-	tw__pipe_in_op_done(arg, status, "receiving a tensor", detail);
+	tw__pipe_in_op_done(arg, NULL, status, "receiving a tensor", detail);
 }
 
 static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *detail, void *buf,
@@ -1015,7 +1302,9 @@ static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *d
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK) {
-		tw__pipe_fail(p, status, "reading a Descriptor: %s", detail);
+		/* No descriptor: the message waits (state DESC_POSTED) for the
+		 * pipe's end to give it its error. */
+		tw__pipe_conn_failed(p, c, status, "reading a Descriptor", detail);
 		goto out;
 	}
 	if (p->state == TW_PIPE_FAILED)
@@ -1174,6 +1463,7 @@ static void tw__pipe_do_read(void *arg)
 		tw__pipe_fail(p, st, "reading a message: out of memory");
 	tw__pipe_pump_reads(p);
 	tw__pipe_in_check_all(p);
+	tw__pipe_try_end(p, false); /* an ending pipe may have waited for this read() */
 }
 
 tw_status_t tw_pipe_read(tw_pipe *p, const tw_allocation *alloc, tw_read_cb cb, void *arg)

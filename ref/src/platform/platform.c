@@ -155,6 +155,20 @@ ssize_t tw__sys_writev(int fd, const struct iovec *iov, int iovcnt)
 	return sendmsg(fd, &msg, MSG_NOSIGNAL);
 }
 
+ssize_t tw__sys_peek(int fd)
+{
+	if (TW_FAULT_POINT("sys/eintr")) {
+		errno = EINTR;
+		return -1;
+	}
+	if (TW_FAULT_POINT("sys/peek/fail")) {
+		errno = ECONNRESET;
+		return -1;
+	}
+	unsigned char b;
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+}
+
 int tw__sys_close(int fd)
 {
 	return close(fd);

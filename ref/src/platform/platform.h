@@ -17,7 +17,8 @@
  *   sys/read/fail       readv() fails with ECONNRESET
  *   sys/write/short     sendmsg() writes at most 1 byte
  *   sys/write/fail      sendmsg() fails with EPIPE
- *   sys/eintr           readv()/sendmsg() fail once with EINTR
+ *   sys/eintr           readv()/sendmsg()/recv() fail once with EINTR
+ *   sys/peek/fail       the MSG_PEEK recv() fails with ECONNRESET
  */
 #ifndef TW_PLATFORM_PLATFORM_H
 #define TW_PLATFORM_PLATFORM_H
@@ -52,6 +53,10 @@ int tw__sys_getpeername(int fd, struct sockaddr *addr, socklen_t *len);
 ssize_t tw__sys_readv(int fd, const struct iovec *iov, int iovcnt);
 /* sendmsg with MSG_NOSIGNAL: a closed peer gives EPIPE, never SIGPIPE. */
 ssize_t tw__sys_writev(int fd, const struct iovec *iov, int iovcnt);
+/* recv of 1 byte with MSG_PEEK | MSG_DONTWAIT: > 0 bytes are waiting, 0 the
+ * peer closed with nothing left unread, -1 and errno otherwise. Consumes
+ * nothing. */
+ssize_t tw__sys_peek(int fd);
 int tw__sys_close(int fd);
 
 /* strerror that is safe from any thread; returns buf. */

@@ -41,6 +41,14 @@
  *   - Several connections to the same peer are independent: the core opens
  *     one per descriptor, reply and channel connection (spec 3.1), and a
  *     channel with lanes (mpt) opens more through its own transport instances.
+ *   - The end of a connection must be noticeable without reading (spec
+ *     5.6.b): watch_end() asks to hear of it. While no read is queued and no
+ *     received byte waits unread in the transport, the transport watches for
+ *     the peer's close or a reset (tcp: readability, then a MSG_PEEK; a ring:
+ *     the peer's closed flag or its bootstrap socket). It never consumes or
+ *     reorders a byte, so frames that arrived before the end stay readable
+ *     and the end is reported only after the last of them was read: a peer
+ *     that writes and then closes is not cut short by the watch.
  */
 #ifndef TW_TRANSPORT_TRANSPORT_H
 #define TW_TRANSPORT_TRANSPORT_H
@@ -71,6 +79,11 @@ typedef void (*tw_conn_write_cb)(tw_conn *conn, tw_status_t status, const char *
  * len is 0 or on error), len the frame length. */
 typedef void (*tw_conn_read_cb)(tw_conn *conn, tw_status_t status, const char *detail,
                                 void *buf, uint64_t len, void *arg);
+/* The connection ended: `status` is the connection's failure (TW_ERR_EOF the
+ * peer closed it, TW_ERR_CONNRESET a reset, or whatever error a read or
+ * write met first, with that operation's detail), or TW_ERR_CLOSED when the
+ * owner closed it first. */
+typedef void (*tw_conn_end_cb)(tw_conn *conn, tw_status_t status, const char *detail, void *arg);
 /* An accepted connection (status TW_OK), or a per-connection accept failure
  * that did not stop the listener (conn NULL, e.g. EMFILE). */
 typedef void (*tw_tlistener_accept_cb)(tw_tlistener *listener, tw_status_t status,
@@ -87,6 +100,15 @@ typedef struct tw_conn_ops {
 	/* Queues the read of the next frame (at most max_len bytes) into a new
 	 * allocation. */
 	tw_status_t (*read_alloc)(tw_conn *c, uint64_t max_len, tw_conn_read_cb cb, void *arg);
+	/* Arms the end watch (see the rules above): cb runs exactly once, when
+	 * the connection fails for any reason (noticed by the watch or by a
+	 * queued operation; then after the callbacks of the operations that
+	 * failure completes) or with TW_ERR_CLOSED when it is closed first. At
+	 * most one watch per connection, for its whole life; arming it on a
+	 * connection that already failed reports that failure (deferred). Works
+	 * alongside reads and writes. TW_OK: cb will run; otherwise (only
+	 * TW_ERR_NOMEM) nothing was armed. */
+	tw_status_t (*watch_end)(tw_conn *c, tw_conn_end_cb cb, void *arg);
 	/* Closes (see the rules above). Idempotent only in the sense that the
 	 * owner calls it exactly once. */
 	void (*close)(tw_conn *c);

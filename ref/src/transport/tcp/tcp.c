@@ -12,6 +12,12 @@
  * writev and loop over short writes, so frames beyond 4 GiB work (Linux
  * moves at most 0x7ffff000 bytes per call).
  *
+ * The end watch (transport.h): while no read is queued and the read buffer
+ * is empty, the socket is polled for readability and then peeked at (1 byte,
+ * MSG_PEEK): 0 means the peer closed with nothing left unread, an error is a
+ * reset; bytes waiting stop the watch's polling until a read is queued,
+ * because only a read can move past them.
+ *
  * This file must not know about nop objects, packets or pipes.
  */
 #include <errno.h>
@@ -83,6 +89,13 @@ struct tcp_conn {
 	 * hear EAGAIN. Level-triggered polling makes this safe. */
 	bool read_drained;
 	bool write_full;
+	/* the end watch */
+	bool watch_armed;
+	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
+	tw_conn_end_cb watch_cb;
+	void *watch_arg;
+	tw_status_t watch_status;
+	tw_deferred watch_dfr;
 	char peer[TW_TCP_ADDR_MAX];
 };
 
@@ -157,6 +170,24 @@ static void tcp_fail_queue(tcp_op **head, tcp_op **tail, tw_status_t status)
 	}
 }
 
+static void tcp_watch_deliver(void *arg)
+{
+	tcp_conn *c = arg;
+	c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
+	tcp_conn_unref(c);
+}
+
+/* Reports the end to the watch, if one is armed (after the ops' callbacks,
+ * which the caller deferred first). */
+static void tcp_watch_fire(tcp_conn *c, tw_status_t status)
+{
+	if (!c->watch_armed)
+		return;
+	c->watch_armed = false;
+	c->watch_status = status;
+	tw__loop_defer(c->base.transport->loop, &c->watch_dfr, tcp_watch_deliver, c);
+}
+
 /* Fails the connection: every pending and later op gets this status. */
 __attribute__((format(printf, 3, 4))) static void tcp_fail(tcp_conn *c, tw_status_t status,
                                                            const char *fmt, ...)
@@ -171,6 +202,7 @@ __attribute__((format(printf, 3, 4))) static void tcp_fail(tcp_conn *c, tw_statu
 	va_end(ap);
 	tcp_fail_queue(&c->wq_head, &c->wq_tail, status);
 	tcp_fail_queue(&c->rq_head, &c->rq_tail, status);
+	tcp_watch_fire(c, status);
 	tcp_update_poll(c);
 }
 
@@ -203,6 +235,7 @@ static void tcp_conn_close(tw_conn *base)
 	c->state = TCP_CLOSED;
 	tcp_fail_queue(&c->wq_head, &c->wq_tail, TW_ERR_CLOSED);
 	tcp_fail_queue(&c->rq_head, &c->rq_tail, TW_ERR_CLOSED);
+	tcp_watch_fire(c, TW_ERR_CLOSED);
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, tcp_on_poll_closed);
@@ -471,6 +504,7 @@ static tw_status_t tcp_queue_read(tcp_conn *c, tcp_op *op)
 {
 	op->conn = c;
 	c->refs++;
+	c->watch_saw_data = false; /* the read moves past whatever the watch saw */
 	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
 		tcp_op_complete(op, c->err);
 		return TW_OK;
@@ -513,6 +547,55 @@ static tw_status_t tcp_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_
 	return tcp_queue_read((tcp_conn *)base, op);
 }
 
+/* ---- the end watch ---------------------------------------------------------- */
+
+/* True while the watch needs readability events: nothing queued to read and
+ * nothing known to be waiting unread (see the file comment). */
+static bool tcp_watch_polls(const tcp_conn *c)
+{
+	return c->watch_armed && !c->rq_head && !c->watch_saw_data && c->rpos == c->rend;
+}
+
+static void tcp_drive_watch(tcp_conn *c)
+{
+	while (c->state == TCP_OPEN && tcp_watch_polls(c) && !c->read_drained) {
+		ssize_t r = tw__sys_peek(c->fd);
+		if (r > 0) {
+			c->watch_saw_data = true;
+			return;
+		}
+		if (r == 0) {
+			tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s", c->peer);
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->read_drained = true;
+			return;
+		}
+		tcp_fail_errno(c, "read from", errno);
+		return;
+	}
+}
+
+static tw_status_t tcp_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, void *arg)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	c->watch_cb = cb;
+	c->watch_arg = arg;
+	c->watch_armed = true;
+	c->refs++;
+	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
+		tcp_watch_fire(c, c->err);
+		return TW_OK;
+	}
+	/* Not tcp_drive: a peek from inside the caller's stack could fail the
+	 * connection, and callbacks are deferred anyway; just start polling. */
+	tcp_update_poll(c);
+	return TW_OK;
+}
+
 /* ---- polling -------------------------------------------------------------- */
 
 static void tcp_on_poll(uv_poll_t *h, int status, int events);
@@ -525,7 +608,8 @@ static void tcp_update_poll(tcp_conn *c)
 	if (c->state == TCP_CONNECTING)
 		want = UV_WRITABLE;
 	else if (c->state == TCP_OPEN)
-		want = (c->rq_head ? UV_READABLE : 0) | (c->wq_head ? UV_WRITABLE : 0);
+		want = (c->rq_head || tcp_watch_polls(c) ? UV_READABLE : 0) |
+		       (c->wq_head ? UV_WRITABLE : 0);
 	if (want == c->poll_events)
 		return;
 	c->poll_events = want;
@@ -563,6 +647,8 @@ static void tcp_drive(tcp_conn *c)
 		tcp_drive_writes(c);
 	if (c->state == TCP_OPEN)
 		tcp_drive_reads(c);
+	if (c->state == TCP_OPEN)
+		tcp_drive_watch(c);
 	tcp_update_poll(c);
 }
 
@@ -856,6 +942,7 @@ static const tw_conn_ops tcp_conn_ops = {
 	.write = tcp_conn_write,
 	.read_into = tcp_conn_read_into,
 	.read_alloc = tcp_conn_read_alloc,
+	.watch_end = tcp_conn_watch_end,
 	.close = tcp_conn_close,
 	.peer = tcp_conn_peer,
 };
