@@ -217,11 +217,10 @@ static bool ext_brochure(const unsigned char *g, size_t n)
 	                                    'i', 'r', 'e', '.', 'e', 'x', 't'};
 	const size_t uv_len = 10, rest_off = 14; /* plain: b9 02 bb 01 <uv entry> <channels> */
 	const size_t rest_len = tw_raw_brochure_uv_basic_len - rest_off;
+	if (n < sizeof(head) || memcmp(g, head, sizeof(head)) != 0)
+		return false;
 	for (int ext_first = 0; ext_first < 2; ext_first++) {
-		size_t k = 0;
-		if (n < sizeof(head) || memcmp(g, head, sizeof(head)) != 0)
-			return false;
-		k = sizeof(head);
+		size_t k = sizeof(head);
 		for (int part = 0; part < 2; part++) {
 			if ((part == 0) != (ext_first == 1)) {
 				if (n - k < uv_len || memcmp(g + k, plain + 4, uv_len) != 0)
