@@ -27,7 +27,8 @@ const tw_case *const *tw_cases_all(int *count_out)
 	static int n = -1;
 	if (n < 0) {
 		const tw_case *(*suites[])(int *) = {tw_suite_wire, tw_suite_wire_client,
-		                                       tw_suite_semantic, tw_suite_interop};
+		                                       tw_suite_wire_fuzz, tw_suite_semantic,
+		                                       tw_suite_interop};
 		n = 0;
 		for (size_t s = 0; s < sizeof(suites) / sizeof(suites[0]); s++) {
 			int k;

@@ -67,6 +67,7 @@ const tw_case *const *tw_cases_all(int *count_out);
 /* Each suite's declarations (suites/<suite>/). Return their cases. */
 const tw_case *tw_suite_wire(int *count_out);
 const tw_case *tw_suite_wire_client(int *count_out);
+const tw_case *tw_suite_wire_fuzz(int *count_out);
 const tw_case *tw_suite_semantic(int *count_out);
 const tw_case *tw_suite_interop(int *count_out);
 
