@@ -248,12 +248,17 @@ static void p_requested(bld *b, uint64_t id, wf_token tok)
 	b_pop(b, v);
 }
 
-static void p_brochure(bld *b)
+static void p_brochure(bld *b, bool ext)
 {
 	size_t s = b_struct(b, "Brochure", 2);
-	size_t m = b_map(b, "transportDomainDescriptors", 1);
+	size_t m = b_map(b, "transportDomainDescriptors", ext ? 2 : 1);
 	b_cstr(b, "[0].key", "uv");
 	b_cstr(b, "[0].value", "uv:*");
+	if (ext) {
+		/* spec/wire.md 8.1: ask for the goodbye extension */
+		b_cstr(b, "[1].key", "tensorwire.ext");
+		b_cstr(b, "[1].value", "goodbye");
+	}
 	b_pop(b, m);
 	m = b_map(b, "channelDeviceDescriptors", 1);
 	b_cstr(b, "[0].key", "basic");
@@ -490,8 +495,27 @@ static int exchange_out(wf_script *s, bool with_expect)
 	return add_recv_raw(s, 2, "tensor", &out->tensors[0].data, with_expect);
 }
 
+static const char *const sc_names[WF_SC_COUNT] = {"server", "client", "server-ext"};
+
+const char *wf_scenario_name(wf_scenario sc)
+{
+	return (unsigned)sc < WF_SC_COUNT ? sc_names[sc] : "?";
+}
+
+wf_role wf_scenario_role(wf_scenario sc)
+{
+	return sc == WF_SC_CLIENT ? WF_CLIENT : WF_SERVER;
+}
+
 int wf_build_base(wf_script *s, wf_role role, const char *addr, bool with_expect)
 {
+	return wf_build_scenario(s, role == WF_CLIENT ? WF_SC_CLIENT : WF_SC_SERVER, addr,
+	                         with_expect);
+}
+
+int wf_build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_expect)
+{
+	wf_role role = wf_scenario_role(sc);
 	wf_script_init(s, role);
 	const tw_agent_msg *a = wf_msg(WF_MSG_A), *bm = wf_msg(WF_MSG_B);
 	bld b;
@@ -504,7 +528,7 @@ int wf_build_base(wf_script *s, wf_role role, const char *addr, bool with_expect
 		if (add_built(s, 0, "hello", &b))
 			goto err;
 		b_init(&b);
-		p_brochure(&b);
+		p_brochure(&b, sc == WF_SC_SERVER_EXT);
 		if (add_built(s, 0, "Brochure", &b) || add_simple(s, WF_RECV_ANSWER, 0, 0) ||
 		    add_simple(s, WF_CONNECT, 1, 0))
 			goto err;
@@ -550,7 +574,7 @@ int wf_build_base(wf_script *s, wf_role role, const char *addr, bool with_expect
 		    send_message(s, bm))
 			goto err;
 	}
-	snprintf(s->klass, sizeof(s->klass), "base");
+	snprintf(s->klass, sizeof(s->klass), "%s", sc == WF_SC_SERVER_EXT ? "base-ext" : "base");
 	snprintf(s->mutation, sizeof(s->mutation), "none (the well-formed base scenario)");
 	return 0;
 err:

@@ -57,7 +57,7 @@ typedef struct rstate {
 typedef struct fz {
 	const wf_fuzz_opts *o;
 	wf_fuzz_stats *st;
-	rstate r[2];
+	rstate r[WF_SC_COUNT];
 	sigrec sigs[MAX_SIGS];
 	int nsigs;
 	long long t0;
@@ -471,10 +471,10 @@ static void write_summary(fz *f)
 		return;
 	fprintf(o, "# wire fuzzer run\n\n");
 	fprintf(o, "- IUT: %s (`%s`)\n", f->o->iut_name ? f->o->iut_name : "?", f->o->iut_cmd);
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < WF_SC_COUNT; k++)
 		if (f->r[k].on)
-			fprintf(o, "- role %s: %s; %d systematic mutations, %d run\n", role_name((wf_role)k),
-			        f->r[k].version, f->r[k].sys_n,
+			fprintf(o, "- scenario %s: %s; %d systematic mutations, %d run\n",
+			        wf_scenario_name((wf_scenario)k), f->r[k].version, f->r[k].sys_n,
 			        f->r[k].sys_next < f->r[k].sys_n ? f->r[k].sys_next : f->r[k].sys_n);
 	fprintf(o, "- seed %" PRIu64 ", %ld inputs in %.0f s (%.1f/s), %ld IUT starts\n", f->o->seed,
 	        f->st->inputs, f->st->seconds, f->st->seconds > 0 ? f->st->inputs / f->st->seconds : 0,
@@ -522,18 +522,19 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 		if (f->progress)
 			fprintf(f->progress, "elapsed_s\tinputs\trole\tkind\tsignature\n");
 	}
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < WF_SC_COUNT; k++) {
 		rstate *r = &f->r[k];
-		r->on = o->roles[k];
+		r->on = o->scenarios[k];
 		if (!r->on)
 			continue;
-		if (wf_build_base(&r->base, (wf_role)k, "127.0.0.1:65535", false)) {
+		wf_role role = wf_scenario_role((wf_scenario)k);
+		if (wf_build_scenario(&r->base, (wf_scenario)k, "127.0.0.1:65535", false)) {
 			snprintf(err, errlen, "cannot build the base scenario");
 			goto out;
 		}
 		r->sys_n = o->systematic ? wf_mutate_count(&r->base) : 0;
 		r->sys_next = o->start < r->sys_n ? o->start : r->sys_n;
-		r->rng = o->seed * 2 + (uint64_t)k + 1;
+		r->rng = o->seed * 4 + (uint64_t)k + 1;
 		/* the base scenario must pass on a fresh IUT, and what a clean exit
 		 * leaks without any input is the baseline */
 		char why[1024];
@@ -541,8 +542,9 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 			goto out;
 		snprintf(r->version, sizeof(r->version), "%s", wf_iut_version(r->iut));
 		if (wf_good_check(r->iut, why, sizeof(why))) {
-			snprintf(err, errlen, "role %s: the IUT fails the well-formed base scenario on a "
-			         "fresh start, so no input could be judged: %s", role_name((wf_role)k), why);
+			snprintf(err, errlen, "scenario %s: the IUT fails the well-formed base scenario on "
+			         "a fresh start, so no input could be judged: %s",
+			         wf_scenario_name((wf_scenario)k), why);
 			goto out;
 		}
 		char status[64];
@@ -550,17 +552,25 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 		(void)wf_sig_leaks(wf_iut_stderr(r->iut), r->baseline, sizeof(r->baseline));
 		wf_iut_destroy(r->iut);
 		r->iut = NULL;
-		say(f, "role %s: %s; base scenario %d steps, %d systematic mutations%s%s",
-		    role_name((wf_role)k), r->version, r->base.nsteps, r->sys_n,
+		(void)role;
+		say(f, "scenario %s: %s; base %d steps, %d systematic mutations%s%s",
+		    wf_scenario_name((wf_scenario)k), r->version, r->base.nsteps, r->sys_n,
 		    r->baseline[0] ? "; baseline leaks: " : "", r->baseline);
 	}
 	long long next_report = tw_now_ms() + 30000;
 	int turn = 0;
 	while (!out_of_budget(f)) {
-		int k = turn++ % 2;
-		if (!f->r[k].on)
-			k = 1 - k;
+		int k = -1;
+		for (int t = 0; t < WF_SC_COUNT && k < 0; t++) {
+			int c = (turn + t) % WF_SC_COUNT;
+			if (f->r[c].on)
+				k = c;
+		}
+		turn = k + 1;
+		if (k < 0)
+			break;
 		rstate *r = &f->r[k];
+		wf_role role = r->base.role;
 		if (!r->iut && start_session(f, r, err, errlen))
 			goto out;
 		wf_script in;
@@ -572,23 +582,29 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 			ok = wf_mutate_random(&r->base, &r->rng, &in);
 		if (ok)
 			continue;
+		if (k == WF_SC_SERVER_EXT) {
+			char cls[sizeof(in.klass)];
+			snprintf(cls, sizeof(cls), "ext:%.120s", in.klass);
+			memcpy(in.klass, cls, sizeof(in.klass));
+		}
 		wf_result res;
 		wf_run_input(r->iut, &in, &res);
 		st->inputs++;
 		r->in_session++;
 		if (o->verbose_inputs) {
-			printf("input %ld [%s] %s: %s -> %s%s%s\n", st->inputs, role_name((wf_role)k),
+			printf("input %ld [%s] %s: %s -> %s%s%s\n", st->inputs,
+			       wf_scenario_name((wf_scenario)k),
 			       in.klass, in.mutation, wf_kind_name(res.kind), res.signature[0] ? " " : "",
 			       res.signature);
 			printf("    script: %s\n", res.stopped);
 		}
 		if (wf_result_failed(&res)) {
 			session_end(r);
-			record(f, (wf_role)k, &in, &res, false);
+			record(f, role, &in, &res, false);
 			wf_script_free(&in);
 		} else {
 			if (res.kind == WF_K_PENDING)
-				record(f, (wf_role)k, &in, &res, false);
+				record(f, role, &in, &res, false);
 			if (o->leak_every > 0 && r->nbatch < MAX_BATCH)
 				r->batch[r->nbatch++] = in;
 			else
@@ -599,12 +615,13 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 		if (tw_now_ms() >= next_report) {
 			next_report = tw_now_ms() + 30000;
 			say(f, "%ld inputs (%.1f/s), %ld starts, %d MUST signatures, %ld SHOULD; "
-			    "systematic server %d/%d client %d/%d", st->inputs,
+			    "systematic server %d/%d client %d/%d server-ext %d/%d", st->inputs,
 			    st->inputs / elapsed(f), st->restarts, st->must_sigs, st->pending_sigs,
-			    f->r[0].sys_next, f->r[0].sys_n, f->r[1].sys_next, f->r[1].sys_n);
+			    f->r[0].sys_next, f->r[0].sys_n, f->r[1].sys_next, f->r[1].sys_n,
+			    f->r[2].sys_next, f->r[2].sys_n);
 		}
 	}
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < WF_SC_COUNT; k++)
 		if (f->r[k].iut && o->leak_every > 0)
 			check_leaks(f, &f->r[k]);
 	rc = 0;
@@ -624,7 +641,7 @@ out:
 	}
 	if (f->progress)
 		fclose(f->progress);
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < WF_SC_COUNT; k++) {
 		session_end(&f->r[k]);
 		wf_script_free(&f->r[k].base);
 	}

@@ -32,12 +32,15 @@ static void usage(FILE *f)
 	"usage:\n"
 	"  tensorwire-wirefuzz fuzz --iut CMD [options]\n"
 	"  tensorwire-wirefuzz replay --iut CMD [--expect robust|failure] FILE...\n"
-	"  tensorwire-wirefuzz list [--role server|client] [--save K FILE]\n"
+	"  tensorwire-wirefuzz list [--role server|client|server-ext] [--save K FILE]\n"
 	"\n"
 	"fuzz options:\n"
 	"  --iut CMD          the adapter command (run by /bin/sh); 'unavailable:<why>' skips (77)\n"
 	"  --name NAME        the IUT's name in reports (default: iut)\n"
-	"  --role R           server, client or both (default both)\n"
+	"  --role R           server, client, server-ext or both (default both); server\n"
+	"                     runs two scenarios, the plain one and server-ext (a Brochure\n"
+	"                     asking for the goodbye extension, spec/wire.md 8)\n"
+	"  --no-ext           leave the server-ext scenario out\n"
 	"  --seed N           seed of the random phase (default 1)\n"
 	"  --inputs N         stop after N inputs\n"
 	"  --time S           stop after S seconds (default 60 when neither bound is given)\n"
@@ -88,12 +91,15 @@ static int opt_int(const char *v, int *out)
 
 static int cmd_list(int argc, char **argv)
 {
-	wf_role role = WF_SERVER;
+	wf_scenario sc = WF_SC_SERVER;
 	int save_k = -1;
 	const char *save_path = NULL;
 	for (int i = 2; i < argc; i++) {
-		if (!strcmp(argv[i], "--role") && i + 1 < argc)
-			role = !strcmp(argv[++i], "client") ? WF_CLIENT : WF_SERVER;
+		if (!strcmp(argv[i], "--role") && i + 1 < argc) {
+			const char *r = argv[++i];
+			sc = !strcmp(r, "client") ? WF_SC_CLIENT : !strcmp(r, "server-ext") ? WF_SC_SERVER_EXT
+			                                                                   : WF_SC_SERVER;
+		}
 		else if (!strcmp(argv[i], "--save") && i + 2 < argc) {
 			save_k = atoi(argv[++i]);
 			save_path = argv[++i];
@@ -101,7 +107,7 @@ static int cmd_list(int argc, char **argv)
 			return usage(stderr), 2;
 	}
 	wf_script base;
-	if (wf_build_base(&base, role, "127.0.0.1:65535", false))
+	if (wf_build_scenario(&base, sc, "127.0.0.1:65535", false))
 		return 1;
 	if (save_path) {
 		wf_script m;
@@ -115,7 +121,7 @@ static int cmd_list(int argc, char **argv)
 			fprintf(stderr, "tensorwire-wirefuzz: cannot save mutation %d\n", save_k);
 		return rc ? 1 : 0;
 	}
-	printf("# base scenario (role %s)\n", role == WF_SERVER ? "server" : "client");
+	printf("# base scenario %s\n", wf_scenario_name(sc));
 	wf_script_write(&base, stdout);
 	int n = wf_mutate_count(&base);
 	printf("# %d systematic mutations\n", n);
@@ -199,7 +205,9 @@ static int cmd_fuzz(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	wf_opts_default(&o.run);
 	o.iut_name = "iut";
-	o.roles[0] = o.roles[1] = true;
+	bool ext = true;
+	for (int k = 0; k < WF_SC_COUNT; k++)
+		o.scenarios[k] = true;
 	o.seed = 1;
 	o.systematic = true;
 	o.minimise = true;
@@ -215,10 +223,13 @@ static int cmd_fuzz(int argc, char **argv)
 			o.iut_name = argv[++i];
 		} else if (!strcmp(a, "--role") && has) {
 			const char *r = argv[++i];
-			o.roles[0] = !strcmp(r, "server") || !strcmp(r, "both");
-			o.roles[1] = !strcmp(r, "client") || !strcmp(r, "both");
-			if (!o.roles[0] && !o.roles[1])
+			o.scenarios[WF_SC_SERVER] = !strcmp(r, "server") || !strcmp(r, "both");
+			o.scenarios[WF_SC_SERVER_EXT] = o.scenarios[WF_SC_SERVER] || !strcmp(r, "server-ext");
+			o.scenarios[WF_SC_CLIENT] = !strcmp(r, "client") || !strcmp(r, "both");
+			if (!o.scenarios[WF_SC_SERVER_EXT] && !o.scenarios[WF_SC_CLIENT])
 				return usage(stderr), 2;
+		} else if (!strcmp(a, "--no-ext")) {
+			ext = false;
 		} else if (!strcmp(a, "--seed") && has) {
 			o.seed = strtoull(argv[++i], NULL, 10);
 		} else if (!strcmp(a, "--inputs") && has) {
@@ -261,6 +272,8 @@ static int cmd_fuzz(int argc, char **argv)
 			return usage(stderr), 2;
 		}
 	}
+	if (!ext)
+		o.scenarios[WF_SC_SERVER_EXT] = false;
 	if (!o.iut_cmd)
 		return usage(stderr), 2;
 	if (unavailable(o.iut_cmd))

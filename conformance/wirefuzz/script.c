@@ -148,6 +148,7 @@ int wf_script_copy(wf_script *dst, const wf_script *src)
 	memcpy(dst->case_id, src->case_id, sizeof(dst->case_id));
 	memcpy(dst->spec, src->spec, sizeof(dst->spec));
 	memcpy(dst->expect, src->expect, sizeof(dst->expect));
+	dst->should = src->should;
 	dst->mutated_step = src->mutated_step;
 	return 0;
 }
@@ -190,31 +191,32 @@ int wf_step_splice(wf_step *st, size_t off, size_t oldlen, const uint8_t *with, 
 
 static void write_hex(FILE *f, const wf_step *st)
 {
-	size_t i = 0;
 	int col = 0;
-	while (i < st->len) {
-		const wf_mark *m = NULL;
-		for (int k = 0; k < st->nmarks; k++)
-			if (st->marks[k].off == i)
-				m = &st->marks[k];
-		if (m) {
-			fprintf(f, " %s", token_names[m->token]);
-			i += m->len;
+	for (size_t i = 0; i <= st->len;) {
+		/* tokens at this offset: a built one stands for its representative
+		 * bytes (skipped), a parsed one has none */
+		size_t skip = 0;
+		for (int k = 0; k < st->nmarks; k++) {
+			if (st->marks[k].off != i)
+				continue;
+			fprintf(f, " %s", token_names[st->marks[k].token]);
 			col += 2;
-		} else {
-			fprintf(f, " %02x", st->body[i]);
-			i++;
-			col++;
+			if (st->marks[k].len > skip)
+				skip = st->marks[k].len;
 		}
-		if (col >= 32 && i < st->len) {
+		if (skip) {
+			i += skip;
+			continue;
+		}
+		if (i == st->len)
+			break;
+		if (col >= 32) {
 			fprintf(f, " \\\n   ");
 			col = 0;
 		}
+		fprintf(f, " %02x", st->body[i++]);
+		col++;
 	}
-	/* a zero-length mark at the end */
-	for (int k = 0; k < st->nmarks; k++)
-		if (st->marks[k].off == st->len && st->marks[k].len == 0)
-			fprintf(f, " %s", token_names[st->marks[k].token]);
 }
 
 int wf_script_write(const wf_script *s, FILE *f)
@@ -235,6 +237,8 @@ int wf_script_write(const wf_script *s, FILE *f)
 		fprintf(f, "spec %s\n", s->spec);
 	if (s->expect[0])
 		fprintf(f, "expect %s\n", s->expect);
+	if (s->should)
+		fprintf(f, "level should\n");
 	for (int i = 0; i < s->nsteps; i++) {
 		const wf_step *st = &s->steps[i];
 		switch (st->op) {
@@ -371,6 +375,15 @@ static int parse_line(char *l, wf_script *s, int line, char *err, size_t errlen)
 		return 0;
 	}
 	char *rest = save ? save + strspn(save, " \t") : NULL;
+	if (!strcmp(verb, "level")) {
+		if (rest && !strncmp(rest, "should", 6))
+			s->should = true;
+		else if (rest && !strncmp(rest, "must", 4))
+			s->should = false;
+		else
+			return perr(err, errlen, line, "level must be must or should");
+		return 0;
+	}
 	if (!strcmp(verb, "role")) {
 		if (rest && !strncmp(rest, "server", 6))
 			s->role = WF_SERVER;

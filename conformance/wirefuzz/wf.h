@@ -119,6 +119,7 @@ typedef struct wf_script {
 	char case_id[64];
 	char spec[160];
 	char expect[320];
+	bool should;         /* "level should": a SHOULD-level case (a pending operation fails it) */
 	int mutated_step;    /* index of the step the mutation touched, or -1 */
 } wf_script;
 
@@ -150,10 +151,20 @@ typedef enum wf_msg_id { WF_MSG_A, WF_MSG_B, WF_MSG_OUT } wf_msg_id;
 /* A described message; the pointers stay valid for the program's life. */
 const tw_agent_msg *wf_msg(wf_msg_id id);
 
-/* The base scenario of a role: every step well-formed, with value maps;
- * `addr` is the raw server's address (client role; representative only, the
- * frame carries a $addr token). with_expect: RECV steps carry the bytes the
- * IUT must send (for the good check). */
+/* The base scenarios: the IUT as server (the fuzzer a raw client), as
+ * client (the fuzzer a raw server), and as server with a Brochure that asks
+ * for the goodbye extension (spec/wire.md 8; an IUT that does not know it
+ * ignores the entry, 3.5.d). */
+typedef enum wf_scenario { WF_SC_SERVER, WF_SC_CLIENT, WF_SC_SERVER_EXT, WF_SC_COUNT } wf_scenario;
+const char *wf_scenario_name(wf_scenario sc);
+wf_role wf_scenario_role(wf_scenario sc);
+
+/* The base scenario: every step well-formed, with value maps; `addr` is the
+ * raw server's address (client role; representative only, the frame carries
+ * a $addr token). with_expect: RECV steps carry the bytes the IUT must send
+ * (for the good check). */
+int wf_build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_expect);
+/* The plain scenario of a role (server or client). */
 int wf_build_base(wf_script *s, wf_role role, const char *addr, bool with_expect);
 
 /* ---- mutations --------------------------------------------------------------------- */
@@ -252,7 +263,7 @@ void wf_sig_normalise(const char *in, char *out, size_t outlen);
 typedef struct wf_fuzz_opts {
 	const char *iut_cmd;
 	const char *iut_name;   /* for file names and reports */
-	bool roles[2];          /* which roles to fuzz */
+	bool scenarios[WF_SC_COUNT]; /* which scenarios to fuzz */
 	uint64_t seed;
 	long max_inputs;        /* 0 = no bound */
 	double max_seconds;     /* 0 = no bound */

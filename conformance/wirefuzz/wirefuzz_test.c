@@ -90,9 +90,10 @@ static void roundtrip(const wf_script *s, const char *what)
 
 static void test_roundtrips(void)
 {
-	for (int role = 0; role < 2; role++) {
+	for (int role = 0; role < WF_SC_COUNT; role++) {
 		wf_script base;
-		CHECK(wf_build_base(&base, (wf_role)role, "127.0.0.1:5555", false) == 0, "base %d", role);
+		CHECK(wf_build_scenario(&base, (wf_scenario)role, "127.0.0.1:5555", false) == 0,
+		      "base %d", role);
 		roundtrip(&base, role ? "client base" : "server base");
 		int n = wf_mutate_count(&base);
 		CHECK(n > 1000, "role %d: only %d systematic mutations", role, n);

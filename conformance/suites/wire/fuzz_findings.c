@@ -11,7 +11,9 @@
  * The cases are read from the files when the runner starts: a file's `case`
  * line is the case id, its `spec` line the requirements it checks (quoted
  * below), its `class` and `expect` lines the description. Adding a reproducer
- * adds a case. It must not judge anything beyond what wf_replay reports.
+ * adds a case; `level should` makes it a SHOULD case, which an operation still
+ * pending after every connection closed fails (spec/wire.md 5.6.b). It must
+ * not judge anything beyond what wf_replay reports.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -124,6 +126,8 @@ static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
 	printf("# script: %s\n", r.stopped);
 	if (r.pending[0])
 		printf("# SHOULD not met: %s\n", r.pending);
+	if (f->s.should && r.pending[0] && !wf_result_failed(&r))
+		return tw_case_result(env, TW_FAIL, "%s", r.pending);
 	if (wf_result_failed(&r)) {
 		printf("# observed: %s\n", r.detail);
 		return tw_case_result(env, TW_FAIL, "%s: %s", wf_kind_name(r.kind), r.signature);
@@ -187,7 +191,7 @@ const tw_case *tw_suite_wire_fuzz(int *count_out)
 			.id = f->s.case_id,
 			.suite = "wire",
 			.section = sections[n],
-			.level = TW_MUST,
+			.level = f->s.should ? TW_SHOULD : TW_MUST,
 			.needs = "",
 			.description = descs[n],
 			.requirement = reqs[n],
