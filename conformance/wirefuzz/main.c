@@ -182,9 +182,8 @@ static int cmd_replay(int argc, char **argv)
 			printf("ERROR %s: %s\n", argv[i], err);
 			bad++;
 		} else if (wf_result_failed(&r)) {
-			printf("%s %s: %s: %s\n#   observed: %s\n#   script: %s\n",
-			       expect_failure ? "PASS" : "FAIL", argv[i], wf_kind_name(r.kind), r.signature,
-			       r.detail, r.stopped);
+			printf("%s %s: %s\n#   observed: %s\n#   script: %s\n",
+			       expect_failure ? "PASS" : "FAIL", argv[i], r.signature, r.detail, r.stopped);
 			if (s.signature[0] && strcmp(s.signature, r.signature) != 0)
 				printf("#   (the file was saved for: %s)\n", s.signature);
 			bad += !expect_failure;

@@ -130,7 +130,7 @@ static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
 		return tw_case_result(env, TW_FAIL, "%s", r.pending);
 	if (wf_result_failed(&r)) {
 		printf("# observed: %s\n", r.detail);
-		return tw_case_result(env, TW_FAIL, "%s: %s", wf_kind_name(r.kind), r.signature);
+		return tw_case_result(env, TW_FAIL, "%s", r.signature);
 	}
 	return tw_case_result(env, TW_PASS, "survived; only that pipe failed; a well-formed peer "
 	                      "is still served");
