@@ -11,14 +11,6 @@
  */
 #include "raw_util.h"
 
-/* Spec 3.3 / 3.4 vectors: hello "" and Brochure {uv: "uv:*"}, {basic: {cpu:0: "any"}}. */
-static const uint8_t hello_empty[] = { 0xb8, 0x00, 0xb9, 0x01, 0xbd, 0x00 };
-static const uint8_t brochure_uv_basic[] = {
-	0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 0x75, 0x76, 0xbd, 0x04, 0x75, 0x76, 0x3a,
-	0x2a, 0xbb, 0x01, 0xbd, 0x05, 0x62, 0x61, 0x73, 0x69, 0x63, 0xbb, 0x01, 0xb9,
-	0x02, 0xbd, 0x03, 0x63, 0x70, 0x75, 0x00, 0xbd, 0x03, 0x61, 0x6e, 0x79,
-};
-
 /* ---- the server under test ----------------------------------------------------------- */
 
 typedef struct report {
@@ -242,9 +234,9 @@ static void case_junk_after_hello(void)
 	box acc;
 	arm_accept(&acc);
 	int fd = raw_connect(S.port);
-	uint8_t f[sizeof(hello_empty) + 4];
-	memcpy(f, hello_empty, sizeof(hello_empty));
-	memcpy(f + sizeof(hello_empty), "JUNK", 4);
+	uint8_t f[sizeof(raw_hello_empty) + 4];
+	memcpy(f, raw_hello_empty, sizeof(raw_hello_empty));
+	memcpy(f + sizeof(raw_hello_empty), "JUNK", 4);
 	raw_send_frame(fd, f, sizeof(f));
 	tw_pipe *p = accepted(&acc);
 	close(fd); /* the pipe then fails on its Brochure read */
@@ -262,7 +254,7 @@ static void brochure_case(const uint8_t *brochure, size_t n, tw_status_t want, c
 	box acc;
 	arm_accept(&acc);
 	int fd = raw_connect(S.port);
-	raw_send_frame(fd, hello_empty, sizeof(hello_empty));
+	raw_send_frame(fd, raw_hello_empty, sizeof(raw_hello_empty));
 	if (brochure)
 		raw_send_frame(fd, brochure, n);
 	else
@@ -315,8 +307,8 @@ static void raw_handshake(raw_pipe *rp)
 	box acc;
 	arm_accept(&acc);
 	rp->d = raw_connect(S.port);
-	raw_send_frame(rp->d, hello_empty, sizeof(hello_empty));
-	raw_send_frame(rp->d, brochure_uv_basic, sizeof(brochure_uv_basic));
+	raw_send_frame(rp->d, raw_hello_empty, sizeof(raw_hello_empty));
+	raw_send_frame(rp->d, raw_brochure_uv_basic, sizeof(raw_brochure_uv_basic));
 	size_t n;
 	uint8_t *buf = raw_recv_frame(rp->d, &n);
 	tw_wire_brochure_answer a;

@@ -30,13 +30,7 @@
 #define EXT_ANSWER_KEY UINT64_C(0x74770001)
 #define EXT_GOODBYE_BIT UINT64_C(1)
 
-/* Vectors brochure-uv-basic and brochure-uv-basic-ext (spec/wire.md 3.4, 8.1). */
-static const uint8_t hello_empty[] = { 0xb8, 0x00, 0xb9, 0x01, 0xbd, 0x00 };
-static const uint8_t brochure_plain[] = {
-	0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 0x75, 0x76, 0xbd, 0x04, 0x75, 0x76, 0x3a,
-	0x2a, 0xbb, 0x01, 0xbd, 0x05, 0x62, 0x61, 0x73, 0x69, 0x63, 0xbb, 0x01, 0xb9,
-	0x02, 0xbd, 0x03, 0x63, 0x70, 0x75, 0x00, 0xbd, 0x03, 0x61, 0x6e, 0x79,
-};
+/* Vector brochure-uv-basic-ext (spec/wire.md 8.1); brochure-uv-basic is in raw_util.h. */
 static const uint8_t brochure_ext[] = {
 	0xb9, 0x02, 0xbb, 0x02, 0xbd, 0x02, 0x75, 0x76, 0xbd, 0x04, 0x75, 0x76, 0x3a, 0x2a, 0xbd, 0x0e,
 	0x74, 0x65, 0x6e, 0x73, 0x6f, 0x72, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x65, 0x78, 0x74, 0xbd, 0x07,
@@ -164,11 +158,11 @@ static void raw_start(raw_client *rc, bool ask_ext)
 	memset(rc, 0, sizeof(*rc));
 	rc->r = rc->basic = -1;
 	rc->d = raw_connect(S.port);
-	raw_send_frame(rc->d, hello_empty, sizeof(hello_empty));
+	raw_send_frame(rc->d, raw_hello_empty, sizeof(raw_hello_empty));
 	if (ask_ext)
 		raw_send_frame(rc->d, brochure_ext, sizeof(brochure_ext));
 	else
-		raw_send_frame(rc->d, brochure_plain, sizeof(brochure_plain));
+		raw_send_frame(rc->d, raw_brochure_uv_basic, sizeof(raw_brochure_uv_basic));
 	size_t n;
 	uint8_t *buf = raw_recv_frame(rc->d, &n);
 	tw_wire_brochure_answer a;
@@ -336,7 +330,7 @@ static void case_replacement_boot_closed(void)
 	CHECK_OK(tw_listener_accept(S.l, tu_on_accept, &acc));
 	/* Brochure: uv and uvhi (both "uv:*"), basic. */
 	int boot = raw_connect(S.port);
-	raw_send_frame(boot, hello_empty, sizeof(hello_empty));
+	raw_send_frame(boot, raw_hello_empty, sizeof(raw_hello_empty));
 	tw_wire_kv kv[2] = { { { (char *)"uv", 2 }, { (char *)"uv:*", 4 } },
 		             { { (char *)"uvhi", 4 }, { (char *)"uv:*", 4 } } };
 	tw_wire_device_desc dd = { { { (char *)"cpu", 3 }, 0 }, { (char *)"any", 3 } };
@@ -557,7 +551,7 @@ static void client_vs_raw_server(bool ack)
 	int boot = raw_accept(lfd);
 	size_t n;
 	uint8_t *f = raw_recv_frame(boot, &n);
-	CHECK(n == sizeof(hello_empty) && memcmp(f, hello_empty, n) == 0);
+	CHECK(n == sizeof(raw_hello_empty) && memcmp(f, raw_hello_empty, n) == 0);
 	free(f);
 	f = raw_recv_frame(boot, &n);
 	CHECK(n == sizeof(brochure_ext) && memcmp(f, brochure_ext, n) == 0);

@@ -23,10 +23,12 @@
  *     (free) are separate steps. A pipe or listener handle stays valid until
  *     its destroy call; the library frees it once its callbacks have run.
  *   - The peer going away (spec/wire.md 5.6, 8.2): a pipe notices the end of
- *     any of its connections even when nothing is pending on it, also while
- *     a server pipe still waits for its requested connections (then it fails
- *     with TW_ERR_EOF or TW_ERR_CONNRESET, and so do its pending accept-side
- *     notifications). Once established, what the peer wrote before it left is
+ *     any of its connections even when nothing is pending on it and even
+ *     when the peer sent bytes nobody has read yet, also while a server pipe
+ *     still waits for its requested connections (then it fails with
+ *     TW_ERR_EOF or TW_ERR_CONNRESET, and so do its pending accept-side
+ *     notifications; a client that never completes the handshake fails it
+ *     with TW_ERR_TIMEDOUT, see tw_context_set_handshake_timeout). Once established, what the peer wrote before it left is
  *     still delivered while it is being read (for at most about 1 s after the
  *     end was noticed); then every pending callback fires with the pipe's
  *     error, which says how the peer left:
@@ -184,6 +186,29 @@ TW_NODISCARD tw_status_t tw_context_register_channel(tw_context *ctx, const char
                                                      const char *name, int64_t priority,
                                                      const char *options);
 
+/* Bounds the server side of every handshake (spec/wire.md 3.8.e): a
+ * connection a listener accepted must send its hello, and a server pipe must
+ * get its Brochure and every connection it registered (it is established),
+ * within `timeout_ms` milliseconds of the connection's accept and of the
+ * pipe's hello respectively. A connection without its hello in time is
+ * closed (the error observer of tw_listener_on_error hears TW_ERR_TIMEDOUT;
+ * the listener keeps serving). A server pipe that is not established in time
+ * fails with TW_ERR_TIMEDOUT and a detail naming what never arrived ("no
+ * Brochure", or the registered connections: "descriptor-reply (id 0),
+ * channel 'basic' #0 (id 1)"); its registration ids are released, so a
+ * RequestedConnection that comes later is closed. 0 removes the bound (as
+ * in stock TensorPipe: a silent client then holds the resources until the
+ * application closes the pipe or listener).
+ * Default: 30000 (30 s): a loaded host or a lossy network must not fail
+ * good clients (a connect whose SYNs are lost needs 15 s on Linux, and a
+ * client opens its connections one after another), and it stays below the
+ * 60 s RPC frameworks on top wait by default (PyTorch's rpc_timeout).
+ * Any thread, any time; does not block; no callback. Applies to connections
+ * accepted and server pipes started after the call; those already waiting
+ * keep the bound they started with. Client pipes are not bounded by it.
+ * TW_ERR_INVAL if ctx is NULL. */
+TW_NODISCARD tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint64_t timeout_ms);
+
 /* Listens on `num_urls` URLs ("uv://127.0.0.1:0", "tcp://[::1]:0"), one per
  * transport. The listener is owned by the caller (close, destroy). */
 TW_NODISCARD tw_status_t tw_context_listen(tw_context *ctx, const char *const *urls,
@@ -215,7 +240,10 @@ typedef void (*tw_accept_cb)(tw_listener *listener, tw_status_t status, const ch
 /* Arms one accept: `cb` fires once, with the next pipe whose hello arrived.
  * Several accepts may be pending; they are served in order. Connections that
  * arrive while no accept is pending wait in a queue. A bad connection
- * (malformed hello, closed before its hello) never fails the listener. */
+ * (malformed hello, closed before its hello, no hello within the handshake
+ * timeout) never fails the listener. The pipe handed over may still be
+ * handshaking: it fails with TW_ERR_TIMEDOUT if its client does not complete
+ * the handshake in time (tw_context_set_handshake_timeout). */
 TW_NODISCARD tw_status_t tw_listener_accept(tw_listener *listener, tw_accept_cb cb, void *arg);
 
 /* Writes the bound URL for `transport` (a registered transport name, or NULL
@@ -224,8 +252,10 @@ TW_NODISCARD tw_status_t tw_listener_url(tw_listener *listener, const char *tran
                                          char *buf, size_t buflen);
 
 /* Observes connections the listener dropped before they became pipes: a
- * malformed hello, one closed before its hello, an unknown registration id,
- * a failed accept. `cb` runs on the loop thread once per dropped connection
+ * malformed hello, one closed before its hello, one whose hello did not come
+ * within the handshake timeout (TW_ERR_TIMEDOUT), an unknown registration id
+ * (a RequestedConnection for a pipe that failed or timed out included), a
+ * failed accept. `cb` runs on the loop thread once per dropped connection
  * (not once in all: it is an observer) with the status (TW_ERR_PROTO,
  * TW_ERR_EOF, ...) and a detail naming the peer and the problem; the listener
  * keeps accepting either way. Replaces any previous observer; cb NULL stops

@@ -9,6 +9,7 @@
  * stops accepting work; the thread exits once libuv has closed every handle.
  * tw_context_join waits for that; tw_context_destroy frees what is left.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,69 @@ static tw_status_t tw__ctx_check_name(const char *fn, const char *name)
 	return TW_OK;
 }
 
+/* Where a registration table keeps its slots: tw_transport_reg and
+ * tw_channel_reg both open with the wire name and its length, and say where
+ * their priority sits. */
+typedef struct tw_reg_table {
+	const char *what; /* "transport" or "channel", for details */
+	void *slots;
+	size_t *num;
+	size_t slot_size;
+	size_t priority_off;
+} tw_reg_table;
+
+_Static_assert(offsetof(tw_transport_reg, name) == 0 && offsetof(tw_channel_reg, name) == 0 &&
+                       offsetof(tw_transport_reg, name_len) == offsetof(tw_channel_reg, name_len),
+               "registrations open with name and name_len");
+
+static int64_t tw__reg_priority(const tw_reg_table *tab, const uint8_t *slot)
+{
+	int64_t prio;
+	memcpy(&prio, slot + tab->priority_off, sizeof(prio));
+	return prio;
+}
+
+/* Any thread: what registering a transport and a channel share. Under the
+ * lock, refuses a frozen registry, a name taken already and a full table;
+ * else copies `slot` (filled in by the caller) into the table at the place
+ * its priority sorts to (highest first; equal priorities in registration
+ * order). On failure the caller still owns what the slot points to. */
+static tw_status_t tw__ctx_add_registration(tw_context *ctx, const char *fn,
+                                            const tw_reg_table *tab, const void *slot)
+{
+	const char *name = slot;
+	size_t name_len;
+	memcpy(&name_len, (const uint8_t *)slot + offsetof(tw_transport_reg, name_len),
+	       sizeof(name_len));
+	int64_t prio = tw__reg_priority(tab, slot);
+	uint8_t *base = tab->slots;
+	tw_status_t st = TW_OK;
+	pthread_mutex_lock(&ctx->mu);
+	if (ctx->frozen || ctx->close_posted) {
+		st = tw__api_fail(TW_ERR_INVAL, "%s: must be called before the first listen or connect",
+		                  fn);
+		goto out;
+	}
+	bool taken = *tab->num == TW_REGS_MAX;
+	for (size_t i = 0; i < *tab->num && !taken; i++)
+		taken = memcmp(base + i * tab->slot_size, name, name_len + 1) == 0;
+	if (taken) {
+		st = tw__api_fail(TW_ERR_INVAL, "%s: %s name '%s' already registered (or too many)", fn,
+		                  tab->what, name);
+		goto out;
+	}
+	size_t pos = *tab->num;
+	while (pos > 0 && tw__reg_priority(tab, base + (pos - 1) * tab->slot_size) < prio)
+		pos--;
+	memmove(base + (pos + 1) * tab->slot_size, base + pos * tab->slot_size,
+	        (*tab->num - pos) * tab->slot_size);
+	memcpy(base + pos * tab->slot_size, slot, tab->slot_size);
+	(*tab->num)++;
+out:
+	pthread_mutex_unlock(&ctx->mu);
+	return st;
+}
+
 tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, const char *name,
                                           int64_t priority, const char *options)
 {
@@ -219,40 +283,28 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 	st = tw__ctx_split_options(ctx, fn, options, rest, sizeof(rest), &max_object);
 	if (st != TW_OK)
 		return st;
-	tw_transport *t = NULL;
+	tw_transport_reg reg;
+	memset(&reg, 0, sizeof(reg));
 	char detail[TW_DETAIL_MAX] = "";
-	st = ops->create(&ctx->loop, rest, &t, detail, sizeof(detail));
+	st = ops->create(&ctx->loop, rest, &reg.t, detail, sizeof(detail));
 	if (st != TW_OK)
 		return tw__api_fail(st, "%s: %s", fn, detail);
-	pthread_mutex_lock(&ctx->mu);
-	if (ctx->frozen || ctx->close_posted) {
-		pthread_mutex_unlock(&ctx->mu);
-		ops->destroy(t);
-		return tw__api_fail(TW_ERR_INVAL, "%s: must be called before the first listen or connect",
-		                    fn);
+	reg.name_len = strlen(name);
+	memcpy(reg.name, name, reg.name_len + 1);
+	reg.ops = ops;
+	reg.priority = priority;
+	tw_reg_table tab = { "transport", ctx->transports, &ctx->num_transports, sizeof(reg),
+		             offsetof(tw_transport_reg, priority) };
+	st = tw__ctx_add_registration(ctx, fn, &tab, &reg);
+	if (st != TW_OK) {
+		ops->destroy(reg.t);
+		return st;
 	}
-	if (tw__ctx_find_transport(ctx, name, strlen(name)) || ctx->num_transports == TW_REGS_MAX) {
-		pthread_mutex_unlock(&ctx->mu);
-		ops->destroy(t);
-		return tw__api_fail(TW_ERR_INVAL, "%s: transport name '%s' already registered (or too many)",
-		                    fn, name);
-	}
-	size_t pos = ctx->num_transports;
-	while (pos > 0 && ctx->transports[pos - 1].priority < priority) {
-		ctx->transports[pos] = ctx->transports[pos - 1];
-		pos--;
-	}
-	tw_transport_reg *reg = &ctx->transports[pos];
-	memset(reg, 0, sizeof(*reg));
-	reg->name_len = strlen(name);
-	memcpy(reg->name, name, reg->name_len + 1);
-	reg->ops = ops;
-	reg->t = t;
-	reg->priority = priority;
-	ctx->num_transports++;
-	if (max_object)
+	if (max_object) {
+		pthread_mutex_lock(&ctx->mu);
 		ctx->max_object = max_object;
-	pthread_mutex_unlock(&ctx->mu);
+		pthread_mutex_unlock(&ctx->mu);
+	}
 	return TW_OK;
 }
 
@@ -272,38 +324,31 @@ tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const
 	tw_status_t st = tw__ctx_check_name(fn, name);
 	if (st != TW_OK)
 		return st;
-	tw_channel_ctx *c = NULL;
+	tw_channel_reg reg;
+	memset(&reg, 0, sizeof(reg));
 	char detail[TW_DETAIL_MAX] = "";
-	st = ops->create(&ctx->chenv, options ? options : "", &c, detail, sizeof(detail));
+	st = ops->create(&ctx->chenv, options ? options : "", &reg.c, detail, sizeof(detail));
 	if (st != TW_OK)
 		return tw__api_fail(st, "%s: %s", fn, detail);
-	pthread_mutex_lock(&ctx->mu);
-	if (ctx->frozen || ctx->close_posted) {
-		pthread_mutex_unlock(&ctx->mu);
-		ops->destroy(c);
-		return tw__api_fail(TW_ERR_INVAL, "%s: must be called before the first listen or connect",
-		                    fn);
-	}
-	if (tw__ctx_find_channel(ctx, name, strlen(name)) || ctx->num_channels == TW_REGS_MAX) {
-		pthread_mutex_unlock(&ctx->mu);
-		ops->destroy(c);
-		return tw__api_fail(TW_ERR_INVAL, "%s: channel name '%s' already registered (or too many)",
-		                    fn, name);
-	}
-	size_t pos = ctx->num_channels;
-	while (pos > 0 && ctx->channels[pos - 1].priority < priority) {
-		ctx->channels[pos] = ctx->channels[pos - 1];
-		pos--;
-	}
-	tw_channel_reg *reg = &ctx->channels[pos];
-	memset(reg, 0, sizeof(*reg));
-	reg->name_len = strlen(name);
-	memcpy(reg->name, name, reg->name_len + 1);
-	reg->ops = ops;
-	reg->c = c;
-	reg->priority = priority;
-	ctx->num_channels++;
-	pthread_mutex_unlock(&ctx->mu);
+	reg.name_len = strlen(name);
+	memcpy(reg.name, name, reg.name_len + 1);
+	reg.ops = ops;
+	reg.priority = priority;
+	tw_reg_table tab = { "channel", ctx->channels, &ctx->num_channels, sizeof(reg),
+		             offsetof(tw_channel_reg, priority) };
+	st = tw__ctx_add_registration(ctx, fn, &tab, &reg);
+	if (st != TW_OK)
+		ops->destroy(reg.c);
+	return st;
+}
+
+tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint64_t timeout_ms)
+{
+	tw__api_clear();
+	if (!ctx)
+		return tw__api_fail(TW_ERR_INVAL,
+		                    "tw_context_set_handshake_timeout: ctx must not be NULL");
+	__atomic_store_n(&ctx->handshake_timeout_ms, timeout_ms, __ATOMIC_RELAXED);
 	return TW_OK;
 }
 
@@ -327,6 +372,7 @@ tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
 		return tw__api_fail(TW_ERR_NOMEM, "%s: out of memory", fn);
 	}
 	ctx->max_object = TW_DEFAULT_MAX_OBJECT;
+	ctx->handshake_timeout_ms = TW_DEFAULT_HANDSHAKE_TIMEOUT_MS;
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->join_mu, NULL);
 	tw__list_init(&ctx->all_pipes);

@@ -49,6 +49,14 @@
  * holds; how long a closing pipe waits for its goodbye to be written. */
 #define TW_PIPE_END_GRACE_MS 1000
 #define TW_PIPE_GOODBYE_WAIT_MS 1000
+/* The default bound of a handshake's server side (spec 3.8.e): the hello of
+ * an accepted connection, then the Brochure and every registered connection
+ * of a server pipe. Generous enough for a loaded host or a lossy network (a
+ * connect whose SYNs are lost takes 1 + 2 + 4 + 8 = 15 s to get through on
+ * Linux, and a client opens its connections one after another), below the
+ * 60 s that RPC frameworks on top (PyTorch's rpc_timeout) wait by default,
+ * so the server has given up and released the resources first. */
+#define TW_DEFAULT_HANDSHAKE_TIMEOUT_MS 30000
 
 /* ---- registrations ------------------------------------------------------ */
 
@@ -76,6 +84,7 @@ struct tw_context {
 	char *name;
 	size_t name_len;
 	uint64_t max_object; /* limit for nop-object frames (spec 2.2 has none) */
+	uint64_t handshake_timeout_ms; /* atomic; 0: unbounded (spec 3.8.e) */
 
 	pthread_mutex_t mu;
 	/* registry: sorted by priority, highest first; frozen (mu) by the first
@@ -127,6 +136,9 @@ typedef struct tw_hello_wait {
 	tw_listener *listener;
 	tw_conn *conn;
 	tw_transport_reg *reg;
+	uint64_t deadline;      /* uv_now() by which the hello must be in (UINT64_MAX: none) */
+	uint64_t timeout_ms;
+	bool timed_out;         /* the listener closed conn for it; its read comes back */
 	char peer[TW_URL_MAX];
 } tw_hello_wait;
 
@@ -168,7 +180,10 @@ struct tw_listener {
 	unsigned inflight;
 	tw_list accepts;        /* tw_accept_req waiting for a pipe */
 	tw_list ready;          /* server pipes waiting for an accept */
-	tw_list hellos;         /* tw_hello_wait */
+	tw_list hellos;         /* tw_hello_wait, in arrival order */
+	uv_timer_t hello_timer; /* the earliest deadline of a hello wait (spec 3.8.e) */
+	bool hello_timer_open;
+	uint64_t hello_due;     /* when it fires, while active */
 	uint64_t next_id;       /* registration ids, per listener (spec 3.8) */
 	tw_registration *regs;
 	size_t num_regs, cap_regs;
@@ -320,6 +335,8 @@ struct tw_pipe {
 	tw_conn *d_replacement;     /* server: arrived replacement descriptor connection */
 	size_t awaiting;            /* server: requested connections still to arrive */
 	bool need_replacement;
+	uint64_t id_d, id_r;        /* server: registration ids of D (if replaced) and R */
+	uint64_t handshake_ms;      /* server: the handshake's bound, 0 for none */
 	tw_pipe_channel *chans;
 	size_t num_chans;
 	tw_pipe_pair *pairs;
@@ -340,7 +357,8 @@ struct tw_pipe {
 	bool goodbye_seen;          /* goodbye pipes: R delivered the peer's goodbye */
 	tw_status_t end_status;     /* the first end */
 	char end_detail[TW_DETAIL_MAX];
-	uv_timer_t timer;           /* the end's grace, then the goodbye write's bound */
+	uv_timer_t timer;           /* the handshake's bound, the end's grace, then the
+	                             * goodbye write's bound */
 	bool timer_inited;
 	bool timer_closed;
 

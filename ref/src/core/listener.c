@@ -9,7 +9,10 @@
  * pipe - a malformed, truncated or oversized hello, an unknown id, nothing
  * at all - costs only that connection. It is closed, the optional error
  * observer hears why, and the listener keeps accepting. Stock kills the whole
- * listener for some of these (spec 5.3).
+ * listener for some of these (spec 5.3). A connection whose hello is not in
+ * within the context's handshake timeout (spec 3.8.e) is closed the same
+ * way (TW_ERR_TIMEDOUT): one timer per listener, armed for the earliest
+ * deadline of the connections still waiting.
  *
  * This file must not know about Brochures or messages: see pipe.c.
  */
@@ -140,6 +143,43 @@ tw_status_t tw_listener_accept(tw_listener *l, tw_accept_cb cb, void *arg)
 
 /* ---- hellos ---------------------------------------------------------------- */
 
+static void tw__listener_on_hello_timer(uv_timer_t *t);
+
+/* Makes the hello timer fire by `deadline` (uv_now() time). */
+static void tw__listener_arm_hello_timer(tw_listener *l, uint64_t deadline)
+{
+	if (!l->hello_timer_open || deadline == UINT64_MAX)
+		return;
+	if (uv_is_active((uv_handle_t *)&l->hello_timer) && l->hello_due <= deadline)
+		return;
+	uint64_t now = uv_now(&l->ctx->loop.uv);
+	l->hello_due = deadline;
+	uv_timer_start(&l->hello_timer, tw__listener_on_hello_timer, deadline > now ? deadline - now : 0,
+	               0);
+}
+
+/* Closes the connections whose hello is overdue (their reads come back to
+ * tw__listener_on_hello), then waits for the next deadline. */
+static void tw__listener_on_hello_timer(uv_timer_t *t)
+{
+	tw_listener *l = t->data;
+	uint64_t now = uv_now(&l->ctx->loop.uv);
+	uint64_t next = UINT64_MAX;
+	tw_list *it;
+	for (it = l->hellos.next; it != &l->hellos; it = it->next) {
+		tw_hello_wait *hw = TW_CONTAINER_OF(it, tw_hello_wait, link);
+		if (hw->timed_out)
+			continue;
+		if (hw->deadline <= now) {
+			hw->timed_out = true;
+			hw->conn->ops->close(hw->conn);
+		} else if (hw->deadline < next) {
+			next = hw->deadline;
+		}
+	}
+	tw__listener_arm_hello_timer(l, next);
+}
+
 static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char *detail,
                                   void *buf, uint64_t len, void *arg)
 {
@@ -147,6 +187,16 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 	tw_listener *l = hw->listener;
 	tw__list_remove(&hw->link);
 	l->inflight--;
+	if (hw->timed_out) {
+		/* Closed by the hello timer (even if the hello made it into a
+		 * completed read meanwhile: the connection is gone). */
+		if (!l->closed)
+			tw__listener_report(l, TW_ERR_TIMEDOUT,
+			                    "listener: connection from %s sent no complete hello within "
+			                    "%llu ms (handshake timeout, spec 3.8.e); closed",
+			                    hw->peer, (unsigned long long)hw->timeout_ms);
+		goto out;
+	}
 	if (l->closed) {
 		/* The listener closed this connection already. */
 		goto out;
@@ -246,6 +296,8 @@ static void tw__listener_on_conn(tw_tlistener *tl, tw_status_t status, const cha
 	hw->listener = l;
 	hw->conn = conn;
 	hw->reg = e->reg;
+	hw->timeout_ms = __atomic_load_n(&l->ctx->handshake_timeout_ms, __ATOMIC_RELAXED);
+	hw->deadline = hw->timeout_ms > 0 ? uv_now(&l->ctx->loop.uv) + hw->timeout_ms : UINT64_MAX;
 	snprintf(hw->peer, sizeof(hw->peer), "%s://%s", e->reg->name, conn->ops->peer(conn));
 	tw_status_t st = conn->ops->read_alloc(conn, l->ctx->max_object, tw__listener_on_hello, hw);
 	if (st != TW_OK) {
@@ -256,6 +308,7 @@ static void tw__listener_on_conn(tw_tlistener *tl, tw_status_t status, const cha
 	}
 	l->inflight++;
 	tw__list_push_back(&l->hellos, &hw->link);
+	tw__listener_arm_hello_timer(l, hw->deadline);
 }
 
 /* ---- registrations (spec 3.8) ------------------------------------------------ */
@@ -305,6 +358,13 @@ void tw__listener_pipe_released(tw_listener *l)
 
 /* ---- close ------------------------------------------------------------------- */
 
+static void tw__listener_on_timer_closed(uv_handle_t *h)
+{
+	tw_listener *l = h->data;
+	l->inflight--;
+	tw__listener_maybe_finish(l);
+}
+
 void tw__listener_close_internal(tw_listener *l)
 {
 	if (l->closed)
@@ -316,11 +376,17 @@ void tw__listener_close_internal(tw_listener *l)
 			l->entries[i].tl = NULL;
 		}
 	}
+	if (l->hello_timer_open) {
+		l->hello_timer_open = false;
+		uv_timer_stop(&l->hello_timer);
+		uv_close((uv_handle_t *)&l->hello_timer, tw__listener_on_timer_closed);
+	}
 	tw_list *it, *tmp;
 	TW_LIST_FOREACH_SAFE(it, tmp, &l->hellos)
 	{
 		tw_hello_wait *hw = TW_CONTAINER_OF(it, tw_hello_wait, link);
-		hw->conn->ops->close(hw->conn); /* its read comes back with CLOSED */
+		if (!hw->timed_out) /* else closed already */
+			hw->conn->ops->close(hw->conn); /* its read comes back with CLOSED */
 	}
 	TW_LIST_FOREACH_SAFE(it, tmp, &l->accepts)
 	{
@@ -444,6 +510,10 @@ static void tw__listener_do_listen(void *arg)
 		}
 		snprintf(e->address, sizeof(e->address), "%s", e->tl->ops->address(e->tl));
 	}
+	uv_timer_init(&l->ctx->loop.uv, &l->hello_timer); /* cannot fail */
+	l->hello_timer.data = l;
+	l->hello_timer_open = true;
+	l->inflight++; /* the open timer handle, until tw__listener_on_timer_closed */
 	l->live = true;
 	tw__list_push_back(&l->ctx->live_listeners, &l->live_link);
 }

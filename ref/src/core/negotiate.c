@@ -273,6 +273,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	if ((st = tw__listener_register(l, p, TW_SLOT_REPLY, &id_r)) != TW_OK)
 		goto err_register;
 	p->awaiting++;
+	p->id_d = id_d;
+	p->id_r = id_r;
 
 	st = tw__select_channels(p, b->channels, b->num_channels, detail, detail_len);
 	if (st != TW_OK)

@@ -25,10 +25,13 @@
  *
  * The peer going away (spec 5.6): every connection has an end watch armed
  * from the moment the pipe gets it (transport.h), so the end is noticed even
- * with nothing to read, e.g. a client that leaves right after the answer.
- * Before the pipe is established any end fails it. Once established, the
- * first end (EOF or reset, noticed by a watch or an operation) starts the
- * pipe's end: operations that fail meanwhile are held, and the pipe fails
+ * with nothing to read, e.g. a client that leaves right after the answer,
+ * and a hang-up (the peer closed with bytes still unread) is noticed too.
+ * Before the pipe is established any end or hang-up fails it, except the
+ * bootstrap connection's after a transport switch (spec 3.7.b). Once
+ * established, the first end or hang-up (EOF or reset, noticed by a watch or
+ * an operation) starts the pipe's end: operations that fail meanwhile are
+ * held, and the pipe fails
  * when the verdict is known and D has handed over what the peer wrote before
  * it left (D's end is reported only after its last frame, and reads in
  * flight finish), or after TW_PIPE_END_GRACE_MS. The verdict: with a stock
@@ -39,6 +42,13 @@
  * A local close of an established goodbye pipe writes the goodbye on R and
  * closes R once it is written (at most TW_PIPE_GOODBYE_WAIT_MS later); the
  * other connections close at once, so local callbacks fire at once.
+ *
+ * The handshake's bound (spec 3.8.e): a server pipe that is not established
+ * within the context's handshake timeout of its hello (the Brochure or a
+ * registered connection never came) fails with TW_ERR_TIMEDOUT, naming what
+ * is missing; failing releases its registration ids, so a late
+ * RequestedConnection is closed by the listener (3.8.b). The pipe's one
+ * timer bounds the handshake first, then the end and the goodbye.
  *
  * This file must not know how frames are framed or how tensors travel: it
  * uses transports and channels only through their vtables.
@@ -214,14 +224,19 @@ static void tw__pipe_on_timer_closed(uv_handle_t *h)
 	tw__pipe_release(h->data);
 }
 
+/* Closes the timer for good: a later tw__pipe_timer_start does nothing,
+ * also when the timer was never started. */
 static void tw__pipe_timer_close(tw_pipe *p)
 {
-	if (!p->timer_inited || p->timer_closed)
-		return;
+	bool open = p->timer_inited && !p->timer_closed;
 	p->timer_closed = true;
+	if (!open)
+		return;
 	uv_timer_stop(&p->timer);
 	uv_close((uv_handle_t *)&p->timer, tw__pipe_on_timer_closed);
 }
+
+static void tw__pipe_handshake_timed_out(tw_pipe *p);
 
 static void tw__pipe_on_timer(uv_timer_t *t)
 {
@@ -230,6 +245,10 @@ static void tw__pipe_on_timer(uv_timer_t *t)
 		/* Our goodbye was not written in time: give up on it. */
 		tw__conn_close(&p->r_goodbye);
 		tw__pipe_timer_close(p);
+		return;
+	}
+	if (p->state == TW_PIPE_SERVER_BROCHURE || p->state == TW_PIPE_SERVER_CONNS) {
+		tw__pipe_handshake_timed_out(p);
 		return;
 	}
 	tw__pipe_try_end(p, true);
@@ -289,6 +308,55 @@ static const char *tw__pipe_conn_name(const tw_pipe *p, const tw_conn *c)
 	return "a channel connection";
 }
 
+/* Appends ", what" (or "what" first) to a list being built in buf. */
+__attribute__((format(printf, 3, 4))) static void tw__list_append(char *buf, size_t len,
+                                                                  const char *fmt, ...)
+{
+	size_t off = strlen(buf);
+	if (off + 3 >= len)
+		return;
+	if (off > 0) {
+		memcpy(buf + off, ", ", 3);
+		off += 2;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf + off, len - off, fmt, ap);
+	va_end(ap);
+}
+
+/* The server's handshake bound ran out (spec 3.8.e): fail, naming what never
+ * came. Failing releases the registration ids (tw__pipe_fail). */
+static void tw__pipe_handshake_timed_out(tw_pipe *p)
+{
+	unsigned long long ms = (unsigned long long)p->handshake_ms;
+	if (p->state == TW_PIPE_SERVER_BROCHURE) {
+		tw__pipe_fail(p, TW_ERR_TIMEDOUT,
+		              "handshake timed out: no Brochure within %llu ms of the hello (spec "
+		              "3.8.e)",
+		              ms);
+		return;
+	}
+	char missing[TW_DETAIL_MAX] = "";
+	if (p->need_replacement && !p->d_replacement)
+		tw__list_append(missing, sizeof(missing), "replacement descriptor (id %llu)",
+		                (unsigned long long)p->id_d);
+	if (!p->r)
+		tw__list_append(missing, sizeof(missing), "descriptor-reply (id %llu)",
+		                (unsigned long long)p->id_r);
+	for (size_t i = 0; i < p->num_chans; i++) {
+		const tw_pipe_channel *pc = &p->chans[i];
+		for (size_t k = 0; pc->conns && k < pc->num_conns; k++)
+			if (!pc->conns[k])
+				tw__list_append(missing, sizeof(missing), "channel '%s' #%zu (id %llu)",
+				                pc->reg->name, k, (unsigned long long)pc->ids[k]);
+	}
+	tw__pipe_fail(p, TW_ERR_TIMEDOUT,
+	              "handshake timed out: registered connections did not arrive within %llu ms "
+	              "(spec 3.8.e): %s",
+	              ms, missing);
+}
+
 /* Is the application still being handed a message: a read in flight, or a
  * descriptor delivered whose tw_pipe_read() has not been handled yet? */
 static bool tw__pipe_receiving(tw_pipe *p)
@@ -325,6 +393,19 @@ static bool tw__status_is_end(tw_status_t st)
 	return st == TW_ERR_EOF || st == TW_ERR_CONNRESET;
 }
 
+/* Loop thread: an established pipe's peer is leaving (the first end or
+ * hang-up of one of its connections): start the pipe's end, once. */
+static void tw__pipe_start_end(tw_pipe *p, tw_status_t status, const char *what,
+                               const char *detail)
+{
+	if (p->ending)
+		return;
+	p->ending = true;
+	p->end_status = status;
+	tw__detail(p->end_detail, sizeof(p->end_detail), "%s: %s", what, detail);
+	tw__pipe_timer_start(p, TW_PIPE_END_GRACE_MS);
+}
+
 /* Loop thread: connection `c` of the pipe (NULL: one a channel owns) failed
  * with `status`. Anything but the end of an established pipe's connection
  * fails the pipe at once; an end starts (or advances) the pipe's end, and
@@ -338,12 +419,7 @@ static void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, con
 		tw__pipe_fail(p, status, "%s: %s", what, detail);
 		return;
 	}
-	if (!p->ending) {
-		p->ending = true;
-		p->end_status = status;
-		tw__detail(p->end_detail, sizeof(p->end_detail), "%s: %s", what, detail);
-		tw__pipe_timer_start(p, TW_PIPE_END_GRACE_MS);
-	}
+	tw__pipe_start_end(p, status, what, detail);
 	if (c && c == p->d)
 		p->d_ended = true;
 	if (c && c == p->r && p->ext_goodbye && !p->goodbye_seen)
@@ -351,14 +427,18 @@ static void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, con
 	tw__pipe_try_end(p, false);
 }
 
+/* The client may drop the bootstrap connection once the transport changed
+ * (spec 3.7.b), possibly before its other connections arrive. */
+static bool tw__pipe_boot_may_go(const tw_pipe *p, const tw_conn *c)
+{
+	return c == p->boot && p->state == TW_PIPE_SERVER_CONNS && p->need_replacement;
+}
+
 /* The end watch of one of the pipe's connections (transport.h). */
 static void tw__pipe_on_conn_end(tw_conn *c, tw_status_t status, const char *detail, void *arg)
 {
 	tw_pipe *p = arg;
-	if (status != TW_ERR_CLOSED && c == p->boot && p->state == TW_PIPE_SERVER_CONNS &&
-	    p->need_replacement) {
-		/* The transport changed: the client drops the bootstrap connection
-		 * (spec 3.7.b), possibly before its other connections arrive. */
+	if (status != TW_ERR_CLOSED && tw__pipe_boot_may_go(p, c)) {
 		tw__conn_close(&p->boot);
 	} else if (status != TW_ERR_CLOSED) {
 		char what[96];
@@ -369,10 +449,33 @@ static void tw__pipe_on_conn_end(tw_conn *c, tw_status_t status, const char *det
 	tw__pipe_release(p);
 }
 
+/* The peer hung up on one of the pipe's connections with bytes unread
+ * (transport.h). Before establishment the handshake cannot complete any
+ * more: the pipe fails now, not when a read reaches the end of file. After
+ * establishment it starts the pipe's end like an end would; the connection
+ * itself has not ended (D still hands over what it holds). */
+static void tw__pipe_on_conn_hangup(tw_conn *c, const char *detail, void *arg)
+{
+	tw_pipe *p = arg;
+	if (p->state == TW_PIPE_FAILED)
+		return;
+	char what[112];
+	if (tw__pipe_boot_may_go(p, c)) {
+		tw__conn_close(&p->boot);
+	} else if (p->state != TW_PIPE_ESTABLISHED) {
+		snprintf(what, sizeof(what), "%s ended before the pipe was established",
+		         tw__pipe_conn_name(p, c));
+		tw__pipe_fail(p, TW_ERR_EOF, "%s: %s", what, detail);
+	} else {
+		snprintf(what, sizeof(what), "%s ended", tw__pipe_conn_name(p, c));
+		tw__pipe_start_end(p, TW_ERR_EOF, what, detail);
+	}
+}
+
 /* Arms the end watch of a connection the pipe just got. */
 static tw_status_t tw__pipe_watch(tw_pipe *p, tw_conn *c)
 {
-	tw_status_t st = c->ops->watch_end(c, tw__pipe_on_conn_end, p);
+	tw_status_t st = c->ops->watch_end(c, tw__pipe_on_conn_end, tw__pipe_on_conn_hangup, p);
 	if (st != TW_OK) {
 		tw__pipe_fail(p, st, "watching %s: out of memory", tw__pipe_conn_name(p, c));
 		return st;
@@ -451,6 +554,8 @@ static const tw_pipe_pair *tw__pipe_find_pair(const tw_pipe *p, const tw_device 
 static void tw__pipe_establish(tw_pipe *p)
 {
 	p->state = TW_PIPE_ESTABLISHED;
+	if (p->timer_inited && !p->timer_closed)
+		uv_timer_stop(&p->timer); /* the handshake's bound is met */
 	if (p->listener) {
 		tw__listener_pipe_released(p->listener);
 		p->listener = NULL;
@@ -801,6 +906,10 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 	tw__list_push_back(&ctx->live_pipes, &p->live_link);
 	p->state = TW_PIPE_SERVER_BROCHURE;
 	p->inflight++; /* this step */
+	/* The handshake's bound (spec 3.8.e), from the hello on. */
+	p->handshake_ms = __atomic_load_n(&ctx->handshake_timeout_ms, __ATOMIC_RELAXED);
+	if (p->handshake_ms > 0)
+		tw__pipe_timer_start(p, p->handshake_ms);
 	/* The watch is what notices a client that leaves after the answer
 	 * (spec 5.6.b) without reading what it may already have written. */
 	if (tw__pipe_watch(p, boot) == TW_OK) {

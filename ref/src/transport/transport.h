@@ -42,13 +42,25 @@
  *     one per descriptor, reply and channel connection (spec 3.1), and a
  *     channel with lanes (mpt) opens more through its own transport instances.
  *   - The end of a connection must be noticeable without reading (spec
- *     5.6.b): watch_end() asks to hear of it. While no read is queued and no
- *     received byte waits unread in the transport, the transport watches for
- *     the peer's close or a reset (tcp: readability, then a MSG_PEEK; a ring:
- *     the peer's closed flag or its bootstrap socket). It never consumes or
- *     reorders a byte, so frames that arrived before the end stay readable
- *     and the end is reported only after the last of them was read: a peer
- *     that writes and then closes is not cut short by the watch.
+ *     5.6.b): watch_end() asks to hear of it, in two steps.
+ *       The end: the connection failed (the peer closed it with nothing left
+ *       unread, a reset, any error). While no read is queued and no received
+ *       byte waits unread, the transport watches for it (tcp: readability,
+ *       then a MSG_PEEK; a ring: the peer's closed flag with the ring empty,
+ *       or its bootstrap socket). It never consumes or reorders a byte, so
+ *       frames that arrived before the end stay readable and the end is
+ *       reported only after the last of them was read: a peer that writes
+ *       and then closes is not cut short by the watch.
+ *       The hang-up: the peer closed its end in order (tcp: its FIN, seen
+ *       through EPOLLRDHUP / uv_poll's UV_DISCONNECT; a ring: the peer's
+ *       closed flag) while bytes it sent still wait unread and no read is
+ *       queued to reach them. The transport reports it without reading
+ *       anything, at most once, as soon as it can see it (not only once a
+ *       read is queued); the bytes stay readable in order, and the end
+ *       follows once the last of them was read (or the owner closes). A
+ *       hang-up with nothing unread is simply the end. The owner decides
+ *       what a hang-up means: a pipe being set up fails, an established one
+ *       lets the application read what is left for a bounded time.
  */
 #ifndef TW_TRANSPORT_TRANSPORT_H
 #define TW_TRANSPORT_TRANSPORT_H
@@ -84,6 +96,9 @@ typedef void (*tw_conn_read_cb)(tw_conn *conn, tw_status_t status, const char *d
  * write met first, with that operation's detail), or TW_ERR_CLOSED when the
  * owner closed it first. */
 typedef void (*tw_conn_end_cb)(tw_conn *conn, tw_status_t status, const char *detail, void *arg);
+/* The peer hung up while bytes it sent still wait unread (the rules above):
+ * `detail` names the transport, the peer and what happened. */
+typedef void (*tw_conn_hangup_cb)(tw_conn *conn, const char *detail, void *arg);
 /* An accepted connection (status TW_OK), or a per-connection accept failure
  * that did not stop the listener (conn NULL, e.g. EMFILE). */
 typedef void (*tw_tlistener_accept_cb)(tw_tlistener *listener, tw_status_t status,
@@ -100,15 +115,19 @@ typedef struct tw_conn_ops {
 	/* Queues the read of the next frame (at most max_len bytes) into a new
 	 * allocation. */
 	tw_status_t (*read_alloc)(tw_conn *c, uint64_t max_len, tw_conn_read_cb cb, void *arg);
-	/* Arms the end watch (see the rules above): cb runs exactly once, when
-	 * the connection fails for any reason (noticed by the watch or by a
-	 * queued operation; then after the callbacks of the operations that
-	 * failure completes) or with TW_ERR_CLOSED when it is closed first. At
-	 * most one watch per connection, for its whole life; arming it on a
-	 * connection that already failed reports that failure (deferred). Works
-	 * alongside reads and writes. TW_OK: cb will run; otherwise (only
-	 * TW_ERR_NOMEM) nothing was armed. */
-	tw_status_t (*watch_end)(tw_conn *c, tw_conn_end_cb cb, void *arg);
+	/* Arms the end watch (see the rules above): end_cb runs exactly once,
+	 * when the connection fails for any reason (noticed by the watch or by
+	 * a queued operation; then after the callbacks of the operations that
+	 * failure completes) or with TW_ERR_CLOSED when it is closed first.
+	 * hangup_cb (may be NULL) runs at most once, always before end_cb, when
+	 * the peer hangs up with bytes unread; the connection still works (reads
+	 * drain what is left, then fail with TW_ERR_EOF). At most one watch per
+	 * connection, for its whole life; arming it on a connection that
+	 * already failed reports that failure (deferred). Works alongside reads
+	 * and writes. TW_OK: end_cb will run; otherwise (only TW_ERR_NOMEM)
+	 * nothing was armed. */
+	tw_status_t (*watch_end)(tw_conn *c, tw_conn_end_cb end_cb, tw_conn_hangup_cb hangup_cb,
+	                         void *arg);
 	/* Closes (see the rules above). Idempotent only in the sense that the
 	 * owner calls it exactly once. */
 	void (*close)(tw_conn *c);

@@ -15,8 +15,12 @@
  * The end watch (transport.h): while no read is queued and the read buffer
  * is empty, the socket is polled for readability and then peeked at (1 byte,
  * MSG_PEEK): 0 means the peer closed with nothing left unread, an error is a
- * reset; bytes waiting stop the watch's polling until a read is queued,
- * because only a read can move past them.
+ * reset; bytes waiting stop the readability polling until a read is queued,
+ * because only a read can move past them. While bytes wait unread (in the
+ * socket or the read buffer) and no read is queued, the socket is polled for
+ * UV_DISCONNECT instead (EPOLLRDHUP: the peer's FIN, seen without reading;
+ * a reset still shows as POLLERR): that is the hang-up, reported once, after
+ * which nothing is polled until a read is queued (the flag stays set).
  *
  * This file must not know about nop objects, packets or pipes.
  */
@@ -92,10 +96,14 @@ struct tcp_conn {
 	/* the end watch */
 	bool watch_armed;
 	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
+	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
+	bool hup_reported;
 	tw_conn_end_cb watch_cb;
+	tw_conn_hangup_cb hup_cb;
 	void *watch_arg;
 	tw_status_t watch_status;
 	tw_deferred watch_dfr;
+	tw_deferred hup_dfr;
 	char peer[TW_TCP_ADDR_MAX];
 };
 
@@ -174,6 +182,17 @@ static void tcp_watch_deliver(void *arg)
 {
 	tcp_conn *c = arg;
 	c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
+	tcp_conn_unref(c);
+}
+
+static void tcp_hangup_deliver(void *arg)
+{
+	tcp_conn *c = arg;
+	char detail[TW_DETAIL_MAX];
+	tw__detail(detail, sizeof(detail),
+	           "tcp transport: connection closed by peer %s, with bytes it sent still unread",
+	           c->peer);
+	c->hup_cb(&c->base, detail, c->watch_arg);
 	tcp_conn_unref(c);
 }
 
@@ -556,6 +575,25 @@ static bool tcp_watch_polls(const tcp_conn *c)
 	return c->watch_armed && !c->rq_head && !c->watch_saw_data && c->rpos == c->rend;
 }
 
+/* True while the watch waits for a hang-up: bytes known to wait unread, no
+ * read queued, no FIN seen yet. */
+static bool tcp_watch_hup_polls(const tcp_conn *c)
+{
+	return c->watch_armed && c->hup_cb && !c->hup_seen && !c->rq_head &&
+	       (c->watch_saw_data || c->rpos != c->rend);
+}
+
+/* Reports a FIN that came in behind unread bytes (see the file comment). */
+static void tcp_drive_hangup(tcp_conn *c)
+{
+	if (c->state != TCP_OPEN || !c->hup_seen || c->hup_reported || !c->watch_armed ||
+	    !c->hup_cb || c->rq_head || (!c->watch_saw_data && c->rpos == c->rend))
+		return;
+	c->hup_reported = true;
+	c->refs++;
+	tw__loop_defer(c->base.transport->loop, &c->hup_dfr, tcp_hangup_deliver, c);
+}
+
 static void tcp_drive_watch(tcp_conn *c)
 {
 	while (c->state == TCP_OPEN && tcp_watch_polls(c) && !c->read_drained) {
@@ -579,10 +617,12 @@ static void tcp_drive_watch(tcp_conn *c)
 	}
 }
 
-static tw_status_t tcp_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, void *arg)
+static tw_status_t tcp_conn_watch_end(tw_conn *base, tw_conn_end_cb cb,
+                                      tw_conn_hangup_cb hup_cb, void *arg)
 {
 	tcp_conn *c = (tcp_conn *)base;
 	c->watch_cb = cb;
+	c->hup_cb = hup_cb;
 	c->watch_arg = arg;
 	c->watch_armed = true;
 	c->refs++;
@@ -609,7 +649,7 @@ static void tcp_update_poll(tcp_conn *c)
 		want = UV_WRITABLE;
 	else if (c->state == TCP_OPEN)
 		want = (c->rq_head || tcp_watch_polls(c) ? UV_READABLE : 0) |
-		       (c->wq_head ? UV_WRITABLE : 0);
+		       (c->wq_head ? UV_WRITABLE : 0) | (tcp_watch_hup_polls(c) ? UV_DISCONNECT : 0);
 	if (want == c->poll_events)
 		return;
 	c->poll_events = want;
@@ -649,6 +689,7 @@ static void tcp_drive(tcp_conn *c)
 		tcp_drive_reads(c);
 	if (c->state == TCP_OPEN)
 		tcp_drive_watch(c);
+	tcp_drive_hangup(c);
 	tcp_update_poll(c);
 }
 
@@ -673,6 +714,11 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 			         uv_strerror(status));
 		}
 		return;
+	}
+	if (events & UV_DISCONNECT) {
+		/* The peer's FIN: its end of file is readable too. */
+		c->hup_seen = true;
+		c->read_drained = false;
 	}
 	if (events & UV_READABLE)
 		c->read_drained = false;
