@@ -511,72 +511,88 @@ static int send_close_after_answer(ctx *c)
 	return 0;
 }
 
+/* Stays connected and silent after the answer: only a handshake timeout
+ * can end the server pipe (the case asks the IUT for one, 3.8.e). */
+static int send_registration_timeout(ctx *c)
+{
+	int fd = raw_open(c);
+	if (fd < 0 || hello(c, fd, "dawdler") ||
+	    handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, false))
+		return -1;
+	return 0;
+}
+
 /* Sections: spec/wire.md, with the numbered requirement checked. */
 const tw_raw_case tw_raw_cases[] = {
 	{"close_before_hello", "5.4 (5.4.a)", true,
 	 "TCP connect, then close without sending anything", send_close_before_hello, NULL,
-	 "listener-dies", NULL},
+	 "listener-dies", NULL, 0},
 	{"bad_type_byte", "5.2 (5.2.c)", true, "hello frame ff ff ff ff ff (no such nop type)",
-	 send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type"},
+	 send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0},
 	{"bad_variant_index", "5.2 (5.2.c)", true,
 	 "hello with Packet variant index 2 (b8 02 b9 01 00)", send_bad_variant, NULL, "crash",
-	 "Unexpected Variant Type"},
+	 "Unexpected Variant Type", 0},
 	{"empty_variant", "3.3 (3.3.e)", true, "hello = the empty variant (b8 ff be)",
-	 send_empty_variant, "connection-dropped", "connection-dropped", NULL},
+	 send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0},
 	{"unknown_registration_id", "3.8 (3.8.b)", true,
 	 "RequestedConnection{12345}, an id never handed out", send_unknown_id,
-	 "connection-dropped", "connection-dropped", NULL},
+	 "connection-dropped", "connection-dropped", NULL, 0},
 	{"truncated_hello", "5.2 (5.2.c)", true,
 	 "hello whose string length runs past the frame (b8 00 b9 01 bd 40)", send_truncated_hello,
-	 NULL, "crash", "Read Limit Reached"},
+	 NULL, "crash", "Read Limit Reached", 0},
 	/* Under AddressSanitizer the allocation is refused by ASan's allocator
 	 * (which aborts) before std::bad_alloc could be thrown. */
 	{"huge_length_prefix", "5.3 (5.3.a), wire.md 2.2 (2.2.b, 2.2.c)", true, "uv length prefix 2^62", send_huge_length,
 	 NULL, "crash",
 	 "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
-	 "allocation size"},
+	 "allocation size", 0},
 	{"silent_mid_header", "3.3 (3.3.f)", true,
 	 "4 of the 8 bytes of a frame header, then silence (connection kept open)",
-	 send_silent_mid_header, NULL, "ignored", NULL},
+	 send_silent_mid_header, NULL, "ignored", NULL, 0},
 	{"silent_mid_body", "3.3 (3.3.f)", true,
 	 "a frame header announcing 64 bytes, 6 of them, then silence (connection kept open)",
-	 send_silent_mid_body, NULL, "ignored", NULL},
+	 send_silent_mid_body, NULL, "ignored", NULL, 0},
 	{"trailing_junk", "1.12 (1.12.a)", true,
 	 "hello followed by 4 junk bytes in the same frame, then a normal handshake and an empty "
 	 "message",
-	 send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL},
+	 send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0},
 	{"no_common_transport", "3.5 (3.5.b)", true, "Brochure offering only ibv",
-	 send_no_common_transport, NULL, "crash", "Could not find a viable transport"},
+	 send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0},
 	{"no_channels", "3.5 (3.5.c)", true, "Brochure with no channels, then an empty message",
-	 send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL},
+	 send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0},
 	{"unknown_names", "3.5 (3.5.d)", true,
 	 "Brochure with an unknown transport (zz) and channel (yy) besides uv and basic, then an "
 	 "empty message: the answer must pick uv and basic only",
-	 send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL},
+	 send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0},
 	{"reused_registration_id", "3.8 (3.8.b)", true,
 	 "after a handshake, a second connection with the descriptor-reply id already used, then "
 	 "an empty message on the first",
-	 send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL},
+	 send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0},
 	{"truncated_descriptor", "5.2 (5.2.a)", true,
 	 "after the handshake, Descriptor frame b9 03 bd 01", send_truncated_descriptor,
-	 "pipe-failed", "crash", "Read Limit Reached"},
+	 "pipe-failed", "crash", "Read Limit Reached", 0},
 	{"payload_length_mismatch", "5.5 (5.5.a), wire.md 3.10 (3.10.c), wire.md 2.2 (2.2.d)", true,
 	 "Descriptor announcing an 8-byte payload, then a 9-byte frame", send_payload_mismatch,
-	 "pipe-failed", "crash", "Expected readLength_"},
+	 "pipe-failed", "crash", "Expected readLength_", 0},
 	{"tensor_length_mismatch", "4.2 (4.2.a)", true,
 	 "Descriptor announcing a 16-byte tensor, then a 17-byte frame on the basic channel",
-	 send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_"},
+	 send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0},
 	{"descriptor_reply", "3.11 (3.11.a)", true,
 	 "Descriptor with a tensor that has a target device and one that has none: the IUT must "
 	 "answer DescriptorReply [cpu:0] on the reply connection, then receive both tensors",
-	 send_descriptor_reply, "message-delivered", "message-delivered", NULL},
+	 send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0},
 	{"close_after_answer", "5.4 (5.4.a)", true,
 	 "client closes the bootstrap connection right after the BrochureAnswer",
-	 send_close_after_answer, NULL, "pipe-pending", NULL},
+	 send_close_after_answer, NULL, "pipe-pending", NULL, 0},
 	{"close_after_answer_noticed", "5.6 (5.6.b)", false,
 	 "client closes the bootstrap connection right after the BrochureAnswer: the server pipe "
 	 "should fail rather than wait forever",
-	 send_close_after_answer, "pipe-failed", "pipe-pending", NULL},
+	 send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0},
+	{"registration_timeout", "3.8 (3.8.e)", false,
+	 "hello and Brochure, then nothing: the requested connections never come (the bootstrap "
+	 "connection stays open); with the IUT's handshake timeout set to 2 s the server pipe "
+	 "should fail within 5 s",
+	 send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000},
 };
 const int tw_raw_num_cases = (int)(sizeof(tw_raw_cases) / sizeof(tw_raw_cases[0]));
 
@@ -707,12 +723,26 @@ int tw_raw_case_run(const char *cmd, const tw_raw_case *rc, int window_ms, tw_ra
 	if (!(r = call(c.a, json_pack("{s:s}", "cmd", "hello"))))
 		goto err;
 	json_decref(r);
-	r = call(c.a, json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd", "context",
-	                        "name", "server", "transports", "name", "uv", "kind", "uv",
-	                        "priority", 0, "channels", "name", "basic", "kind", "basic",
-	                        "priority", 0));
-	if (!r)
+	json_t *creq = json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd", "context",
+	                         "name", "server", "transports", "name", "uv", "kind", "uv",
+	                         "priority", 0, "channels", "name", "basic", "kind", "basic",
+	                         "priority", 0);
+	if (rc->handshake_timeout_ms > 0) {
+		json_object_set_new(creq, "handshake_timeout_ms",
+		                    json_integer(rc->handshake_timeout_ms));
+		if (window_ms < rc->handshake_timeout_ms + 3000)
+			window_ms = rc->handshake_timeout_ms + 3000;
+	}
+	if (!(r = call(c.a, creq)))
 		goto err;
+	/* An adapter that cannot honour a setting says so (spec/agent.md 6.2). */
+	size_t ui;
+	json_t *u;
+	json_array_foreach(json_object_get(r, "unhonoured"), ui, u) {
+		notef(&c, "the IUT cannot honour %s: %.180s",
+		      json_string_value(json_object_get(u, "name")) ?: "?",
+		      json_string_value(json_object_get(u, "reason")) ?: "");
+	}
 	json_decref(r);
 	if (!(r = call(c.a, json_pack("{s:s,s:[s]}", "cmd", "listen", "urls", "uv://127.0.0.1:0"))))
 		goto err;

@@ -48,6 +48,10 @@ typedef struct tw_raw_case {
 	/* Stock TensorPipe's recorded reaction (docs/stock-bad-input.md). */
 	const char *stock_class;
 	const char *stock_stderr; /* alternatives separated by '|', or NULL */
+	/* > 0: the context command asks the IUT for this handshake timeout
+	 * (spec/agent.md 6.2); the harness then watches for that long plus
+	 * 3 s, and an adapter that says it cannot honour it fails the case. */
+	int handshake_timeout_ms;
 } tw_raw_case;
 
 extern const tw_raw_case tw_raw_cases[];

@@ -345,7 +345,14 @@ void cmd_context(json_int_t id, const json_t *req)
 		ctx->registerChannel(json_integer_value(prio), name, cctx);
 	}
 	g_ctx = ctx;
-	tw_agent_respond_ok(id, json_pack("{s:o}", "skipped", skipped));
+	json_t *resp = json_pack("{s:o}", "skipped", skipped);
+	if (json_object_get(req, "handshake_timeout_ms"))
+		json_object_set_new(resp, "unhonoured",
+		                    json_pack("[{s:s,s:s}]", "name", "handshake_timeout_ms", "reason",
+		                              "stock TensorPipe has no handshake timeout: a server "
+		                              "pipe waits for its requested connections until it is "
+		                              "closed"));
+	tw_agent_respond_ok(id, resp);
 }
 
 bool need_ctx(json_int_t id)

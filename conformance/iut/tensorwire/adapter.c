@@ -221,10 +221,22 @@ static void cmd_context(json_int_t id, const json_t *req)
 		                     "context: 'transports' and 'channels' must be arrays");
 		return;
 	}
+	const json_t *hs = json_object_get(req, "handshake_timeout_ms");
+	if (hs && (!json_is_integer(hs) || json_integer_value(hs) < 0)) {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     "context: 'handshake_timeout_ms' must be a non-negative integer");
+		return;
+	}
 	tw_context *ctx;
 	tw_status_t st = tw_context_create(json_string_value(json_object_get(req, "name")), &ctx);
 	if (st != TW_OK) {
 		respond_status(id, st, "tw_context_create");
+		return;
+	}
+	if (hs && (st = tw_context_set_handshake_timeout(ctx, (uint64_t)json_integer_value(hs))) !=
+	                  TW_OK) {
+		respond_status(id, st, "tw_context_set_handshake_timeout");
+		tw_context_destroy(ctx);
 		return;
 	}
 	json_t *skipped = json_array();

@@ -80,6 +80,8 @@ static const struct {
 	                               "when no read is pending. (3.8.e) A server SHOULD fail a pipe "
 	                               "whose registered connections do not all arrive within a "
 	                               "bounded time."},
+	{"registration_timeout", "(3.8.e) A server SHOULD fail a pipe whose registered connections "
+	                         "do not all arrive within a bounded time."},
 };
 
 static const char *quote_for(const char *id)
