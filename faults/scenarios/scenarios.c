@@ -48,6 +48,7 @@ typedef struct opts {
 	const char *run, *client, *server, *cname, *sname, *dir, *expect_fail;
 	const char *side; /* sweep: which side gets the fault */
 	int max_runs;
+	int first_run; /* sweep: the first N (to repeat one run) */
 	int wait_s;
 } opts;
 
@@ -74,7 +75,11 @@ static char *wrap(const opts *o, const char *iut, const char *spec, const char *
 	char *out = NULL;
 	if (strncmp(iut, "unavailable:", 12) == 0)
 		return strdup(iut);
-	if (asprintf(&out, "'%s' --spec '%s' --report '%s' -- %s", o->run, spec, report, iut) < 0)
+	/* TWFAULT_VERBOSE=1: every injected fault on the adapter's stderr */
+	const char *v = getenv("TWFAULT_VERBOSE");
+	bool verbose = v && !strcmp(v, "1");
+	if (asprintf(&out, "'%s' --spec '%s%s' --report '%s' -- %s", o->run, spec,
+	             verbose ? ",verbose=1" : "", report, iut) < 0)
 		return NULL;
 	return out;
 }
@@ -420,6 +425,50 @@ static int transfer_small(tw_session *s, const char *cpipe, const char *spipe, u
 	return rc;
 }
 
+/* How long the first connection may take to be served: ours backs off for
+ * 100 ms after an accept error; a listener that has not answered in this
+ * time is taken as not answering (the session goes on to see the rest). */
+#define EMFILE_FIRST_WAIT_MS 1500
+
+static void note(char *notes, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void note(char *notes, size_t len, const char *fmt, ...)
+{
+	size_t used = strlen(notes);
+	if (used + 3 >= len)
+		return;
+	if (used)
+		used += (size_t)snprintf(notes + used, len - used, "; ");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(notes + used, len - used, fmt, ap);
+	va_end(ap);
+}
+
+/* Waits for accept `id` up to ms: 1 served (pipe in out), 0 failed or not in
+ * time (described in notes), -1 the adapter is gone (reason set). */
+static int wait_accept(tw_session *s, json_int_t id, int ms, const char *which, char *out,
+                       size_t outlen, char *notes, size_t nlen)
+{
+	char err[2048];
+	json_t *ev = tw_adapter_event(s->server, id, "accept", ms, err, sizeof(err));
+	if (!ev) {
+		int st;
+		if (tw_adapter_exited(s->server, &st))
+			return failf("%s", err);
+		note(notes, nlen, "%s connection not served: the accept armed for it had no answer "
+		                  "after %d ms", which, ms);
+		return 0;
+	}
+	int ok = json_is_true(json_object_get(ev, "ok"));
+	if (ok)
+		snprintf(out, outlen, "%s", json_string_value(json_object_get(ev, "pipe")) ?: "");
+	else
+		note(notes, nlen, "%s connection not served: accept failed: %s (%s)", which,
+		     tw_event_error_text(ev), tw_event_error_kind(ev) ?: "?");
+	json_decref(ev);
+	return ok;
+}
+
 static int scenario_emfile(const opts *o)
 {
 	const char *why;
@@ -433,53 +482,77 @@ static int scenario_emfile(const opts *o)
 	tw_session s;
 	int rc = scmd ? 0 : failf("out of memory");
 	int ms = o->wait_s * 1000;
-	char p2c[64] = "", p2s[64] = "";
+	char c2[64] = "", s2[64] = "", notes[2048] = "";
 	if (rc == 0)
 		rc = start(&s, o, o->client, scmd);
-	/* the first connection meets EMFILE in accept(), and stays queued as
+	/* the first connection meets EMFILE in accept() and stays queued, as
 	 * with the kernel's EMFILE: a listener that survives serves it later */
-	if (rc == 0 && tw_session_connect(&s, NULL))
-		rc = failf("the connection whose first accept() failed with EMFILE was not served: %s",
-		           s.reason);
-	if (rc == 0)
-		rc = transfer_small(&s, s.cpipe, s.spipe, UINT64_C(6) << 36, ms);
-	/* and the next connection is served as usual */
-	if (rc == 0) {
-		json_int_t a = arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "accept", "listener",
-		                                           s.lid));
-		json_t *r = a < 0 ? NULL
-		                  : tw_session_call(&s, s.client,
-		                                    json_pack("{s:s,s:s}", "cmd", "connect", "url", s.url));
-		json_t *ev = NULL;
-		if (!r) {
-			rc = failf("%s", s.reason);
-		} else {
-			snprintf(p2c, sizeof(p2c), "%s", json_string_value(json_object_get(r, "pipe")) ?: "");
-			json_decref(r);
-			int got = wait_event(&s, s.server, a, "accept", ms, NULL, 0, &ev);
-			if (got == 1)
-				snprintf(p2s, sizeof(p2s), "%s",
-				         json_string_value(json_object_get(ev, "pipe")) ?: "");
-			else if (got == 0)
-				rc = failf("the listener did not accept the connection after the EMFILE one: "
-				           "%s (%s)",
-				           tw_event_error_text(ev), tw_event_error_kind(ev) ?: "?");
-			else
-				rc = -1;
-			if (got >= 0)
-				json_decref(ev);
-		}
+	json_int_t a1 = -1, a2 = -1;
+	if (rc == 0 && (a1 = arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "accept", "listener",
+	                                                  s.lid))) < 0)
+		rc = -1;
+	json_t *r = NULL;
+	if (rc == 0 && !(r = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "connect",
+	                                                             "url", s.url))))
+		rc = failf("%s", s.reason);
+	if (r) {
+		snprintf(s.cpipe, sizeof(s.cpipe), "%s", json_string_value(json_object_get(r, "pipe")) ?: "");
+		json_decref(r);
 	}
-	if (rc == 0)
-		rc = transfer_small(&s, p2c, p2s, UINT64_C(7) << 36, ms);
+	int first = -1;
+	if (rc == 0 && (first = wait_accept(&s, a1, EMFILE_FIRST_WAIT_MS, "the first (EMFILE)",
+	                                    s.spipe, sizeof(s.spipe), notes, sizeof(notes))) < 0)
+		rc = -1;
+	if (rc == 0 && first == 1)
+		rc = transfer_small(&s, s.cpipe, s.spipe, UINT64_C(6) << 36, ms);
+	/* not served: what does its client see? (for the record) */
+	if (rc == 0 && first == 0 && s.cpipe[0]) {
+		json_int_t rd = arm(&s, s.client, pipe_req("read_descriptor", s.cpipe));
+		char err[2048];
+		json_t *ev = rd < 0 ? NULL
+		                    : tw_adapter_event(s.client, rd, "read_descriptor", 1000, err,
+		                                       sizeof(err));
+		if (rd < 0)
+			rc = -1;
+		else if (!ev)
+			note(notes, sizeof(notes), "its client pipe still waits (no error after 1000 ms)");
+		else if (json_is_true(json_object_get(ev, "ok")))
+			note(notes, sizeof(notes), "its client pipe read a message nobody sent");
+		else
+			note(notes, sizeof(notes), "its client pipe failed: %s (%s)",
+			     tw_event_error_text(ev), tw_event_error_kind(ev) ?: "?");
+		json_decref(ev);
+	}
+	/* the next connection is served as usual (by the first accept if that
+	 * one is still pending) */
+	bool a1_pending = rc == 0 && first == 0 && tw_adapter_events_seen(s.server, a1) == 0;
+	if (rc == 0 && !a1_pending &&
+	    (a2 = arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "accept", "listener", s.lid))) < 0)
+		rc = -1;
+	if (rc == 0 && !(r = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "connect",
+	                                                             "url", s.url))))
+		rc = failf("%s", s.reason);
+	if (rc == 0) {
+		snprintf(c2, sizeof(c2), "%s", json_string_value(json_object_get(r, "pipe")) ?: "");
+		json_decref(r);
+		int second = wait_accept(&s, a1_pending ? a1 : a2, ms, "the next", s2, sizeof(s2),
+		                         notes, sizeof(notes));
+		if (second < 0)
+			rc = -1;
+		else if (second == 1)
+			rc = transfer_small(&s, c2, s2, UINT64_C(7) << 36, ms);
+	}
 	tw_adapter *sides[2] = {s.client, s.server};
-	const char *pipes[2] = {p2c, p2s};
+	const char *pipes[2] = {c2, s2};
 	for (int i = 0; i < 2 && rc == 0; i++) {
-		json_t *r = tw_session_call(&s, sides[i], pipe_req("close", pipes[i]));
+		if (!pipes[i][0])
+			continue;
+		r = tw_session_call(&s, sides[i], pipe_req("close", pipes[i]));
 		if (!r)
 			rc = failf("%s", s.reason);
 		json_decref(r);
 	}
+	/* an accept still pending is answered by the shutdown, once */
 	if (rc == 0)
 		rc = finish(&s);
 	if (scmd)
@@ -488,6 +561,8 @@ static int scenario_emfile(const opts *o)
 	uint64_t emfiles = 0;
 	if (rc == 0 && report_get(srep, "emfile", &emfiles) == 0 && emfiles != 1)
 		failf("the server's shim reports %" PRIu64 " EMFILE faults, expected 1", emfiles);
+	if (notes[0])
+		failf("%s", notes);
 	char what[128];
 	snprintf(what, sizeof(what), "EMFILE on the first accept, %s -> %s", o->cname, o->sname);
 	return verdict(o, rc, what);
@@ -573,6 +648,10 @@ static int sweep_run(const opts *o, bool on_client, uint64_t n, bool *fired)
 		rc = -1;
 	if (rc == 0 && ws >= 0 && wait_event(&s, s.server, ws, "write", ms, kind, sizeof(kind), NULL) < 0)
 		rc = -1;
+	if (rc != 0) {
+		printf("# client stderr (last lines):\n%s\n", tw_adapter_stderr(s.client));
+		printf("# server stderr (last lines):\n%s\n", tw_adapter_stderr(s.server));
+	}
 	/* orderly end whatever happened: close what exists, shut down, exit 0,
 	 * each callback once */
 	if (rc == 0) {
@@ -614,10 +693,10 @@ static int scenario_sweep(const opts *o)
 		return EXIT_SKIP;
 	}
 	bool on_client = !o->side || strcmp(o->side, "server") != 0;
-	uint64_t n = 1;
+	uint64_t n = (uint64_t)o->first_run;
 	int rc = 0;
 	bool fired = true;
-	for (; fired && (int)n <= o->max_runs; n++) {
+	for (; fired && n < (uint64_t)o->first_run + (uint64_t)o->max_runs; n++) {
 		if (sweep_run(o, on_client, n, &fired)) {
 			char tmp[TW_REASON_MAX];
 			snprintf(tmp, sizeof(tmp), "%s", g_reason);
@@ -661,7 +740,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: tw-faults t18 CASE|reset|emfile|sweep --run TWFAULT_RUN --client CMD "
 	           "--server CMD\n"
 	           "                 [--client-name N] [--server-name N] [--dir DIR] [--wait-s S]\n"
-	           "                 [--expect-fail TEXT] [--side client|server] [--max-runs N]\n"
+	           "                 [--expect-fail TEXT] [--side client|server] [--first-run N] [--max-runs N]\n"
 	           "Runs one fault scenario (see the head of faults/scenarios/scenarios.c and "
 	           "docs/faults.md).\n"
 	           "Exit: 0 PASS, 1 FAIL, 77 SKIP, 2 usage.\n");
@@ -670,7 +749,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	opts o = {.cname = "client", .sname = "server", .dir = ".", .wait_s = 20, .max_runs = 200};
+	opts o = {.cname = "client", .sname = "server", .dir = ".", .wait_s = 20, .max_runs = 200,
+	          .first_run = 1};
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
@@ -714,6 +794,8 @@ int main(int argc, char **argv)
 			o.wait_s = atoi(v);
 		else if (!strcmp(a, "--max-runs"))
 			o.max_runs = atoi(v);
+		else if (!strcmp(a, "--first-run"))
+			o.first_run = atoi(v);
 		else {
 			fprintf(stderr, "tw-faults: unknown option '%s'\n", a);
 			usage(stderr);
@@ -721,7 +803,7 @@ int main(int argc, char **argv)
 		}
 		i++;
 	}
-	if (!o.run || !o.client || !o.server || o.wait_s <= 0 || o.max_runs <= 0) {
+	if (!o.run || !o.client || !o.server || o.wait_s <= 0 || o.max_runs <= 0 || o.first_run <= 0) {
 		usage(stderr);
 		return 2;
 	}

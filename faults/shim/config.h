@@ -56,7 +56,8 @@ typedef struct twf_config {
 	uint64_t ctrunc_at;
 	bool ctrunc_all;
 	/* the failcall_at-th faultable socket call fails (1-based, process-wide;
-	 * 0 = off): ECONNRESET for transfers, ECONNABORTED for accept,
+	 * 0 = off), or the first call after it that can (an accept with nothing
+	 * queued cannot: it answers EAGAIN and the fault stays due); once: ECONNRESET for transfers, ECONNABORTED for accept,
 	 * ECONNREFUSED for connect */
 	uint64_t failcall_at;
 	char report[TWF_REPORT_MAX]; /* append the summary here at exit ("" = no) */

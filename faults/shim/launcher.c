@@ -45,7 +45,8 @@ static void usage(FILE *f)
 	        "                    (1-based, order of connect/accept; 0 or none = the first to get there)\n"
 	        "  emfile=N[:M]      accept calls N..N+M-1 fail with EMFILE\n"
 	        "  ctrunc=N|all      the Nth recvmsg carrying SCM_RIGHTS loses them (MSG_CTRUNC)\n"
-	        "  failcall=N        the Nth socket call fails (ECONNRESET / ECONNABORTED / ECONNREFUSED)\n"
+	        "  failcall=N        the Nth socket call (or the first after it that can) fails, once:\n"
+	        "                    ECONNRESET / ECONNABORTED (accept) / ECONNREFUSED (connect)\n"
 	        "  report=FILE summary=1 verbose=1   counters at exit (to FILE / stderr), log each fault\n"
 	        "--report FILE, --summary and --verbose add those items. Exit status: the program's,\n"
 	        "or 2 for a bad command line or SPEC, 127 when the program cannot be run.\n");

@@ -121,6 +121,7 @@ static struct {
 	_Atomic uint64_t rights_msgs, cma_calls;
 	_Atomic uint32_t conn_seq;
 	_Atomic int reset_fired;
+	_Atomic int failcall_fired;
 } g_n;
 
 #define TWF_MAX_FD 16384
@@ -168,24 +169,35 @@ static char *twf_utoa(uint64_t v, char *end)
 	return end;
 }
 
-/* "twfault: eintr in read on fd 7 (connection 2, call 15)" */
+/* Appends s to the line being built in [*p, end). */
+static void twf_cat(char **p, char *end, const char *s)
+{
+	while (*s && *p < end - 1)
+		*(*p)++ = *s++;
+	**p = '\0';
+}
+
+/* "twfault: EINTR in read on fd 7 (connection 2, call 15)", in one write so
+ * lines from several threads or processes do not interleave. */
 static void twf_log(const char *fault, const char *call, int fd, uint32_t conn, uint64_t k)
 {
 	if (!g_cfg.verbose)
 		return;
-	char b1[24], b2[24], b3[24];
+	char b1[24], b2[24], b3[24], line[256];
+	char *p = line, *end = line + sizeof(line);
 	int saved = errno;
-	twf_say("twfault: ");
-	twf_say(fault);
-	twf_say(" in ");
-	twf_say(call);
-	twf_say(" on fd ");
-	twf_say(twf_utoa((uint64_t)(fd < 0 ? 0 : fd), b1 + sizeof(b1)));
-	twf_say(" (connection ");
-	twf_say(twf_utoa(conn, b2 + sizeof(b2)));
-	twf_say(", call ");
-	twf_say(twf_utoa(k, b3 + sizeof(b3)));
-	twf_say(")\n");
+	twf_cat(&p, end, "twfault: ");
+	twf_cat(&p, end, fault);
+	twf_cat(&p, end, " in ");
+	twf_cat(&p, end, call);
+	twf_cat(&p, end, " on fd ");
+	twf_cat(&p, end, twf_utoa((uint64_t)(fd < 0 ? 0 : fd), b1 + sizeof(b1)));
+	twf_cat(&p, end, " (connection ");
+	twf_cat(&p, end, twf_utoa(conn, b2 + sizeof(b2)));
+	twf_cat(&p, end, ", call ");
+	twf_cat(&p, end, twf_utoa(k, b3 + sizeof(b3)));
+	twf_cat(&p, end, ")\n");
+	twf_say(line);
 	errno = saved;
 }
 
@@ -379,13 +391,26 @@ static bool twf_reset_applies(const twf_call *c)
 	       (g_cfg.reset_conn == 0 || g_cfg.reset_conn == c->conn);
 }
 
+/* failcall: the Nth faultable call fails, or the first call after it that
+ * can (an accept with nothing queued cannot); once per process. */
+static bool twf_failcall_due(uint64_t n)
+{
+	return g_cfg.failcall_at && n >= g_cfg.failcall_at && !atomic_load(&g_n.failcall_fired);
+}
+
+static bool twf_failcall_claim(void)
+{
+	int no = 0;
+	return atomic_compare_exchange_strong(&g_n.failcall_fired, &no, 1);
+}
+
 static enum twf_verdict twf_before(twf_call *c)
 {
 	twf_fd *e = c->e;
 	uint64_t n = atomic_fetch_add(&g_n.calls, 1) + 1;
 	uint64_t k = atomic_fetch_add(&e->calls, 1) + 1;
 	c->conn = twf_conn_of(e);
-	if (g_cfg.failcall_at && n == g_cfg.failcall_at) {
+	if (twf_failcall_due(n) && twf_failcall_claim()) {
 		twf_break(c->fd);
 		atomic_store(&e->state, TWF_S_RESET_DONE);
 		atomic_fetch_add(&g_n.failcalls, 1);
@@ -786,13 +811,27 @@ static int twf_accept_common(const char *name, int fd, struct sockaddr *addr, so
 		return four ? real4(fd, addr, alen, flags) : real(fd, addr, alen);
 	uint64_t n = atomic_fetch_add(&g_n.calls, 1) + 1;
 	uint64_t a = atomic_fetch_add(&g_n.accepts, 1) + 1;
-	if (g_cfg.failcall_at && n == g_cfg.failcall_at && real4) {
+	if (twf_failcall_due(n) && real4) {
 		/* ECONNABORTED means the queued connection died before it was
 		 * accepted: take it off the queue and reset it, so its client
 		 * sees what a client of a real abort sees */
 		int nfd = real4(fd, NULL, NULL, SOCK_CLOEXEC);
 		if (nfd < 0)
-			return -1; /* nothing queued (EAGAIN ...): the real answer */
+			return -1; /* nothing queued (EAGAIN ...): the real answer; still due */
+		if (!twf_failcall_claim()) {
+			/* another thread's call took the fault meanwhile: this
+			 * connection was never in danger, hand it over */
+			if (flags & SOCK_NONBLOCK)
+				(void)fcntl(nfd, F_SETFL, fcntl(nfd, F_GETFL) | O_NONBLOCK);
+			if (!(flags & SOCK_CLOEXEC))
+				(void)fcntl(nfd, F_SETFD, 0);
+			if (addr && alen)
+				(void)getpeername(nfd, addr, alen);
+			twf_fd *ne = twf_lookup(nfd);
+			if (ne)
+				(void)twf_conn_of(ne);
+			return nfd;
+		}
 		struct linger lg = {1, 0};
 		(void)setsockopt(nfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		(void)close(nfd);
@@ -849,7 +888,7 @@ TWF_API int connect(int fd, const struct sockaddr *addr, socklen_t alen)
 		return real(fd, addr, alen);
 	uint64_t n = atomic_fetch_add(&g_n.calls, 1) + 1;
 	uint32_t conn = twf_conn_of(e);
-	if (g_cfg.failcall_at && n == g_cfg.failcall_at) {
+	if (twf_failcall_due(n) && twf_failcall_claim()) {
 		atomic_fetch_add(&g_n.failcalls, 1);
 		twf_log("failcall ECONNREFUSED", "connect", fd, conn, 1);
 		errno = ECONNREFUSED;

@@ -466,6 +466,25 @@ static void test_failcall(void)
 	CHECK(r == -1 && errno == ECONNRESET);
 	close(c);
 
+	/* an accept with nothing queued cannot fail that way: it answers
+	 * EAGAIN and the fault stays due for the next call that can */
+	configure("failcall=1");
+	set_nonblock(l);
+	errno = 0;
+	CHECK(accept(l, NULL, NULL) == -1 && errno == EAGAIN); /* call 1: nothing queued */
+	CHECK(counters().failcalls == 0);
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	errno = 0;
+	CHECK(connect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == ECONNREFUSED);
+	CHECK(counters().failcalls == 1);
+	close(c);
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(connect(c, (struct sockaddr *)&a, sizeof(a)) == 0); /* once only */
+	CHECK(counters().failcalls == 1);
+	close(c);
+	int fl = fcntl(l, F_GETFL);
+	(void)fcntl(l, F_SETFL, fl & ~O_NONBLOCK);
+
 	/* connect: ECONNREFUSED */
 	configure("failcall=1");
 	c = socket(AF_INET, SOCK_STREAM, 0);
