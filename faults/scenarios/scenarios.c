@@ -708,6 +708,9 @@ static int scenario_sweep(const opts *o)
 	}
 	if (rc == 0 && fired)
 		rc = failf("the fault still fired after %d runs: raise --max-runs", o->max_runs);
+	if (rc == 0 && n - (uint64_t)o->first_run < 2)
+		rc = failf("failcall=%d did not fire: the sweep tested nothing (is the shim loaded?)",
+		           o->first_run);
 	char what[128];
 	snprintf(what, sizeof(what), "failcall sweep on the %s, %s -> %s, %" PRIu64 " runs",
 	         on_client ? "client" : "server", o->cname, o->sname, n - 1);
