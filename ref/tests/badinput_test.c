@@ -13,50 +13,19 @@
 
 /* ---- the server under test ----------------------------------------------------------- */
 
-typedef struct report {
-	tw_status_t status;
-	char detail[512];
-} report;
-
 static struct {
 	tw_context *ctx;
 	tw_listener *l;
 	int port;
 	char url[128];
-	pthread_mutex_t mu;
-	report reports[64];
-	int num_reports;
-	tu_waiter reported;
-	long seen; /* reports checked so far */
+	tu_reports reports;
 	tw_context *good; /* a well-behaved client context */
 } S;
-
-static void on_listener_error(tw_listener *l, tw_status_t st, const char *detail, void *arg)
-{
-	pthread_mutex_lock(&S.mu);
-	if (S.num_reports < 64) {
-		S.reports[S.num_reports].status = st;
-		snprintf(S.reports[S.num_reports].detail, sizeof(S.reports[0].detail), "%s", detail);
-		S.num_reports++;
-	}
-	pthread_mutex_unlock(&S.mu);
-	tu_signal(&S.reported);
-}
 
 /* Waits for the next observer report and checks it. */
 static void expect_report(tw_status_t want, const char *substr)
 {
-	CHECK(tu_wait_for(&S.reported, S.seen + 1, 5000));
-	pthread_mutex_lock(&S.mu);
-	report r = S.reports[S.seen];
-	pthread_mutex_unlock(&S.mu);
-	S.seen++;
-	printf("   listener reported %s: %s\n", tw_status_name(r.status), r.detail);
-	CHECK_STATUS(r.status, want);
-	if (!strstr(r.detail, substr)) {
-		fprintf(stderr, "detail '%s' lacks '%s'\n", r.detail, substr);
-		abort();
-	}
+	tu_expect_report(&S.reports, want, substr, 5000);
 }
 
 typedef struct box {
@@ -574,14 +543,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	tu_watchdog(100);
-	pthread_mutex_init(&S.mu, NULL);
-	tu_waiter_init(&S.reported);
+	tu_reports_init(&S.reports);
 	CHECK_OK(tw_context_create("server", &S.ctx));
 	CHECK_OK(tw_context_register_transport(S.ctx, "uv", NULL, 0, NULL));
 	CHECK_OK(tw_context_register_channel(S.ctx, "basic", NULL, 0, NULL));
 	const char *urls[] = { "uv://127.0.0.1:0" };
 	CHECK_OK(tw_context_listen(S.ctx, urls, 1, &S.l));
-	CHECK_OK(tw_listener_on_error(S.l, on_listener_error, NULL));
+	CHECK_OK(tw_listener_on_error(S.l, tu_on_listener_error, &S.reports));
 	CHECK_OK(tw_listener_url(S.l, NULL, S.url, sizeof(S.url)));
 	S.port = atoi(strrchr(S.url, ':') + 1);
 	CHECK_OK(tw_context_create("good", &S.good));
@@ -604,12 +572,11 @@ int main(int argc, char **argv)
 	}
 	/* Nothing else was reported: each bad connection cost exactly one
 	 * report, and the good clients none. */
-	CHECK(!tu_wait_for(&S.reported, S.seen + 1, 200));
+	tu_expect_no_report(&S.reports, 200);
 
 	tw_listener_destroy(S.l);
 	tw_context_destroy(S.ctx);
 	tw_context_destroy(S.good);
-	tu_waiter_destroy(&S.reported);
-	pthread_mutex_destroy(&S.mu);
+	tu_reports_destroy(&S.reports);
 	return 0;
 }

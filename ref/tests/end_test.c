@@ -71,20 +71,7 @@ static void server_down(void)
 /* A well-formed tensorwire client still gets through the listener. */
 static void server_still_accepts(void)
 {
-	tw_context *c;
-	tu_ctx(&c, "probe");
-	tu_rec acc, est;
-	tu_rec_init(&acc), tu_rec_init(&est);
-	CHECK_OK(tw_listener_accept(S.l, tu_on_accept, &acc));
-	tw_pipe *p;
-	CHECK_OK(tw_context_connect(c, S.url, &p));
-	tu_expect(&acc, TW_OK, NULL);
-	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &est));
-	tu_expect(&est, TW_OK, NULL);
-	tw_pipe_destroy(acc.pipe);
-	tw_pipe_destroy(p);
-	CHECK_OK(tw_context_join(c));
-	tw_context_destroy(c);
+	tu_good_client_round(S.l, S.url);
 }
 
 /* ---- messages: one payload and one cpu tensor, bytes from a seed -------------------- */
@@ -769,16 +756,8 @@ static void two_process(enum peer_end how, tw_status_t want, const char *substr)
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		close(url_pipe[1]);
 		char url[128];
-		size_t got = 0;
-		while (got < sizeof(url)) {
-			ssize_t r = read(url_pipe[0], url + got, sizeof(url) - got);
-			if (r <= 0)
-				break;
-			got += (size_t)r;
-		}
-		CHECK(got > 0 && url[got - 1] == '\0');
+		tu_url_recv(url_pipe, url, sizeof(url));
 		child_client(url, cmd[0], ready[1], how);
 	}
 	close(url_pipe[0]);
@@ -786,8 +765,7 @@ static void two_process(enum peer_end how, tw_status_t want, const char *substr)
 	tu_rec acc, rd, w;
 	tu_rec_init(&acc), tu_rec_init(&rd), tu_rec_init(&w);
 	CHECK_OK(tw_listener_accept(S.l, tu_on_accept, &acc));
-	CHECK(write(url_pipe[1], S.url, strlen(S.url) + 1) == (ssize_t)(strlen(S.url) + 1));
-	close(url_pipe[1]);
+	tu_url_send(url_pipe, S.url);
 	tw_pipe *p = accept_established(&acc);
 	read_msg(p, 800);
 	char b;
@@ -836,10 +814,7 @@ static void case_peer_killed(void)
 	two_process(END_KILL, TW_ERR_CONNRESET, "without a goodbye");
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} cases[] = {
+static const tu_case cases[] = {
 	{ "leave_after_answer", case_leave_after_answer },
 	{ "leave_after_answer_ext", case_leave_after_answer_ext },
 	{ "early_frames_kept", case_early_frames_kept },
@@ -861,19 +836,6 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
 	signal(SIGPIPE, SIG_IGN);
-	tu_watchdog(100);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(argv[1], cases[i].name) == 0) {
-			cases[i].fn();
-			printf("ok - %s\n", argv[1]);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case '%s'\n", argv[1]);
-	return 2;
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 100);
 }

@@ -34,53 +34,23 @@ static struct {
 	tw_listener *l;
 	char url[128];
 	int port;
-	pthread_mutex_t mu;
-	tw_status_t status[16];
-	char detail[16][512];
-	int num;
-	tu_waiter reported;
-	long seen;
+	tu_reports reports;
 } S;
-
-static void on_listener_error(tw_listener *l, tw_status_t st, const char *detail, void *arg)
-{
-	pthread_mutex_lock(&S.mu);
-	if (S.num < 16) {
-		S.status[S.num] = st;
-		snprintf(S.detail[S.num], sizeof(S.detail[0]), "%s", detail);
-		S.num++;
-	}
-	pthread_mutex_unlock(&S.mu);
-	tu_signal(&S.reported);
-}
 
 /* Waits (up to 10 s) for the next listener report and checks it. */
 static void expect_report(tw_status_t want, const char *substr)
 {
-	CHECK(tu_wait_for(&S.reported, S.seen + 1, 10000));
-	pthread_mutex_lock(&S.mu);
-	tw_status_t st = S.status[S.seen];
-	char detail[512];
-	snprintf(detail, sizeof(detail), "%s", S.detail[S.seen]);
-	pthread_mutex_unlock(&S.mu);
-	S.seen++;
-	printf("   listener reported %s: %s\n", tw_status_name(st), detail);
-	CHECK_STATUS(st, want);
-	if (!strstr(detail, substr)) {
-		fprintf(stderr, "detail '%s' lacks '%s'\n", detail, substr);
-		abort();
-	}
+	tu_expect_report(&S.reports, want, substr, 10000);
 }
 
 static void server_up(uint64_t bound_ms)
 {
-	pthread_mutex_init(&S.mu, NULL);
-	tu_waiter_init(&S.reported);
+	tu_reports_init(&S.reports);
 	tu_ctx(&S.ctx, "server");
 	CHECK_OK(tw_context_set_handshake_timeout(S.ctx, bound_ms));
 	const char *urls[] = { "uv://127.0.0.1:0" };
 	CHECK_OK(tw_context_listen(S.ctx, urls, 1, &S.l));
-	CHECK_OK(tw_listener_on_error(S.l, on_listener_error, NULL));
+	CHECK_OK(tw_listener_on_error(S.l, tu_on_listener_error, &S.reports));
 	CHECK_OK(tw_listener_url(S.l, NULL, S.url, sizeof(S.url)));
 	S.port = atoi(strrchr(S.url, ':') + 1);
 	CHECK(S.port > 0);
@@ -88,35 +58,22 @@ static void server_up(uint64_t bound_ms)
 
 /* A well-formed tensorwire client still gets through the listener (under
  * the default bound: the timeout applies to connections accepted later). */
+/* A well-formed client still gets through, under the default bound (the
+ * timeout applies to connections accepted after the call). */
 static void good_client_round(void)
 {
 	CHECK_OK(tw_context_set_handshake_timeout(S.ctx, 30000));
-	tw_context *c;
-	tu_ctx(&c, "good");
-	tu_rec acc, est;
-	tu_rec_init(&acc), tu_rec_init(&est);
-	CHECK_OK(tw_listener_accept(S.l, tu_on_accept, &acc));
-	tw_pipe *p;
-	CHECK_OK(tw_context_connect(c, S.url, &p));
-	tu_expect(&acc, TW_OK, NULL);
-	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &est));
-	tu_expect(&est, TW_OK, NULL);
-	tw_pipe_destroy(acc.pipe);
-	tw_pipe_destroy(p);
-	CHECK_OK(tw_context_join(c));
-	tw_context_destroy(c);
-	tu_once(&acc), tu_once(&est);
+	tu_good_client_round(S.l, S.url);
 }
 
 static void server_down(void)
 {
 	/* Each bad connection cost exactly the reports checked, nothing more. */
-	CHECK(!tu_wait_for(&S.reported, S.seen + 1, 200));
+	tu_expect_no_report(&S.reports, 200);
 	tw_listener_destroy(S.l);
 	CHECK_OK(tw_context_join(S.ctx));
 	tw_context_destroy(S.ctx);
-	tu_waiter_destroy(&S.reported);
-	pthread_mutex_destroy(&S.mu);
+	tu_reports_destroy(&S.reports);
 	memset(&S, 0, sizeof(S));
 }
 
@@ -415,10 +372,7 @@ static void case_setter(void)
 	CHECK(strstr(tw_last_error(), "tw_context_set_handshake_timeout"));
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} cases[] = {
+static const tu_case cases[] = {
 	{ "frames_then_leave", case_frames_then_leave },
 	{ "fuzz_finding", case_fuzz_finding },
 	{ "no_requested", case_no_requested },
@@ -432,19 +386,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
-	tu_watchdog(60);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(argv[1], cases[i].name) == 0) {
-			printf("# %s\n", cases[i].name);
-			cases[i].fn();
-			printf("ok - %s\n", cases[i].name);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case '%s'\n", argv[1]);
-	return 2;
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 60);
 }

@@ -398,10 +398,7 @@ static void case_threads(void)
 	free(r);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} cases[] = {
+static const tu_case cases[] = {
 	{ "close_pending", case_close_pending },
 	{ "peer_close_eof", case_peer_close_eof },
 	{ "peer_close_clean_eof", case_peer_close_clean_eof },
@@ -416,18 +413,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
-	tu_watchdog(100);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(argv[1], cases[i].name) == 0) {
-			cases[i].fn();
-			printf("ok - %s\n", cases[i].name);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case '%s'\n", argv[1]);
-	return 2;
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 100);
 }

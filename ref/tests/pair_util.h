@@ -91,6 +91,27 @@ static inline void tu_ctx(tw_context **ctx, const char *name)
 	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 0, NULL));
 }
 
+/* A well-formed tensorwire client still gets through listener `l` (bound
+ * at `url`): accepted and established on both ends, each callback once. */
+static inline void tu_good_client_round(tw_listener *l, const char *url)
+{
+	tw_context *c;
+	tu_ctx(&c, "good");
+	tu_rec acc, est;
+	tu_rec_init(&acc), tu_rec_init(&est);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	tu_expect(&acc, TW_OK, NULL);
+	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &est));
+	tu_expect(&est, TW_OK, NULL);
+	tw_pipe_destroy(acc.pipe);
+	tw_pipe_destroy(p);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+	tu_once(&acc), tu_once(&est);
+}
+
 typedef struct tu_pair {
 	tw_context *sctx, *cctx;
 	tw_listener *l;

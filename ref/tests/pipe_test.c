@@ -560,16 +560,8 @@ static int run_case(const char *name, bool two_process)
 		pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
-			close(urlpipe[1]);
 			char url[128];
-			size_t got = 0;
-			while (got < sizeof(url)) {
-				ssize_t n = read(urlpipe[0], url + got, sizeof(url) - got);
-				if (n <= 0)
-					break;
-				got += (size_t)n;
-			}
-			CHECK(got > 0 && got < sizeof(url) && url[got - 1] == '\0');
+			tu_url_recv(urlpipe, url, sizeof(url));
 			run_client(url, &pl, false);
 			plan_free(&pl);
 			_exit(0);
@@ -593,8 +585,7 @@ static int run_case(const char *name, bool two_process)
 		run_client(url, &pl, true);
 		pthread_join(th, NULL);
 	} else {
-		CHECK(write(urlpipe[1], url, strlen(url) + 1) == (ssize_t)(strlen(url) + 1));
-		close(urlpipe[1]);
+		tu_url_send(urlpipe, url);
 		run_server(l, &pl, false);
 		int status;
 		CHECK(waitpid(pid, &status, 0) == pid);

@@ -133,6 +133,68 @@ static inline bool tu_wait_for(tu_waiter *w, long n, long ms)
 	return ok;
 }
 
+/* Records what a listener's error observer hears (tw_listener_on_error with
+ * tu_on_listener_error and the recorder as arg), for the test thread to
+ * check one report after the other. */
+enum { TU_REPORTS_MAX = 64 };
+typedef struct tu_reports {
+	tu_waiter w; /* count: reports heard */
+	tw_status_t status[TU_REPORTS_MAX];
+	char detail[TU_REPORTS_MAX][512];
+	long seen;   /* test thread: reports checked so far */
+} tu_reports;
+
+static inline void tu_reports_init(tu_reports *r)
+{
+	memset(r, 0, sizeof(*r));
+	tu_waiter_init(&r->w);
+}
+
+static inline void tu_reports_destroy(tu_reports *r)
+{
+	tu_waiter_destroy(&r->w);
+}
+
+static inline void tu_on_listener_error(tw_listener *l, tw_status_t st, const char *detail,
+                                        void *arg)
+{
+	tu_reports *r = arg;
+	pthread_mutex_lock(&r->w.mu);
+	if (r->w.count < TU_REPORTS_MAX) {
+		r->status[r->w.count] = st;
+		snprintf(r->detail[r->w.count], sizeof(r->detail[0]), "%s", detail);
+	}
+	r->w.count++;
+	pthread_cond_broadcast(&r->w.cv);
+	pthread_mutex_unlock(&r->w.mu);
+}
+
+/* Waits up to `ms` for the next report and checks its status and detail. */
+static inline void tu_expect_report(tu_reports *r, tw_status_t want, const char *substr, long ms)
+{
+	CHECK(tu_wait_for(&r->w, r->seen + 1, ms));
+	CHECK(r->seen < TU_REPORTS_MAX);
+	pthread_mutex_lock(&r->w.mu);
+	tw_status_t st = r->status[r->seen];
+	char detail[512];
+	snprintf(detail, sizeof(detail), "%s", r->detail[r->seen]);
+	pthread_mutex_unlock(&r->w.mu);
+	r->seen++;
+	printf("   listener reported %s: %s\n", tw_status_name(st), detail);
+	CHECK_STATUS(st, want);
+	if (!strstr(detail, substr)) {
+		fprintf(stderr, "detail '%s' lacks '%s'\n", detail, substr);
+		abort();
+	}
+}
+
+/* Nothing more is reported within `ms`: each bad connection cost exactly
+ * the reports checked. */
+static inline void tu_expect_no_report(tu_reports *r, long ms)
+{
+	CHECK(!tu_wait_for(&r->w, r->seen + 1, ms));
+}
+
 /* Deterministic bytes: xorshift64* over 8-byte words, seeded per buffer. */
 static inline uint64_t tu_next(uint64_t *s)
 {
@@ -186,6 +248,55 @@ static inline uint64_t tu_expected_hash(size_t len, uint64_t seed)
 static inline uint64_t tu_hash(const void *buf, size_t len)
 {
 	return XXH3_64bits(buf, len);
+}
+
+/* Hands a URL to a forked peer over a pipe: the parent writes it with its
+ * NUL and closes; the child reads it whole (closing the write end first). */
+static inline void tu_url_send(int fds[2], const char *url)
+{
+	CHECK(write(fds[1], url, strlen(url) + 1) == (ssize_t)(strlen(url) + 1));
+	close(fds[1]);
+}
+
+static inline void tu_url_recv(int fds[2], char *url, size_t len)
+{
+	close(fds[1]);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fds[0], url + got, len - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	CHECK(got > 0 && got < len && url[got - 1] == '\0');
+}
+
+/* The cases of a test program, run one per process: `prog <case>`. */
+typedef struct tu_case {
+	const char *name;
+	void (*fn)(void);
+} tu_case;
+
+/* Runs the case named by argv[1] under a watchdog of `watchdog_s`; 2 for a
+ * bad command line or an unknown case. */
+static inline int tu_main(int argc, char **argv, const tu_case *cases, size_t num_cases,
+                          unsigned watchdog_s)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s <case>\n", argv[0]);
+		return 2;
+	}
+	tu_watchdog(watchdog_s);
+	for (size_t i = 0; i < num_cases; i++) {
+		if (strcmp(argv[1], cases[i].name) == 0) {
+			printf("# %s\n", cases[i].name);
+			cases[i].fn();
+			printf("ok - %s\n", cases[i].name);
+			return 0;
+		}
+	}
+	fprintf(stderr, "unknown case '%s'\n", argv[1]);
+	return 2;
 }
 
 #endif /* TW_TESTS_TEST_UTIL_H */

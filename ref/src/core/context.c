@@ -219,9 +219,11 @@ static int64_t tw__reg_priority(const tw_reg_table *tab, const uint8_t *slot)
  * lock, refuses a frozen registry, a name taken already and a full table;
  * else copies `slot` (filled in by the caller) into the table at the place
  * its priority sorts to (highest first; equal priorities in registration
- * order). On failure the caller still owns what the slot points to. */
+ * order), and sets the context's max_object if given (non-zero) in the same
+ * step. On failure the caller still owns what the slot points to. */
 static tw_status_t tw__ctx_add_registration(tw_context *ctx, const char *fn,
-                                            const tw_reg_table *tab, const void *slot)
+                                            const tw_reg_table *tab, const void *slot,
+                                            uint64_t max_object)
 {
 	const char *name = slot;
 	size_t name_len;
@@ -251,6 +253,8 @@ static tw_status_t tw__ctx_add_registration(tw_context *ctx, const char *fn,
 	        (*tab->num - pos) * tab->slot_size);
 	memcpy(base + pos * tab->slot_size, slot, tab->slot_size);
 	(*tab->num)++;
+	if (max_object)
+		ctx->max_object = max_object;
 out:
 	pthread_mutex_unlock(&ctx->mu);
 	return st;
@@ -295,17 +299,10 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 	reg.priority = priority;
 	tw_reg_table tab = { "transport", ctx->transports, &ctx->num_transports, sizeof(reg),
 		             offsetof(tw_transport_reg, priority) };
-	st = tw__ctx_add_registration(ctx, fn, &tab, &reg);
-	if (st != TW_OK) {
+	st = tw__ctx_add_registration(ctx, fn, &tab, &reg, max_object);
+	if (st != TW_OK)
 		ops->destroy(reg.t);
-		return st;
-	}
-	if (max_object) {
-		pthread_mutex_lock(&ctx->mu);
-		ctx->max_object = max_object;
-		pthread_mutex_unlock(&ctx->mu);
-	}
-	return TW_OK;
+	return st;
 }
 
 tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const char *name,
@@ -336,7 +333,7 @@ tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const
 	reg.priority = priority;
 	tw_reg_table tab = { "channel", ctx->channels, &ctx->num_channels, sizeof(reg),
 		             offsetof(tw_channel_reg, priority) };
-	st = tw__ctx_add_registration(ctx, fn, &tab, &reg);
+	st = tw__ctx_add_registration(ctx, fn, &tab, &reg, 0);
 	if (st != TW_OK)
 		ops->destroy(reg.c);
 	return st;
