@@ -45,6 +45,13 @@ if [ $netns = 1 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
     echo "SKIP: network namespaces need root and iproute2 (ip)"; exit 77
   fi
+  # A run killed from outside (CTest's timeout sends SIGKILL) cannot run its
+  # EXIT trap: remove the namespaces of runs whose shell no longer exists.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    case $ns in
+      svA[0-9]*|svB[0-9]*) kill -0 "${ns#sv?}" 2>/dev/null || ip netns del "$ns" 2>/dev/null ;;
+    esac
+  done
   nsA=svA$$ nsB=svB$$
   if ! ip netns add "$nsA" 2>"$tmp/ns.err" || ! ip netns add "$nsB" 2>>"$tmp/ns.err"; then
     echo "SKIP: cannot create network namespaces: $(cat "$tmp/ns.err")"; exit 77
