@@ -462,19 +462,6 @@ static int accept_conn(wf_iut *iut, int timeout_ms, char *why, size_t whylen)
 
 /* ---- running a script ---------------------------------------------------------------------- */
 
-static size_t enc_uint(uint8_t *o, uint64_t v)
-{
-	if (v < 0x80) {
-		o[0] = (uint8_t)v;
-		return 1;
-	}
-	int w = v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffull ? 4 : 8;
-	o[0] = w == 1 ? 0x80 : w == 2 ? 0x81 : w == 4 ? 0x82 : 0x83;
-	for (int i = 0; i < w; i++)
-		o[1 + i] = (uint8_t)(v >> (8 * i));
-	return 1 + (size_t)w;
-}
-
 /* header + body with the tokens resolved; malloc'd, length in *n. */
 static uint8_t *resolve(wf_iut *iut, const wf_step *st, size_t *n, char *why, size_t whylen)
 {
@@ -503,13 +490,13 @@ static uint8_t *resolve(wf_iut *iut, const wf_step *st, size_t *n, char *why, si
 				return NULL;
 			}
 			if (m->token == WF_TOK_REPLY_ID) {
-				k += enc_uint(b + k, iut->ans.reply_id);
+				k += wf_enc_uint(b + k, iut->ans.reply_id);
 			} else if (m->token == WF_TOK_BASIC_ID) {
-				k += enc_uint(b + k, iut->ans.basic_id);
+				k += wf_enc_uint(b + k, iut->ans.basic_id);
 			} else {
 				size_t al = strlen(iut->addr);
 				b[k++] = 0xbd;
-				k += enc_uint(b + k, al);
+				k += wf_enc_uint(b + k, al);
 				memcpy(b + k, iut->addr, al);
 				k += al;
 			}

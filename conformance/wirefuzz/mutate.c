@@ -30,7 +30,7 @@ uint64_t wf_rand(uint64_t *state)
 
 /* ---- encoding helpers ----------------------------------------------------------------- */
 
-static size_t enc_uint(uint8_t *o, uint64_t v)
+size_t wf_enc_uint(uint8_t *o, uint64_t v)
 {
 	if (v < 0x80) {
 		o[0] = (uint8_t)v;
@@ -200,7 +200,7 @@ static int apply_vop(wf_step *st, const wf_field *f, vop op, int salt, char *des
 		uint64_t nv = op == V_N_PLUS1 ? n + 1 : op == V_N_MINUS1 ? n - 1 : op == V_N_ZERO ? 0
 		            : op == V_N_HUGE ? (1ull << 62) : UINT64_MAX;
 		h[0] = st->body[off];
-		hn = 1 + enc_uint(h + 1, nv);
+		hn = 1 + wf_enc_uint(h + 1, nv);
 		snprintf(desc, dlen, "%s %" PRIu64 " -> %" PRIu64,
 		         k == WF_V_STRUCT ? "member count" : (k == WF_V_STRING || k == WF_V_BINARY)
 		                 ? "length" : "count", n, nv);
@@ -211,7 +211,7 @@ static int apply_vop(wf_step *st, const wf_field *f, vop op, int salt, char *des
 			uint64_t max = f->width >= 8 ? UINT64_MAX : (1ull << (8 * f->width)) - 1;
 			uint64_t nv = op == V_INT_ZERO ? 0 : op == V_INT_PLUS1 ? n + 1
 			            : op == V_INT_MINUS1 ? n - 1 : op == V_INT_HUGE ? (1ull << 62) : max;
-			hn = enc_uint(h, nv);
+			hn = wf_enc_uint(h, nv);
 			snprintf(desc, dlen, "%" PRIu64 " -> %" PRIu64, n, nv);
 		} else {
 			int64_t v = (int64_t)n;
@@ -275,7 +275,7 @@ static int apply_vop(wf_step *st, const wf_field *f, vop op, int salt, char *des
 	case V_STR_LONG: {
 		uint8_t big[1 + 9 + 300];
 		big[0] = 0xbd;
-		size_t ln = enc_uint(big + 1, 300);
+		size_t ln = wf_enc_uint(big + 1, 300);
 		memset(big + 1 + ln, 'x', 300);
 		snprintf(desc, dlen, "a 300-byte string instead of %" PRIu64 " bytes", n);
 		return wf_step_splice(st, off, f->len, big, 1 + ln + 300);
@@ -286,7 +286,7 @@ static int apply_vop(wf_step *st, const wf_field *f, vop op, int salt, char *des
 		return wf_step_splice(st, off + hdr, 1, h, 1);
 	case V_BIN_ODD:
 		h[0] = 0xbc;
-		hn = 1 + enc_uint(h + 1, n - 1);
+		hn = 1 + wf_enc_uint(h + 1, n - 1);
 		snprintf(desc, dlen, "byte length %" PRIu64 " -> %" PRIu64 " (not a multiple of 8)", n,
 		         n - 1);
 		/* shorten header and drop the last byte so the value stays self-consistent */

@@ -123,6 +123,10 @@ typedef struct wf_script {
 	int mutated_step;    /* index of the step the mutation touched, or -1 */
 } wf_script;
 
+/* A libnop unsigned integer in its shortest encoding (spec/wire.md 1.3) at o
+ * (room for 9 bytes); returns the bytes written. */
+size_t wf_enc_uint(uint8_t *o, uint64_t v);
+
 void wf_script_init(wf_script *s, wf_role role);
 void wf_script_free(wf_script *s);
 int wf_script_copy(wf_script *dst, const wf_script *src);

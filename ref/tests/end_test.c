@@ -150,13 +150,8 @@ static void raw_start(raw_client *rc, bool ask_ext)
 		raw_send_frame(rc->d, brochure_ext, sizeof(brochure_ext));
 	else
 		raw_send_frame(rc->d, raw_brochure_uv_basic, sizeof(raw_brochure_uv_basic));
-	size_t n;
-	uint8_t *buf = raw_recv_frame(rc->d, &n);
 	tw_wire_brochure_answer a;
-	size_t used;
-	char detail[256];
-	CHECK(tw__wire_decode_brochure_answer(buf, n, &a, &used, detail, sizeof(detail)) == TW_OK);
-	free(buf);
+	raw_recv_answer(rc->d, &a);
 	bool have_r = false;
 	for (size_t i = 0; i < a.num_transport_ids; i++) {
 		if (a.transport_ids[i].key == 1) {
@@ -327,13 +322,8 @@ static void case_replacement_boot_closed(void)
 	tw__nop_writer_init(&w);
 	tw__wire_encode_brochure(&w, &b);
 	encode_send(boot, &w);
-	size_t n;
-	uint8_t *buf = raw_recv_frame(boot, &n);
 	tw_wire_brochure_answer a;
-	size_t used;
-	char detail[256];
-	CHECK(tw__wire_decode_brochure_answer(buf, n, &a, &used, detail, sizeof(detail)) == TW_OK);
-	free(buf);
+	raw_recv_answer(boot, &a);
 	CHECK(a.transport.n == 4 && memcmp(a.transport.s, "uvhi", 4) == 0);
 	raw_client rc = { .d = -1, .r = -1, .basic = -1 };
 	uint64_t id_d = UINT64_MAX;

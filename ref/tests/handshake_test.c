@@ -89,20 +89,7 @@ typedef struct raw_client {
 static void raw_start(raw_client *rc)
 {
 	rc->boot = raw_connect(S.port);
-	raw_send_frame(rc->boot, raw_hello_empty, sizeof(raw_hello_empty));
-	raw_send_frame(rc->boot, raw_brochure_uv_basic, sizeof(raw_brochure_uv_basic));
-	size_t n;
-	uint8_t *buf = raw_recv_frame(rc->boot, &n);
-	tw_wire_brochure_answer a;
-	size_t used;
-	char detail[256];
-	CHECK(tw__wire_decode_brochure_answer(buf, n, &a, &used, detail, sizeof(detail)) == TW_OK);
-	free(buf);
-	CHECK(a.num_transport_ids == 1 && a.transport_ids[0].key == 1);
-	rc->id_r = a.transport_ids[0].id;
-	CHECK(a.num_channel_ids == 1 && a.channel_ids[0].num_ids == 1);
-	rc->id_basic = a.channel_ids[0].ids[0];
-	tw__wire_brochure_answer_free(&a);
+	raw_handshake_ids(rc->boot, &rc->id_r, &rc->id_basic);
 }
 
 /* A descriptor (metadata "m", one 64-byte payload) and its payload frame. */

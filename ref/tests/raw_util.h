@@ -135,6 +135,33 @@ static inline void send_requested(int fd, uint64_t id)
 	encode_send(fd, &w);
 }
 
+/* Reads the next frame on `fd` and decodes it as a BrochureAnswer; anything
+ * else ends the test. Free it with tw__wire_brochure_answer_free. */
+static inline void raw_recv_answer(int fd, tw_wire_brochure_answer *a)
+{
+	size_t n, used;
+	char detail[256];
+	uint8_t *buf = raw_recv_frame(fd, &n);
+	CHECK(tw__wire_decode_brochure_answer(buf, n, a, &used, detail, sizeof(detail)) == TW_OK);
+	free(buf);
+}
+
+/* hello + Brochure {uv, basic} on the bootstrap connection `fd`, then the
+ * answer, which must register exactly R and one basic connection (no
+ * transport switch); their ids come back in *id_r and *id_basic. */
+static inline void raw_handshake_ids(int fd, uint64_t *id_r, uint64_t *id_basic)
+{
+	raw_send_frame(fd, raw_hello_empty, sizeof(raw_hello_empty));
+	raw_send_frame(fd, raw_brochure_uv_basic, sizeof(raw_brochure_uv_basic));
+	tw_wire_brochure_answer a;
+	raw_recv_answer(fd, &a);
+	CHECK(a.num_transport_ids == 1 && a.transport_ids[0].key == 1);
+	CHECK(a.num_channel_ids == 1 && a.channel_ids[0].num_ids == 1);
+	*id_r = a.transport_ids[0].id;
+	*id_basic = a.channel_ids[0].ids[0];
+	tw__wire_brochure_answer_free(&a);
+}
+
 /* A listening socket on 127.0.0.1 (the harness side of a raw server). */
 static inline int raw_listen(int *port_out)
 {
