@@ -28,10 +28,17 @@
  *     still waits for its requested connections (then it fails with
  *     TW_ERR_EOF or TW_ERR_CONNRESET, and so do its pending accept-side
  *     notifications; a client that never completes the handshake fails it
- *     with TW_ERR_TIMEDOUT, see tw_context_set_handshake_timeout). Once established, what the peer wrote before it left is
- *     still delivered while it is being read (for at most about 1 s after the
- *     end was noticed); then every pending callback fires with the pipe's
- *     error, which says how the peer left:
+ *     with TW_ERR_TIMEDOUT, see tw_context_set_handshake_timeout). Once
+ *     established, everything the peer wrote before it left is still
+ *     delivered, however slowly the application reads (no timer discards it;
+ *     what is not read yet stays in the kernel's socket buffers); the pipe
+ *     fails once the last of it was read (or a read met the end). Writes are
+ *     different: as soon as it is known how the peer left, every write whose
+ *     callback has not run fails, and so does every later one, because the
+ *     peer can receive none of them. A write callback reports TW_OK only if
+ *     all of its bytes were handed to the transport and every earlier write
+ *     reported TW_OK (spec/wire.md 5.6.c, 5.6.d). The error says how the peer
+ *     left:
  *       TW_ERR_EOF        the peer closed the pipe (tw_pipe_close,
  *                         tw_pipe_destroy or tw_context_close/destroy of a
  *                         tensorwire peer, which says goodbye first), or a

@@ -44,10 +44,13 @@
 #define TW_EXT_ANSWER_KEY UINT64_C(0x74770001)
 #define TW_EXT_GOODBYE "goodbye"
 #define TW_EXT_GOODBYE_BIT UINT64_C(1)
-/* Bounds of the end of a pipe (spec 8.2): how long an established pipe whose
- * peer is gone waits for the verdict and for D to hand over what it still
- * holds; how long a closing pipe waits for its goodbye to be written. */
-#define TW_PIPE_END_GRACE_MS 1000
+/* Bounds of the end of a pipe (spec 8.2): how long an established goodbye
+ * pipe whose peer is leaving waits for the verdict (the goodbye, or R's end
+ * without one) after the first end it noticed; how long a closing pipe waits
+ * for its goodbye to be written. What the peer wrote before it left is never
+ * bounded by a timer: it is handed over however slowly the application
+ * reads (spec 5.6.c). */
+#define TW_PIPE_VERDICT_WAIT_MS 1000
 #define TW_PIPE_GOODBYE_WAIT_MS 1000
 /* The default bound of a handshake's server side (spec 3.8.e): the hello of
  * an accepted connection, then the Brochure and every registered connection
@@ -348,17 +351,31 @@ struct tw_pipe {
 	bool ext_goodbye;
 	tw_conn *r_goodbye;         /* R after a local close, until the goodbye is written */
 	/* The end of an established pipe (spec 5.6): the first connection that
-	 * ends (EOF or reset) starts it; the pipe fails once the verdict is known
-	 * (goodbye pipes: from R) and D has delivered what it still held, or when
-	 * the timer runs out. Operations that failed meanwhile are held. */
+	 * ends (EOF or reset) starts it. Once the verdict is known (goodbye
+	 * pipes: from R, or TW_PIPE_VERDICT_WAIT_MS later), every write whose
+	 * callback has not run gets it (writes_dead); the pipe itself fails only
+	 * once D has handed over everything the peer wrote before it left and no
+	 * read is in flight, or when a read met the end (the read side cannot go
+	 * on in order), or when D neither ended, hung up nor delivered a frame
+	 * for a whole TW_PIPE_VERDICT_WAIT_MS (the peer left but keeps D open:
+	 * nothing says more is coming). Operations that failed meanwhile are
+	 * held. */
 	bool ending;
+	bool verdict_waited;        /* the verdict's wait ran out: take the first end */
+	bool d_hup;                 /* D's peer hung up with bytes unread: they are coming */
+	bool d_stalled;             /* D neither ended nor moved for a whole wait */
+	uint64_t d_frames;          /* frames D delivered (progress while ending) */
+	uint64_t d_frames_tick;     /* d_frames when the end's timer was last started */
+	bool writes_dead;           /* the verdict is known: writes get wr_status */
+	tw_status_t wr_status;
+	char wr_detail[TW_DETAIL_MAX];
 	bool d_ended;               /* D reported its end (after its last frame) */
 	bool r_ended;               /* goodbye pipes: R ended without a goodbye */
 	bool goodbye_seen;          /* goodbye pipes: R delivered the peer's goodbye */
 	tw_status_t end_status;     /* the first end */
 	char end_detail[TW_DETAIL_MAX];
-	uv_timer_t timer;           /* the handshake's bound, the end's grace, then the
-	                             * goodbye write's bound */
+	uv_timer_t timer;           /* the handshake's bound, the verdict's wait, then
+	                             * the goodbye write's bound */
 	bool timer_inited;
 	bool timer_closed;
 

@@ -31,14 +31,19 @@
  * bootstrap connection's after a transport switch (spec 3.7.b). Once
  * established, the first end or hang-up (EOF or reset, noticed by a watch or
  * an operation) starts the pipe's end: operations that fail meanwhile are
- * held, and the pipe fails
- * when the verdict is known and D has handed over what the peer wrote before
- * it left (D's end is reported only after its last frame, and reads in
- * flight finish), or after TW_PIPE_END_GRACE_MS. The verdict: with a stock
- * peer, the first end's status (TW_ERR_EOF for a FIN, TW_ERR_CONNRESET for a
- * reset); with goodbye (spec 8.2) it comes from R, which always has a read
- * pending: a goodbye (zero-length frame) means TW_ERR_EOF "the peer closed
- * the pipe", R's end without one TW_ERR_CONNRESET "lost without a goodbye".
+ * held until the verdict is known. The verdict: with a stock peer, the first
+ * end's status (TW_ERR_EOF for a FIN, TW_ERR_CONNRESET for a reset); with
+ * goodbye (spec 8.2) it comes from R, which always has a read pending: a
+ * goodbye (zero-length frame) means TW_ERR_EOF "the peer closed the pipe",
+ * R's end without one (or none within TW_PIPE_VERDICT_WAIT_MS of the first
+ * end) TW_ERR_CONNRESET "lost without a goodbye". Once it is known, every
+ * write whose callback has not run gets it (the peer can receive none of
+ * them), and so does every later write. The read side is not cut short:
+ * whatever the peer wrote before it left is handed to the application
+ * however slowly it reads (spec 5.6.c), and the pipe fails with the verdict
+ * only when D has reported its end (after its last frame) with no read in
+ * flight, or when a read met the end (nothing after it can be delivered in
+ * order).
  * A local close of an established goodbye pipe writes the goodbye on R and
  * closes R once it is written (at most TW_PIPE_GOODBYE_WAIT_MS later); the
  * other connections close at once, so local callbacks fire at once.
@@ -69,9 +74,10 @@ static void tw__pipe_in_check_all(tw_pipe *p);
 static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void tw__pipe_deliver_established(void *arg);
-static void tw__pipe_try_end(tw_pipe *p, bool timed_out);
+static void tw__pipe_try_end(tw_pipe *p);
 static void tw__pipe_send_goodbye(tw_pipe *p);
 static void tw__pipe_timer_close(tw_pipe *p);
+static void tw__pipe_timer_start(tw_pipe *p, uint64_t ms);
 
 /* ---- references and lifetime -------------------------------------------------- */
 
@@ -251,7 +257,16 @@ static void tw__pipe_on_timer(uv_timer_t *t)
 		tw__pipe_handshake_timed_out(p);
 		return;
 	}
-	tw__pipe_try_end(p, true);
+	p->verdict_waited = true;
+	if (!p->d_ended && !p->d_hup) {
+		if (p->d_frames == p->d_frames_tick) {
+			p->d_stalled = true;
+		} else {
+			p->d_frames_tick = p->d_frames;
+			tw__pipe_timer_start(p, TW_PIPE_VERDICT_WAIT_MS);
+		}
+	}
+	tw__pipe_try_end(p);
 }
 
 /* (Re)starts the pipe's one timer. The open handle holds the pipe alive
@@ -370,22 +385,58 @@ static bool tw__pipe_receiving(tw_pipe *p)
 	return false;
 }
 
-/* Fails an ending pipe once it may (see the file comment). */
-static void tw__pipe_try_end(tw_pipe *p, bool timed_out)
+/* Did a read meet the end (an operation of a message being read failed)?
+ * Then nothing after it can be delivered in order: the read side is over. */
+static bool tw__pipe_read_broken(tw_pipe *p)
 {
-	if (!p->ending || p->state != TW_PIPE_ESTABLISHED)
+	tw_list *it;
+	for (it = p->in_msgs.next; it != &p->in_msgs; it = it->next)
+		if (TW_CONTAINER_OF(it, tw_in_msg, link)->held)
+			return true;
+	return false;
+}
+
+static bool tw__pipe_verdict_known(const tw_pipe *p)
+{
+	return p->ending &&
+	       (!p->ext_goodbye || p->goodbye_seen || p->r_ended || p->verdict_waited);
+}
+
+/* How the peer left (see the file comment), into detail. */
+static tw_status_t tw__pipe_verdict(const tw_pipe *p, char *detail, size_t len)
+{
+	if (p->goodbye_seen) {
+		tw__detail(detail, len, "the peer closed the pipe (it said goodbye)");
+		return TW_ERR_EOF;
+	}
+	if (p->ext_goodbye) {
+		tw__detail(detail, len,
+		           "connection lost without a goodbye (the peer died or the network failed): "
+		           "%s",
+		           p->end_detail);
+		return TW_ERR_CONNRESET;
+	}
+	tw__detail(detail, len, "%s", p->end_detail);
+	return p->end_status;
+}
+
+/* Advances an ending pipe (see the file comment): once the verdict is known
+ * every write whose callback has not run gets it, and the pipe fails once
+ * the read side has handed over what the peer wrote before it left. */
+static void tw__pipe_try_end(tw_pipe *p)
+{
+	if (!p->ending || p->state != TW_PIPE_ESTABLISHED || !tw__pipe_verdict_known(p))
 		return;
-	bool verdict = !p->ext_goodbye || p->goodbye_seen || p->r_ended;
-	if (!timed_out && !(verdict && p->d_ended && !tw__pipe_receiving(p)))
-		return;
-	if (p->goodbye_seen)
-		tw__pipe_fail(p, TW_ERR_EOF, "the peer closed the pipe (it said goodbye)");
-	else if (p->ext_goodbye)
-		tw__pipe_fail(p, TW_ERR_CONNRESET,
-		              "connection lost without a goodbye (the peer died or the network failed): %s",
-		              p->end_detail);
-	else
-		tw__pipe_fail(p, p->end_status, "%s", p->end_detail);
+	char what[TW_DETAIL_MAX];
+	tw_status_t st = tw__pipe_verdict(p, what, sizeof(what));
+	if (!p->writes_dead) {
+		p->writes_dead = true;
+		p->wr_status = st;
+		tw__detail(p->wr_detail, sizeof(p->wr_detail), "%s: %s", p->label, what);
+		tw__pipe_out_check_all(p);
+	}
+	if ((p->d_ended && !tw__pipe_receiving(p)) || tw__pipe_read_broken(p) || p->d_stalled)
+		tw__pipe_fail(p, st, "%s", what);
 }
 
 static bool tw__status_is_end(tw_status_t st)
@@ -403,7 +454,10 @@ static void tw__pipe_start_end(tw_pipe *p, tw_status_t status, const char *what,
 	p->ending = true;
 	p->end_status = status;
 	tw__detail(p->end_detail, sizeof(p->end_detail), "%s: %s", what, detail);
-	tw__pipe_timer_start(p, TW_PIPE_END_GRACE_MS);
+	/* The verdict is waited for with a bound, and so is a D that neither
+	 * ends nor moves; data D still delivers is not (spec 5.6.c). */
+	p->d_frames_tick = p->d_frames;
+	tw__pipe_timer_start(p, TW_PIPE_VERDICT_WAIT_MS);
 }
 
 /* Loop thread: connection `c` of the pipe (NULL: one a channel owns) failed
@@ -424,7 +478,7 @@ static void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, con
 		p->d_ended = true;
 	if (c && c == p->r && p->ext_goodbye && !p->goodbye_seen)
 		p->r_ended = true;
-	tw__pipe_try_end(p, false);
+	tw__pipe_try_end(p);
 }
 
 /* The client may drop the bootstrap connection once the transport changed
@@ -468,6 +522,8 @@ static void tw__pipe_on_conn_hangup(tw_conn *c, const char *detail, void *arg)
 		tw__pipe_fail(p, TW_ERR_EOF, "%s: %s", what, detail);
 	} else {
 		snprintf(what, sizeof(what), "%s ended", tw__pipe_conn_name(p, c));
+		if (c == p->d)
+			p->d_hup = true;
 		tw__pipe_start_end(p, TW_ERR_EOF, what, detail);
 	}
 }
@@ -970,22 +1026,32 @@ static void tw__pipe_deliver_write(void *arg)
 	tw__pipe_unref(p); /* the write call's reference */
 }
 
-/* Marks finished messages and delivers callbacks in message order. */
+/* Marks finished messages and delivers callbacks in message order. Once the
+ * pipe failed, or its peer is known to be gone (writes_dead), every message
+ * whose callback has not run gets that error as soon as no transport or
+ * channel operation holds its buffers any more: also one whose bytes were
+ * all handed over but that waits behind an earlier message, which the peer
+ * can then never receive in order (spec 5.6.d). */
 static void tw__pipe_out_check_all(tw_pipe *p)
 {
+	bool failed = p->state == TW_PIPE_FAILED;
+	bool dead = failed || p->writes_dead;
+	tw_status_t dead_st = failed ? p->err : p->wr_status;
+	const char *dead_detail = failed ? p->err_detail : p->wr_detail;
 	tw_list *it, *tmp;
 	TW_LIST_FOREACH_SAFE(it, tmp, &p->out_msgs)
 	{
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
-		if (m->done || m->pending > 0)
+		if (m->pending > 0)
 			continue;
-		if (m->held && p->state != TW_PIPE_FAILED)
-			continue; /* the pipe's end decides its status */
-		if (m->status == TW_OK && p->state == TW_PIPE_FAILED &&
-		    (m->state != TW_OUT_SENDING || m->held)) {
-			m->status = p->err;
-			snprintf(m->detail, sizeof(m->detail), "%s", p->err_detail);
+		if (dead && m->status == TW_OK) {
+			m->status = dead_st;
+			snprintf(m->detail, sizeof(m->detail), "%s", dead_detail);
+			m->done = true;
+			continue;
 		}
+		if (m->done || (m->held && !dead))
+			continue; /* the pipe's end decides its status */
 		if (m->status != TW_OK || m->state == TW_OUT_SENDING)
 			m->done = true;
 	}
@@ -1230,6 +1296,10 @@ static void tw__pipe_pump_writes(tw_pipe *p)
 {
 	if (p->state != TW_PIPE_ESTABLISHED)
 		return;
+	if (p->writes_dead) {
+		tw__pipe_out_check_all(p);
+		return;
+	}
 	tw_list *it;
 	for (it = p->out_msgs.next; it != &p->out_msgs; it = it->next) {
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
@@ -1242,7 +1312,8 @@ static void tw__pipe_pump_writes(tw_pipe *p)
 		}
 	}
 	/* Tensors go to the channels strictly in message order (spec 3.11). */
-	for (it = p->out_msgs.next; it != &p->out_msgs && p->state == TW_PIPE_ESTABLISHED;
+	for (it = p->out_msgs.next;
+	     it != &p->out_msgs && p->state == TW_PIPE_ESTABLISHED && !p->writes_dead;
 	     it = it->next) {
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
 		if (m->state == TW_OUT_SENDING || m->status != TW_OK)
@@ -1383,14 +1454,17 @@ static void tw__pipe_in_op_done(tw_in_msg *m, tw_conn *c, tw_status_t status, co
 		tw__pipe_conn_failed(p, c, status, what, detail);
 	}
 	tw__pipe_in_check_all(p);
-	tw__pipe_try_end(p, false); /* an ending pipe may have waited for this read */
+	tw__pipe_try_end(p); /* an ending pipe may have waited for this read */
 	tw__pipe_release(p);
 }
 
 static void tw__pipe_on_payload(tw_conn *c, tw_status_t status, const char *detail, void *buf,
                                 uint64_t len, void *arg)
 {
-	tw__pipe_in_op_done(arg, c, status, "reading a payload", detail);
+	tw_in_msg *m = arg;
+	if (status == TW_OK)
+		m->pipe->d_frames++;
+	tw__pipe_in_op_done(m, c, status, "reading a payload", detail);
 }
 
 static void tw__pipe_on_reply_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
@@ -1431,6 +1505,7 @@ static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *d
 		tw__pipe_fail(p, st, "bad Descriptor: %s", dd);
 		goto out;
 	}
+	p->d_frames++;
 	m->state = TW_IN_DESC_READY;
 	pthread_mutex_lock(&p->ctx->mu);
 	p->delivered = m;
@@ -1572,7 +1647,7 @@ static void tw__pipe_do_read(void *arg)
 		tw__pipe_fail(p, st, "reading a message: out of memory");
 	tw__pipe_pump_reads(p);
 	tw__pipe_in_check_all(p);
-	tw__pipe_try_end(p, false); /* an ending pipe may have waited for this read() */
+	tw__pipe_try_end(p); /* an ending pipe may have waited for this read() */
 }
 
 tw_status_t tw_pipe_read(tw_pipe *p, const tw_allocation *alloc, tw_read_cb cb, void *arg)

@@ -1,0 +1,335 @@
+/*
+ * delivery_test.c - nothing lost, nothing reported wrongly at the end of a
+ * pipe (spec/wire.md 5.6.c, 5.6.d):
+ *
+ *   - everything a writer got TW_OK for before it closed gracefully reaches
+ *     a reader that is much slower than any grace period (in one process
+ *     and with the writer in another process that exits after closing);
+ *   - a write queued behind a stalled one never reports TW_OK when the pipe
+ *     closes or the peer goes away before the peer could receive it: each
+ *     callback fires once, with the error of the close, of the peer's
+ *     goodbye, or of its death.
+ */
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "pair_util.h"
+
+enum { SLOW_MSGS = 3000, SLOW_LEN = 1024 };
+
+/* ---- a slow reader after a graceful close ------------------------------------------------ */
+
+typedef struct slow_writer {
+	uint8_t *bufs;     /* SLOW_MSGS payloads, each filled from its index */
+	tw_payload *pays;
+	tw_message *msgs;
+	tu_waiter ok;      /* counts TW_OK callbacks */
+	tu_waiter all;     /* counts every callback */
+} slow_writer;
+
+static void slow_on_written(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	slow_writer *w = arg;
+	if (st == TW_OK)
+		tu_signal(&w->ok);
+	else
+		fprintf(stderr, "write failed: %s: %s\n", tw_status_name(st), detail);
+	tu_signal(&w->all);
+}
+
+/* Writes SLOW_MSGS messages of one payload each and waits until every
+ * callback said TW_OK. */
+static void slow_write_all(slow_writer *w, tw_pipe *p)
+{
+	w->bufs = malloc((size_t)SLOW_MSGS * SLOW_LEN);
+	w->pays = calloc(SLOW_MSGS, sizeof(*w->pays));
+	w->msgs = calloc(SLOW_MSGS, sizeof(*w->msgs));
+	CHECK(w->bufs && w->pays && w->msgs);
+	tu_waiter_init(&w->ok);
+	tu_waiter_init(&w->all);
+	for (size_t i = 0; i < SLOW_MSGS; i++) {
+		uint8_t *b = w->bufs + i * SLOW_LEN;
+		tu_fill_at(b, SLOW_LEN, 1000 + i);
+		w->pays[i].data = b;
+		w->pays[i].length = SLOW_LEN;
+		w->msgs[i].num_payloads = 1;
+		w->msgs[i].payloads = &w->pays[i];
+		CHECK_OK(tw_pipe_write(p, &w->msgs[i], slow_on_written, w));
+	}
+	tu_wait(&w->all, SLOW_MSGS);
+	CHECK(tu_count(&w->ok) == SLOW_MSGS);
+}
+
+static void slow_writer_free(slow_writer *w)
+{
+	free(w->bufs);
+	free(w->pays);
+	free(w->msgs);
+	tu_waiter_destroy(&w->ok);
+	tu_waiter_destroy(&w->all);
+}
+
+/* Reads messages one at a time, sleeping `sleep_us` after each, until a
+ * descriptor read fails; returns how many arrived intact and checks that the
+ * failure is `want` with `substr` in its detail. */
+static size_t slow_read_all(tw_pipe *p, unsigned sleep_us, tw_status_t want, const char *substr)
+{
+	static uint8_t buf[SLOW_LEN];
+	size_t got = 0;
+	for (;;) {
+		tu_rec d, r;
+		tu_rec_init(&d), tu_rec_init(&r);
+		CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+		tu_wait(&d.w, 1);
+		if (d.status != TW_OK) {
+			printf("   after %zu messages: %s: %s\n", got, tw_status_name(d.status), d.detail);
+			tu_expect(&d, want, substr);
+			tu_once(&d);
+			return got;
+		}
+		CHECK(d.desc->num_payloads == 1 && d.desc->payloads[0].length == SLOW_LEN);
+		void *bufs[1] = { buf };
+		tw_allocation a = { 1, bufs, 0, NULL };
+		CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+		tu_expect(&r, TW_OK, NULL);
+		CHECK(tu_hash(buf, SLOW_LEN) == tu_expected_hash(SLOW_LEN, 1000 + got));
+		got++;
+		tu_once(&d), tu_once(&r);
+		if (sleep_us)
+			usleep(sleep_us);
+	}
+}
+
+/* Ours -> ours in one process: the writer closes its pipe and its whole
+ * context once all its writes said TW_OK; the reader takes 1 ms per
+ * message (3 s in all, three times the old 1 s grace), and still gets all
+ * of them, then the goodbye's TW_ERR_EOF. */
+static void case_slow_reader_after_close(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	slow_writer w;
+	slow_write_all(&w, p.c);
+	tw_pipe_destroy(p.c);
+	CHECK_OK(tw_context_join(p.cctx)); /* the writer is gone for good */
+	tw_context_destroy(p.cctx);
+	size_t got = slow_read_all(p.s, 1000, TW_ERR_EOF, "the peer closed the pipe");
+	CHECK(got == SLOW_MSGS);
+	tw_pipe_destroy(p.s);
+	tw_listener_destroy(p.l);
+	CHECK_OK(tw_context_join(p.sctx));
+	tw_context_destroy(p.sctx);
+	slow_writer_free(&w);
+}
+
+/* The writer is another process that closes and exits once its writes said
+ * TW_OK; the reader starts reading only after the writer exited. */
+static void case_slow_reader_writer_exited(void)
+{
+	int url_pipe[2];
+	CHECK(pipe(url_pipe) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char url[128];
+		tu_url_recv(url_pipe, url, sizeof(url));
+		tw_context *c;
+		tu_ctx(&c, "writer");
+		tw_pipe *p;
+		CHECK_OK(tw_context_connect(c, url, &p));
+		slow_writer w;
+		slow_write_all(&w, p);
+		tw_pipe_destroy(p);
+		CHECK_OK(tw_context_join(c));
+		tw_context_destroy(c);
+		slow_writer_free(&w);
+		_exit(0);
+	}
+	close(url_pipe[0]);
+	tw_context *s;
+	tu_ctx(&s, "reader");
+	const char *urls[] = { "uv://127.0.0.1:0" };
+	tw_listener *l;
+	CHECK_OK(tw_context_listen(s, urls, 1, &l));
+	char url[128];
+	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	tu_rec acc;
+	tu_rec_init(&acc);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+	tu_url_send(url_pipe, url);
+	tu_expect(&acc, TW_OK, NULL);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	size_t got = slow_read_all(acc.pipe, 500, TW_ERR_EOF, "the peer closed the pipe");
+	CHECK(got == SLOW_MSGS);
+	tw_pipe_destroy(acc.pipe);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(s));
+	tw_context_destroy(s);
+	tu_once(&acc);
+}
+
+/* ---- writes queued behind a stalled one ---------------------------------------------------- */
+
+enum { STALL_LEN = 64 << 20, QUEUED = 4, SMALL_LEN = 1024 };
+
+/* One 64 MiB tensor (more than the socket buffers hold, with nobody
+ * reading), then QUEUED small messages behind it: two payload-only ones,
+ * one metadata-only, one with a small tensor. The small ones' bytes are
+ * handed to the transport in full early (D and the channel's connection are
+ * separate), but the peer can never receive them before the big one. */
+typedef struct stalled {
+	uint8_t *big;
+	uint8_t small[QUEUED][SMALL_LEN];
+	tw_tensor big_t, small_t;
+	tw_payload pay[2];
+	tw_message m[1 + QUEUED];
+	tu_rec w[1 + QUEUED];
+} stalled;
+
+static void stalled_write(stalled *s, tw_pipe *p)
+{
+	memset(s, 0, sizeof(*s));
+	s->big = malloc(STALL_LEN);
+	CHECK(s->big);
+	memset(s->big, 0x5a, STALL_LEN);
+	for (int i = 0; i < QUEUED; i++)
+		tu_fill_at(s->small[i], SMALL_LEN, 50 + (uint64_t)i);
+	s->big_t = (tw_tensor){ .data = s->big, .length = STALL_LEN, .source_device = tw_device_cpu(),
+	                        .has_target_device = true, .target_device = tw_device_cpu() };
+	s->m[0] = (tw_message){ .num_tensors = 1, .tensors = &s->big_t };
+	s->pay[0] = (tw_payload){ .data = s->small[0], .length = SMALL_LEN };
+	s->pay[1] = (tw_payload){ .data = s->small[1], .length = SMALL_LEN };
+	s->m[1] = (tw_message){ .num_payloads = 1, .payloads = &s->pay[0] };
+	s->m[2] = (tw_message){ .num_payloads = 1, .payloads = &s->pay[1] };
+	s->m[3] = (tw_message){ .metadata = s->small[2], .metadata_length = SMALL_LEN };
+	s->small_t = (tw_tensor){ .data = s->small[3], .length = SMALL_LEN,
+	                          .source_device = tw_device_cpu(), .has_target_device = true,
+	                          .target_device = tw_device_cpu() };
+	s->m[4] = (tw_message){ .num_tensors = 1, .tensors = &s->small_t };
+	for (int i = 0; i <= QUEUED; i++) {
+		tu_rec_init(&s->w[i]);
+		CHECK_OK(tw_pipe_write(p, &s->m[i], tu_on_status, &s->w[i]));
+	}
+	/* Give the transport time to hand over everything it can. */
+	for (int i = 0; i <= QUEUED; i++)
+		CHECK(!tu_wait_for(&s->w[i].w, 1, i == 0 ? 300 : 0));
+}
+
+/* Every callback fired exactly once, with `want` and `substr`. */
+static void stalled_expect(stalled *s, tw_status_t want, const char *substr)
+{
+	for (int i = 0; i <= QUEUED; i++) {
+		tu_wait(&s->w[i].w, 1);
+		printf("   write %d: %s: %s\n", i, tw_status_name(s->w[i].status), s->w[i].detail);
+	}
+	for (int i = 0; i <= QUEUED; i++) {
+		tu_expect(&s->w[i], want, substr);
+		tu_once(&s->w[i]);
+	}
+	free(s->big);
+}
+
+/* The writer closes its pipe while its writes are queued: all get
+ * TW_ERR_CLOSED. */
+static void case_queued_local_close(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	stalled s;
+	stalled_write(&s, p.c);
+	tw_pipe_close(p.c);
+	stalled_expect(&s, TW_ERR_CLOSED, "closed");
+	tw_pipe_destroy(p.c);
+	tw_pipe_destroy(p.s);
+	tw_listener_destroy(p.l);
+	CHECK_OK(tw_context_join(p.cctx));
+	CHECK_OK(tw_context_join(p.sctx));
+	tw_context_destroy(p.cctx);
+	tw_context_destroy(p.sctx);
+}
+
+/* The reader closes its pipe (a goodbye) without reading: all writes get
+ * the goodbye's TW_ERR_EOF. */
+static void case_queued_peer_close(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	stalled s;
+	stalled_write(&s, p.c);
+	tw_pipe_close(p.s);
+	stalled_expect(&s, TW_ERR_EOF, "the peer closed the pipe");
+	tw_pipe_destroy(p.c);
+	tw_pipe_destroy(p.s);
+	tw_listener_destroy(p.l);
+	CHECK_OK(tw_context_join(p.cctx));
+	CHECK_OK(tw_context_join(p.sctx));
+	tw_context_destroy(p.cctx);
+	tw_context_destroy(p.sctx);
+}
+
+/* The reader is another process that never reads and is killed with
+ * SIGKILL: all writes get TW_ERR_CONNRESET. */
+static void case_queued_peer_killed(void)
+{
+	int url_pipe[2], ready[2];
+	CHECK(pipe(url_pipe) == 0 && pipe(ready) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		tw_context *s;
+		tu_ctx(&s, "reader");
+		const char *urls[] = { "uv://127.0.0.1:0" };
+		tw_listener *l;
+		CHECK_OK(tw_context_listen(s, urls, 1, &l));
+		char url[128];
+		CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+		tu_rec acc;
+		tu_rec_init(&acc);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+		close(url_pipe[0]);
+		tu_url_send(url_pipe, url);
+		tu_expect(&acc, TW_OK, NULL);
+		char b = 'r';
+		CHECK(write(ready[1], &b, 1) == 1);
+		for (;;)
+			pause();
+	}
+	char url[128];
+	tu_url_recv(url_pipe, url, sizeof(url));
+	tw_context *c;
+	tu_ctx(&c, "writer");
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	char b;
+	CHECK(read(ready[0], &b, 1) == 1);
+	stalled s;
+	stalled_write(&s, p);
+	printf("   killing the reader (pid %d) with SIGKILL\n", (int)pid);
+	CHECK(kill(pid, SIGKILL) == 0);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	stalled_expect(&s, TW_ERR_CONNRESET, "without a goodbye");
+	tw_pipe_destroy(p);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+	close(ready[0]), close(ready[1]);
+}
+
+static const tu_case cases[] = {
+	{ "slow_reader_after_close", case_slow_reader_after_close },
+	{ "slow_reader_writer_exited", case_slow_reader_writer_exited },
+	{ "queued_local_close", case_queued_local_close },
+	{ "queued_peer_close", case_queued_peer_close },
+	{ "queued_peer_killed", case_queued_peer_killed },
+};
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0); /* what was seen survives an abort */
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 100);
+}
