@@ -216,6 +216,44 @@ TW_NODISCARD tw_status_t tw_context_register_channel(tw_context *ctx, const char
  * TW_ERR_INVAL if ctx is NULL. */
 TW_NODISCARD tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint64_t timeout_ms);
 
+/* Bounds a client pipe's handshake: from tw_context_connect until the
+ * server's BrochureAnswer arrived. Past it the pipe fails with
+ * TW_ERR_TIMEDOUT ("connect timed out: no BrochureAnswer from ... within N
+ * ms"), and so does each of its pending callbacks; the TCP connects of the
+ * pipe's connections are bounded by it too (SYNs nobody answers). Within it,
+ * a bootstrap connection refused, reset or closed before the answer (a
+ * server whose listen queue overflowed, or that is out of descriptors) is
+ * tried again up to 5 times, after 10, 20, 40, 80 and 160 ms; the last
+ * failure names the number of attempts ("Connection refused (6
+ * attempts)"). 0 removes the bound (the kernel's SYN retries, about 2 min on
+ * Linux, then still apply). Default: 20000 (20 s: four SYN retries get
+ * through). Any thread, any time; applies to pipes connected after the call.
+ * TW_ERR_INVAL if ctx is NULL. */
+TW_NODISCARD tw_status_t tw_context_set_connect_timeout(tw_context *ctx, uint64_t timeout_ms);
+
+/* The liveness bound of established connections: a connection whose peer
+ * acknowledges nothing for `timeout_ms` milliseconds (a silent network:
+ * dropped packets, a blackhole route, a host gone; also a peer that stops
+ * reading while this side has data to send, so that its receive window
+ * stays closed) fails its pipe with TW_ERR_TIMEDOUT on this side, whether or
+ * not an operation is pending: TCP keepalive probes from a third of the
+ * bound on notice an idle connection's silence, TCP_USER_TIMEOUT bounds
+ * unacknowledged data. These are socket options of this side only; a stock
+ * TensorPipe peer is unaffected (and has no such bound). A peer whose
+ * process is stopped (SIGSTOP) but whose kernel still answers is alive to
+ * TCP: only an operation timeout (below) bounds waiting for it. 0 leaves
+ * the system's defaults (no keepalive; about 15 min of retransmissions).
+ * Default: 30000 (30 s). Any thread, any time; applies to connections
+ * connected or accepted (listeners created) after the call. TW_ERR_INVAL if
+ * ctx is NULL. */
+TW_NODISCARD tw_status_t tw_context_set_liveness_timeout(tw_context *ctx, uint64_t timeout_ms);
+
+/* The default operation timeout of pipes created after the call (see
+ * tw_pipe_set_operation_timeout). Default: 0 (none). Any thread, any time.
+ * TW_ERR_INVAL if ctx is NULL. */
+TW_NODISCARD tw_status_t tw_context_set_operation_timeout(tw_context *ctx,
+                                                          uint64_t timeout_ms);
+
 /* Listens on `num_urls` URLs ("uv://127.0.0.1:0", "tcp://[::1]:0"), one per
  * transport. The listener is owned by the caller (close, destroy). */
 TW_NODISCARD tw_status_t tw_context_listen(tw_context *ctx, const char *const *urls,
@@ -343,6 +381,20 @@ TW_NODISCARD tw_status_t tw_pipe_channel_for(tw_pipe *pipe, const tw_device *loc
 typedef void (*tw_established_cb)(tw_pipe *pipe, tw_status_t status, const char *detail,
                                    void *arg);
 TW_NODISCARD tw_status_t tw_pipe_on_established(tw_pipe *pipe, tw_established_cb cb, void *arg);
+
+/* Bounds each operation of the pipe started after the call (tw_pipe_write,
+ * tw_pipe_read_descriptor, tw_pipe_read): if its callback has not run
+ * `timeout_ms` milliseconds after the call, the operation fails with
+ * TW_ERR_TIMEDOUT and a detail naming it and the bound, and so does the
+ * pipe: a write may have been partly sent and a read partly received, so
+ * the stream cannot continue; every other pending callback fires with the
+ * same error, at once (nothing waits behind a timed-out operation), and the
+ * peer sees the pipe closed. A read_descriptor waits for the peer's next
+ * message, so its bound is how long the application is ready to wait for
+ * one. 0: no bound (the default, or the context's, see
+ * tw_context_set_operation_timeout). Any thread, any time. TW_ERR_INVAL if
+ * pipe is NULL. */
+TW_NODISCARD tw_status_t tw_pipe_set_operation_timeout(tw_pipe *pipe, uint64_t timeout_ms);
 
 /* User data slot, never touched by the library. */
 void tw_pipe_set_user_data(tw_pipe *pipe, void *data);

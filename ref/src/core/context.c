@@ -349,6 +349,39 @@ tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint64_t timeout_m
 	return TW_OK;
 }
 
+static tw_status_t tw__ctx_set_ms(tw_context *ctx, const char *fn, uint64_t *field, uint64_t ms)
+{
+	tw__api_clear();
+	if (!ctx)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx must not be NULL", fn);
+	__atomic_store_n(field, ms, __ATOMIC_RELAXED);
+	return TW_OK;
+}
+
+tw_status_t tw_context_set_connect_timeout(tw_context *ctx, uint64_t timeout_ms)
+{
+	return tw__ctx_set_ms(ctx, "tw_context_set_connect_timeout",
+	                      ctx ? &ctx->connect_timeout_ms : NULL, timeout_ms);
+}
+
+tw_status_t tw_context_set_liveness_timeout(tw_context *ctx, uint64_t timeout_ms)
+{
+	return tw__ctx_set_ms(ctx, "tw_context_set_liveness_timeout", ctx ? &ctx->liveness_ms : NULL,
+	                      timeout_ms);
+}
+
+tw_status_t tw_context_set_operation_timeout(tw_context *ctx, uint64_t timeout_ms)
+{
+	return tw__ctx_set_ms(ctx, "tw_context_set_operation_timeout",
+	                      ctx ? &ctx->operation_timeout_ms : NULL, timeout_ms);
+}
+
+void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts)
+{
+	opts->connect_timeout_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
+	opts->liveness_ms = __atomic_load_n(&ctx->liveness_ms, __ATOMIC_RELAXED);
+}
+
 /* ---- lifecycle ------------------------------------------------------------ */
 
 tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
@@ -370,6 +403,8 @@ tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
 	}
 	ctx->max_object = TW_DEFAULT_MAX_OBJECT;
 	ctx->handshake_timeout_ms = TW_DEFAULT_HANDSHAKE_TIMEOUT_MS;
+	ctx->connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS;
+	ctx->liveness_ms = TW_DEFAULT_LIVENESS_TIMEOUT_MS;
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->join_mu, NULL);
 	tw__list_init(&ctx->all_pipes);

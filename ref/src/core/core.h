@@ -60,6 +60,19 @@
  * 60 s that RPC frameworks on top (PyTorch's rpc_timeout) wait by default,
  * so the server has given up and released the resources first. */
 #define TW_DEFAULT_HANDSHAKE_TIMEOUT_MS 30000
+/* The client's bound from tw_context_connect to the BrochureAnswer: a SYN
+ * nobody answers is retried at 1, 3, 7 and 15 s on Linux, so 20 s lets four
+ * retries through and still fails well before the server's handshake bound
+ * and the 60 s RPC frameworks wait. */
+#define TW_DEFAULT_CONNECT_TIMEOUT_MS 20000
+/* An established connection whose peer acknowledges nothing for this long
+ * is gone (tensorwire.h). */
+#define TW_DEFAULT_LIVENESS_TIMEOUT_MS 30000
+/* A bootstrap connection refused, reset or closed before the BrochureAnswer
+ * is tried again this many times, after 10, 20, 40, ... ms, within the
+ * connect timeout (a listen queue that overflowed in a connection storm). */
+#define TW_CONNECT_RETRIES 5
+#define TW_CONNECT_RETRY_FIRST_MS 10
 
 /* ---- registrations ------------------------------------------------------ */
 
@@ -88,6 +101,9 @@ struct tw_context {
 	size_t name_len;
 	uint64_t max_object; /* limit for nop-object frames (spec 2.2 has none) */
 	uint64_t handshake_timeout_ms; /* atomic; 0: unbounded (spec 3.8.e) */
+	uint64_t connect_timeout_ms;   /* atomic; 0: unbounded */
+	uint64_t liveness_ms;          /* atomic; 0: the system's defaults */
+	uint64_t operation_timeout_ms; /* atomic; default of new pipes, 0: none */
 
 	pthread_mutex_t mu;
 	/* registry: sorted by priority, highest first; frozen (mu) by the first
@@ -123,6 +139,8 @@ tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url
 tw_status_t tw__ctx_freeze(tw_context *ctx, const char *fn);
 /* Loop thread: an object finished; maybe the context can stop. */
 void tw__ctx_check_done(tw_context *ctx);
+/* Any thread: the context's bounds for a new connection or listener. */
+void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts);
 
 /* ---- listener ---------------------------------------------------------------- */
 
@@ -224,6 +242,8 @@ typedef struct tw_out_msg {
 	size_t num_untargeted;  /* tensors without a target device */
 	tw_device *targets;     /* per tensor: the device it goes to */
 	enum tw_out_state state;
+	uint64_t deadline;      /* uv_now() by which the callback is due (0: none) */
+	uint64_t timeout_ms;    /* the operation timeout that set it */
 	unsigned pending;       /* transport/channel operations in flight */
 	bool held;              /* an operation failed as the peer left: wait for the verdict */
 	bool done;
@@ -247,6 +267,8 @@ typedef struct tw_in_msg {
 	bool read_requested;
 	bool read_cb_fired;
 	enum tw_in_state state;
+	uint64_t deadline;         /* uv_now() by which the pending callback is due (0: none) */
+	uint64_t timeout_ms;       /* the operation timeout that set it */
 	tw_wire_descriptor wire;   /* decoded Descriptor */
 	bool have_wire;
 	tw_message view;           /* what the application sees */
@@ -294,6 +316,14 @@ typedef struct tw_pipe_channel {
 	size_t arrived;
 	uint64_t *ids;          /* registration ids (server: ours; client: the answer's) */
 } tw_pipe_channel;
+
+/* A loop timer that holds its pipe alive (inflight) while its handle is
+ * open; closed for good when the pipe fails (or later, see pipe.c). */
+typedef struct tw_pipe_timer {
+	uv_timer_t t;
+	bool inited;
+	bool closed;
+} tw_pipe_timer;
 
 typedef struct tw_pipe_pair {
 	tw_device local;
@@ -374,10 +404,18 @@ struct tw_pipe {
 	bool goodbye_seen;          /* goodbye pipes: R delivered the peer's goodbye */
 	tw_status_t end_status;     /* the first end */
 	char end_detail[TW_DETAIL_MAX];
-	uv_timer_t timer;           /* the handshake's bound, the verdict's wait, then
-	                             * the goodbye write's bound */
-	bool timer_inited;
-	bool timer_closed;
+	tw_pipe_timer timer;        /* server: the handshake's bound; client: the
+	                             * connect timeout and its retries' back-off; then
+	                             * the verdict's wait and the goodbye write's bound */
+	tw_pipe_timer op_timer;     /* the earliest operation deadline */
+	uint64_t op_due;            /* when op_timer fires (0: not armed) */
+	uint64_t op_timeout_ms;     /* atomic: the bound of operations started from now */
+	/* client: the connect timeout (spec: tensorwire.h) and the retries of a
+	 * bootstrap connection lost before the BrochureAnswer */
+	uint64_t connect_ms;
+	uint64_t connect_deadline;  /* uv_now() by which the answer must be in (0: none) */
+	unsigned attempts;          /* bootstrap connections tried so far */
+	bool retry_pending;         /* the timer brings the next attempt */
 
 	tw_list out_msgs;           /* writes whose callback has not run */
 	tw_list in_msgs;            /* reads whose callbacks have not all run */

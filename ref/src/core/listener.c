@@ -497,10 +497,12 @@ static void tw__listener_do_listen(void *arg)
 		tw__detail(c->detail, sizeof(c->detail), "the context is closed");
 		return;
 	}
+	tw_conn_opts opts;
+	tw__ctx_conn_opts(l->ctx, &opts);
 	for (size_t i = 0; i < l->num_entries; i++) {
 		tw_listener_entry *e = &l->entries[i];
-		c->status = e->reg->ops->listen(e->reg->t, c->addresses[i], tw__listener_on_conn, e, &e->tl,
-		                                c->detail, sizeof(c->detail));
+		c->status = e->reg->ops->listen(e->reg->t, c->addresses[i], &opts, tw__listener_on_conn,
+		                                e, &e->tl, c->detail, sizeof(c->detail));
 		if (c->status != TW_OK) {
 			for (size_t k = 0; k < i; k++) {
 				l->entries[k].tl->ops->close(l->entries[k].tl);

@@ -78,6 +78,7 @@ static void tw__pipe_try_end(tw_pipe *p);
 static void tw__pipe_send_goodbye(tw_pipe *p);
 static void tw__pipe_timer_close(tw_pipe *p);
 static void tw__pipe_timer_start(tw_pipe *p, uint64_t ms);
+static void tw__ptimer_close(tw_pipe_timer *pt);
 
 /* ---- references and lifetime -------------------------------------------------- */
 
@@ -202,6 +203,7 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 		tw__listener_pipe_released(p->listener);
 		p->listener = NULL;
 	}
+	tw__ptimer_close(&p->op_timer);
 	if (goodbye)
 		tw__pipe_send_goodbye(p);
 	else
@@ -230,19 +232,45 @@ static void tw__pipe_on_timer_closed(uv_handle_t *h)
 	tw__pipe_release(h->data);
 }
 
-/* Closes the timer for good: a later tw__pipe_timer_start does nothing,
- * also when the timer was never started. */
-static void tw__pipe_timer_close(tw_pipe *p)
+/* (Re)starts a timer of the pipe; the open handle holds the pipe alive
+ * (inflight) until tw__ptimer_close's callback. Nothing once closed. */
+static void tw__ptimer_start(tw_pipe *p, tw_pipe_timer *pt, uv_timer_cb cb, uint64_t ms)
 {
-	bool open = p->timer_inited && !p->timer_closed;
-	p->timer_closed = true;
+	if (pt->closed)
+		return;
+	if (!pt->inited) {
+		uv_timer_init(&p->ctx->loop.uv, &pt->t); /* cannot fail */
+		pt->t.data = p;
+		pt->inited = true;
+		p->inflight++;
+	}
+	uv_timer_start(&pt->t, cb, ms, 0);
+}
+
+static void tw__ptimer_stop(tw_pipe_timer *pt)
+{
+	if (pt->inited && !pt->closed)
+		uv_timer_stop(&pt->t);
+}
+
+/* Closes a timer for good, also one that was never started. */
+static void tw__ptimer_close(tw_pipe_timer *pt)
+{
+	bool open = pt->inited && !pt->closed;
+	pt->closed = true;
 	if (!open)
 		return;
-	uv_timer_stop(&p->timer);
-	uv_close((uv_handle_t *)&p->timer, tw__pipe_on_timer_closed);
+	uv_timer_stop(&pt->t);
+	uv_close((uv_handle_t *)&pt->t, tw__pipe_on_timer_closed);
+}
+
+static void tw__pipe_timer_close(tw_pipe *p)
+{
+	tw__ptimer_close(&p->timer);
 }
 
 static void tw__pipe_handshake_timed_out(tw_pipe *p);
+static void tw__pipe_client_timer(tw_pipe *p);
 
 static void tw__pipe_on_timer(uv_timer_t *t)
 {
@@ -257,6 +285,10 @@ static void tw__pipe_on_timer(uv_timer_t *t)
 		tw__pipe_handshake_timed_out(p);
 		return;
 	}
+	if (p->state == TW_PIPE_CLIENT_CONNECTING) {
+		tw__pipe_client_timer(p);
+		return;
+	}
 	p->verdict_waited = true;
 	if (!p->d_ended && !p->d_hup) {
 		if (p->d_frames == p->d_frames_tick) {
@@ -269,19 +301,9 @@ static void tw__pipe_on_timer(uv_timer_t *t)
 	tw__pipe_try_end(p);
 }
 
-/* (Re)starts the pipe's one timer. The open handle holds the pipe alive
- * (inflight) until tw__pipe_timer_close's callback. */
 static void tw__pipe_timer_start(tw_pipe *p, uint64_t ms)
 {
-	if (p->timer_closed)
-		return;
-	if (!p->timer_inited) {
-		uv_timer_init(&p->ctx->loop.uv, &p->timer); /* cannot fail */
-		p->timer.data = p;
-		p->timer_inited = true;
-		p->inflight++;
-	}
-	uv_timer_start(&p->timer, tw__pipe_on_timer, ms, 0);
+	tw__ptimer_start(p, &p->timer, tw__pipe_on_timer, ms);
 }
 
 static void tw__pipe_on_goodbye_written(tw_conn *c, tw_status_t status, const char *detail,
@@ -446,6 +468,9 @@ static bool tw__status_is_end(tw_status_t st)
 
 /* Loop thread: an established pipe's peer is leaving (the first end or
  * hang-up of one of its connections): start the pipe's end, once. */
+static void tw__pipe_client_lost(tw_pipe *p, tw_status_t status, const char *what,
+                                 const char *detail);
+
 static void tw__pipe_start_end(tw_pipe *p, tw_status_t status, const char *what,
                                const char *detail)
 {
@@ -469,6 +494,11 @@ static void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, con
 {
 	if (p->state == TW_PIPE_FAILED)
 		return;
+	if (p->state == TW_PIPE_CLIENT_CONNECTING) {
+		if (c == p->boot)
+			tw__pipe_client_lost(p, status, what, detail);
+		return; /* else a bootstrap connection given up on earlier */
+	}
 	if (p->state != TW_PIPE_ESTABLISHED || !tw__status_is_end(status)) {
 		tw__pipe_fail(p, status, "%s: %s", what, detail);
 		return;
@@ -610,8 +640,7 @@ static const tw_pipe_pair *tw__pipe_find_pair(const tw_pipe *p, const tw_device 
 static void tw__pipe_establish(tw_pipe *p)
 {
 	p->state = TW_PIPE_ESTABLISHED;
-	if (p->timer_inited && !p->timer_closed)
-		uv_timer_stop(&p->timer); /* the handshake's bound is met */
+	tw__ptimer_stop(&p->timer); /* the handshake's or connect's bound is met */
 	if (p->listener) {
 		tw__listener_pipe_released(p->listener);
 		p->listener = NULL;
@@ -706,7 +735,9 @@ static tw_status_t tw__pipe_connect_requested(tw_pipe *p, const char *address, u
                                               tw_conn **out)
 {
 	char detail[TW_DETAIL_MAX];
-	tw_status_t st = p->reg->ops->connect(p->reg->t, address, out, detail, sizeof(detail));
+	tw_conn_opts opts;
+	tw__ctx_conn_opts(p->ctx, &opts);
+	tw_status_t st = p->reg->ops->connect(p->reg->t, address, &opts, out, detail, sizeof(detail));
 	if (st != TW_OK) {
 		tw__pipe_fail(p, st, "connecting to %s: %s", address, detail);
 		return st;
@@ -748,7 +779,7 @@ static void tw__pipe_on_answer(tw_conn *c, tw_status_t status, const char *detai
 	tw_wire_brochure_answer a;
 	bool have_answer = false;
 	if (status != TW_OK) {
-		tw__pipe_fail(p, status, "reading the BrochureAnswer: %s", detail);
+		tw__pipe_conn_failed(p, c, status, "reading the BrochureAnswer", detail);
 		goto out;
 	}
 	if (p->state == TW_PIPE_FAILED)
@@ -800,6 +831,104 @@ out:
 	tw__pipe_release(p);
 }
 
+/* One attempt of the client's handshake: a bootstrap connection, hello,
+ * Brochure, and the read of the BrochureAnswer. */
+static void tw__pipe_client_attempt(tw_pipe *p)
+{
+	tw_context *ctx = p->ctx;
+	p->attempts++;
+	char detail[TW_DETAIL_MAX];
+	tw_conn_opts opts;
+	tw__ctx_conn_opts(ctx, &opts);
+	if (p->connect_deadline) { /* this attempt's connect gets what is left */
+		uint64_t now = uv_now(&ctx->loop.uv);
+		opts.connect_timeout_ms = p->connect_deadline > now ? p->connect_deadline - now : 1;
+	}
+	tw_status_t st = p->boot_reg->ops->connect(p->boot_reg->t, p->connect_address, &opts,
+	                                           &p->boot, detail, sizeof(detail));
+	if (st != TW_OK) {
+		tw__pipe_fail(p, st, "%s", detail);
+		return;
+	}
+	if (tw__pipe_watch(p, p->boot) != TW_OK)
+		return;
+	tw_wire_packet hello;
+	memset(&hello, 0, sizeof(hello));
+	hello.kind = TW_PACKET_SPONTANEOUS;
+	hello.context_name.s = ctx->name;
+	hello.context_name.n = ctx->name_len;
+	if (tw__pipe_write_packet(p, p->boot, &hello, "hello") != TW_OK)
+		return;
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	if (tw__negotiate_brochure(ctx, &w) != TW_OK) {
+		tw__nop_writer_free(&w);
+		tw__pipe_fail(p, TW_ERR_NOMEM, "encoding the Brochure: out of memory");
+		return;
+	}
+	if (tw__pipe_write_object(p, p->boot, &w, "Brochure") != TW_OK)
+		return;
+	st = p->boot->ops->read_alloc(p->boot, ctx->max_object, tw__pipe_on_answer, p);
+	if (st != TW_OK) {
+		tw__pipe_fail(p, st, "reading the BrochureAnswer: out of memory");
+		return;
+	}
+	p->inflight++;
+}
+
+/* The client's bootstrap connection failed before the BrochureAnswer. A
+ * connect that failed (refused: a server not listening yet, or whose listen
+ * queue overflowed with tcp_abort_on_overflow) is tried again after a
+ * back-off, at most TW_CONNECT_RETRIES times and within the connect timeout.
+ * A connection that was established is never tried again: the server may
+ * have taken its hello and handed a pipe to its application already. Its
+ * loss before the answer is reported at once, saying that the server
+ * dropped it (a server out of descriptors resets what it cannot take). */
+static void tw__pipe_client_lost(tw_pipe *p, tw_status_t status, const char *what,
+                                 const char *detail)
+{
+	bool connected = p->boot->ops->was_connected(p->boot);
+	bool retryable = !connected && status == TW_ERR_SYS;
+	uint64_t backoff = (uint64_t)TW_CONNECT_RETRY_FIRST_MS << (p->attempts - 1);
+	uint64_t now = uv_now(&p->ctx->loop.uv);
+	if (retryable && p->attempts <= TW_CONNECT_RETRIES &&
+	    (!p->connect_deadline || now + backoff < p->connect_deadline)) {
+		tw__conn_close(&p->boot);
+		p->retry_pending = true;
+		tw__pipe_timer_start(p, backoff);
+		return;
+	}
+	const char *why = connected && tw__status_is_end(status)
+	                          ? "; the server dropped the connection before answering (out of "
+	                            "file descriptors or memory, or shutting down?)"
+	                          : "";
+	if (p->attempts > 1)
+		tw__pipe_fail(p, status, "%s: %s (%u attempts)%s", what, detail, p->attempts, why);
+	else
+		tw__pipe_fail(p, status, "%s: %s%s", what, detail, why);
+}
+
+/* The client's timer: the next attempt is due, or the connect timeout ran
+ * out before the BrochureAnswer. */
+static void tw__pipe_client_timer(tw_pipe *p)
+{
+	uint64_t now = uv_now(&p->ctx->loop.uv);
+	if (!p->connect_deadline || now < p->connect_deadline) {
+		if (p->connect_deadline)
+			tw__pipe_timer_start(p, p->connect_deadline - now);
+		if (p->retry_pending) {
+			p->retry_pending = false;
+			tw__pipe_client_attempt(p);
+		}
+		return;
+	}
+	tw__pipe_fail(p, TW_ERR_TIMEDOUT,
+	              "connect timed out: no BrochureAnswer from %s within %llu ms (%u attempt%s; "
+	              "tw_context_set_connect_timeout)",
+	              p->connect_address, (unsigned long long)p->connect_ms, p->attempts,
+	              p->attempts == 1 ? "" : "s");
+}
+
 static void tw__pipe_do_connect(void *arg)
 {
 	tw_pipe *p = arg;
@@ -811,37 +940,12 @@ static void tw__pipe_do_connect(void *arg)
 		tw__pipe_fail(p, TW_ERR_CLOSED, "context closed");
 		goto out;
 	}
-	char detail[TW_DETAIL_MAX];
-	tw_status_t st =
-		p->boot_reg->ops->connect(p->boot_reg->t, p->connect_address, &p->boot, detail, sizeof(detail));
-	if (st != TW_OK) {
-		tw__pipe_fail(p, st, "%s", detail);
-		goto out;
+	p->connect_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
+	if (p->connect_ms > 0) {
+		p->connect_deadline = uv_now(&ctx->loop.uv) + p->connect_ms;
+		tw__pipe_timer_start(p, p->connect_ms);
 	}
-	if (tw__pipe_watch(p, p->boot) != TW_OK)
-		goto out;
-	tw_wire_packet hello;
-	memset(&hello, 0, sizeof(hello));
-	hello.kind = TW_PACKET_SPONTANEOUS;
-	hello.context_name.s = ctx->name;
-	hello.context_name.n = ctx->name_len;
-	if (tw__pipe_write_packet(p, p->boot, &hello, "hello") != TW_OK)
-		goto out;
-	tw_nop_writer w;
-	tw__nop_writer_init(&w);
-	if (tw__negotiate_brochure(ctx, &w) != TW_OK) {
-		tw__nop_writer_free(&w);
-		tw__pipe_fail(p, TW_ERR_NOMEM, "encoding the Brochure: out of memory");
-		goto out;
-	}
-	if (tw__pipe_write_object(p, p->boot, &w, "Brochure") != TW_OK)
-		goto out;
-	st = p->boot->ops->read_alloc(p->boot, ctx->max_object, tw__pipe_on_answer, p);
-	if (st != TW_OK) {
-		tw__pipe_fail(p, st, "reading the BrochureAnswer: out of memory");
-		goto out;
-	}
-	p->inflight++;
+	tw__pipe_client_attempt(p);
 out:
 	tw__pipe_release(p);
 	tw__pipe_unref(p); /* the command's reference */
@@ -860,6 +964,7 @@ static tw_pipe *tw__pipe_alloc(tw_context *ctx)
 	tw__list_init(&p->in_msgs);
 	p->info_status = TW_ERR_INVAL;
 	snprintf(p->info_detail, sizeof(p->info_detail), "the handshake is still running");
+	p->op_timeout_ms = __atomic_load_n(&ctx->operation_timeout_ms, __ATOMIC_RELAXED);
 	return p;
 }
 
@@ -1012,6 +1117,78 @@ void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn)
 	if (tw__pipe_open_channels(p, TW_ENDPOINT_LISTEN) != TW_OK)
 		return;
 	tw__pipe_establish(p);
+}
+
+/* ---- operation timeouts ------------------------------------------------------------------ */
+
+/* Sets an operation's deadline from the pipe's operation timeout (loop
+ * thread, when the operation starts) and arms the timer for it. */
+static void tw__pipe_on_op_timer(uv_timer_t *t);
+
+static void tw__pipe_op_deadline(tw_pipe *p, uint64_t *deadline, uint64_t *timeout_ms)
+{
+	uint64_t ms = __atomic_load_n(&p->op_timeout_ms, __ATOMIC_RELAXED);
+	*timeout_ms = ms;
+	*deadline = 0;
+	if (ms == 0 || p->state == TW_PIPE_FAILED)
+		return;
+	uint64_t now = uv_now(&p->ctx->loop.uv);
+	*deadline = now + ms;
+	if (p->op_due == 0 || *deadline < p->op_due) {
+		p->op_due = *deadline;
+		tw__ptimer_start(p, &p->op_timer, tw__pipe_on_op_timer, ms);
+	}
+}
+
+/* Fails the pipe if an operation is past its deadline; re-arms for the
+ * earliest one still to come. */
+static void tw__pipe_on_op_timer(uv_timer_t *t)
+{
+	tw_pipe *p = t->data;
+	uint64_t now = uv_now(&p->ctx->loop.uv);
+	uint64_t next = 0;
+	const char *what = NULL;
+	uint64_t ms = 0;
+	tw_list *it;
+	p->op_due = 0;
+	for (it = p->out_msgs.next; it != &p->out_msgs && !what; it = it->next) {
+		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (m->deadline && m->deadline <= now)
+			what = "tw_pipe_write", ms = m->timeout_ms;
+		else if (m->deadline && (!next || m->deadline < next))
+			next = m->deadline;
+	}
+	for (it = p->in_msgs.next; it != &p->in_msgs && !what; it = it->next) {
+		tw_in_msg *m = TW_CONTAINER_OF(it, tw_in_msg, link);
+		bool waiting = !m->desc_cb_fired || (m->read_requested && !m->read_cb_fired);
+		if (!waiting || !m->deadline)
+			continue;
+		if (m->deadline <= now)
+			what = m->read_requested ? "tw_pipe_read" : "tw_pipe_read_descriptor",
+			ms = m->timeout_ms;
+		else if (!next || m->deadline < next)
+			next = m->deadline;
+	}
+	if (what) {
+		tw__pipe_fail(p, TW_ERR_TIMEDOUT,
+		              "%s did not complete within its operation timeout of %llu ms "
+		              "(tw_pipe_set_operation_timeout); the pipe fails with it",
+		              what, (unsigned long long)ms);
+		return;
+	}
+	if (next) {
+		p->op_due = next;
+		tw__ptimer_start(p, &p->op_timer, tw__pipe_on_op_timer, next - now);
+	}
+}
+
+tw_status_t tw_pipe_set_operation_timeout(tw_pipe *p, uint64_t timeout_ms)
+{
+	tw__api_clear();
+	if (!p)
+		return tw__api_fail(TW_ERR_INVAL, "tw_pipe_set_operation_timeout: pipe must not be NULL");
+	__atomic_store_n(&p->op_timeout_ms, timeout_ms, __ATOMIC_RELAXED);
+	return TW_OK;
 }
 
 /* ---- writing messages ---------------------------------------------------------------- */
@@ -1331,6 +1508,7 @@ static void tw__pipe_do_write(void *arg)
 	tw_out_msg *m = arg;
 	tw_pipe *p = m->pipe;
 	tw__list_push_back(&p->out_msgs, &m->link);
+	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
 	if (p->state == TW_PIPE_FAILED)
 		tw__pipe_out_check_all(p);
 	else
@@ -1546,6 +1724,7 @@ static void tw__pipe_do_read_descriptor(void *arg)
 	tw_in_msg *m = arg;
 	tw_pipe *p = m->pipe;
 	tw__list_push_back(&p->in_msgs, &m->link);
+	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
 	if (p->state == TW_PIPE_FAILED)
 		tw__pipe_in_check_all(p);
 	else
@@ -1582,6 +1761,7 @@ static void tw__pipe_do_read(void *arg)
 	tw_pipe *p = m->pipe;
 	m->read_requested = true;
 	m->state = TW_IN_READING;
+	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
 	if (p->d_busy == m)
 		p->d_busy = NULL;
 	if (p->state == TW_PIPE_FAILED) {

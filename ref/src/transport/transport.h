@@ -84,6 +84,20 @@ typedef struct tw_iov {
 
 enum { TW_WRITE_OBJECT = 1u << 0 };
 
+/* The context's bounds on a connection (tensorwire.h), handed to connect()
+ * and listen(); 0 means no bound of that kind. A transport that cannot
+ * honour one ignores it and says so in its file comment.
+ *   connect_timeout_ms  a connect that has not completed by then fails its
+ *                       operations with TW_ERR_TIMEDOUT;
+ *   liveness_ms         an established connection whose peer acknowledges
+ *                       nothing for this long (a silent network, a peer
+ *                       whose kernel is gone) fails with TW_ERR_TIMEDOUT, even
+ *                       while idle. */
+typedef struct tw_conn_opts {
+	uint64_t connect_timeout_ms;
+	uint64_t liveness_ms;
+} tw_conn_opts;
+
 typedef void (*tw_conn_write_cb)(tw_conn *conn, tw_status_t status, const char *detail,
                                  void *arg);
 /* read_into: buf is the caller's buffer, len its expected length.
@@ -133,6 +147,10 @@ typedef struct tw_conn_ops {
 	void (*close)(tw_conn *c);
 	/* The peer's address for details ("127.0.0.1:5555"); never NULL. */
 	const char *(*peer)(tw_conn *c);
+	/* Whether the connection was ever established (a stream: its connect
+	 * completed; an accepted one always). A client may try again a connect
+	 * that failed before, never one the server may have seen bytes of. */
+	bool (*was_connected)(tw_conn *c);
 } tw_conn_ops;
 
 struct tw_conn {
@@ -168,14 +186,16 @@ typedef struct tw_transport_ops {
 	const char *(*domain_descriptor)(tw_transport *t);
 	/* NULL means plain string equality with our own descriptor. */
 	bool (*can_communicate)(tw_transport *t, const char *remote, size_t remote_len);
-	/* Loop thread. Binds `address` (transport syntax, e.g. "127.0.0.1:0"). */
-	tw_status_t (*listen)(tw_transport *t, const char *address, tw_tlistener_accept_cb cb,
-	                      void *arg, tw_tlistener **out, char *detail, size_t detail_len);
+	/* Loop thread. Binds `address` (transport syntax, e.g. "127.0.0.1:0");
+	 * accepted connections get opts->liveness_ms. */
+	tw_status_t (*listen)(tw_transport *t, const char *address, const tw_conn_opts *opts,
+	                      tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
+	                      char *detail, size_t detail_len);
 	/* Loop thread. Starts connecting and returns the connection at once:
 	 * operations may be queued right away; a connect failure fails them. A
 	 * synchronous failure (bad address) returns an error and no conn. */
-	tw_status_t (*connect)(tw_transport *t, const char *address, tw_conn **out, char *detail,
-	                       size_t detail_len);
+	tw_status_t (*connect)(tw_transport *t, const char *address, const tw_conn_opts *opts,
+	                       tw_conn **out, char *detail, size_t detail_len);
 	/* Loop thread, when the context shuts down after every connection and
 	 * listener of this transport is closed: close loop handles (may be NULL). */
 	void (*shutdown)(tw_transport *t);

@@ -1,7 +1,25 @@
 /*
  * tcp.c - the TCP transport, stock TensorPipe's "uv" (spec/wire.md 2.2):
  * every frame is u64le(length) followed by the bytes, TCP_NODELAY on both
- * ends, listener backlog 128, domain descriptor "uv:*".
+ * ends, domain descriptor "uv:*".
+ *
+ * Bounds (tw_conn_opts): a connect is bounded by TCP_USER_TIMEOUT set to the
+ * connect timeout before connect(2) (the kernel gives up on SYNs nobody
+ * answers); once connected, and on every accepted connection, the liveness
+ * bound is TCP_USER_TIMEOUT (unacknowledged data, a receive window that
+ * stays closed) plus keepalive probes from a third of it on (an idle
+ * connection whose peer's kernel is gone). Either failure is ETIMEDOUT,
+ * reported as TW_ERR_TIMEDOUT naming the bound. These are socket options:
+ * the peer, stock or ours, is not affected.
+ *
+ * Accepting: the listen backlog asks for 4096 (the kernel caps it at
+ * net.core.somaxconn), and each wake-up accepts until the queue is empty. A
+ * listener keeps one spare descriptor. Out of descriptors (EMFILE, ENFILE),
+ * it stops accepting for TCP_ACCEPT_BACKOFF_MS (a shortage that passes costs
+ * the waiting client nothing); if the next accept meets it again, it gives
+ * up the spare, accepts the waiting connection and resets it at once, and
+ * so on for every connection queued, so their clients learn in a moment
+ * instead of waiting in the queue, and the error observer hears each one.
  *
  * Sockets are non-blocking and watched with a uv_poll_t; the syscalls
  * themselves go through platform.h so fault points can shorten or fail them.
@@ -24,12 +42,16 @@
  *
  * This file must not know about nop objects, packets or pipes.
  */
+#define _GNU_SOURCE /* accept4 */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "core/error.h"
@@ -43,7 +65,7 @@
 #define TCP_RBUF_SIZE ((size_t)64 * 1024)
 #define TCP_IOV_BATCH 64
 #define TCP_HEADER TW_FRAME_UV_HEADER_SIZE
-#define TCP_BACKLOG 128
+#define TCP_BACKLOG 4096
 #define TCP_ACCEPT_BACKOFF_MS 100
 
 enum tcp_op_kind { TCP_OP_WRITE, TCP_OP_READ_INTO, TCP_OP_READ_ALLOC };
@@ -104,6 +126,8 @@ struct tcp_conn {
 	tw_status_t watch_status;
 	tw_deferred watch_dfr;
 	tw_deferred hup_dfr;
+	tw_conn_opts opts;
+	bool connected;       /* the connect completed (accepted: always) */
 	char peer[TW_TCP_ADDR_MAX];
 };
 
@@ -116,6 +140,9 @@ typedef struct tcp_listener {
 	bool closed;
 	tw_tlistener_accept_cb cb;
 	void *arg;
+	int spare_fd;          /* given up to refuse a connection when out of descriptors */
+	bool short_of_fds;     /* the last accept met EMFILE/ENFILE: refuse the next */
+	tw_conn_opts opts;
 	char address[TW_TCP_ADDR_MAX];
 } tcp_listener;
 
@@ -228,8 +255,42 @@ __attribute__((format(printf, 3, 4))) static void tcp_fail(tcp_conn *c, tw_statu
 static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
 {
 	char eb[128];
-	tw_status_t st = (err == ECONNRESET || err == EPIPE) ? TW_ERR_CONNRESET : TW_ERR_SYS;
-	tcp_fail(c, st, "tcp transport: %s %s: %s", what, c->peer, tw__strerror(err, eb, sizeof(eb)));
+	tw__strerror(err, eb, sizeof(eb));
+	if (err == ETIMEDOUT && c->state == TCP_CONNECTING)
+		tcp_fail(c, TW_ERR_TIMEDOUT,
+		         "tcp transport: connect %s: not connected within the connect timeout of "
+		         "%llu ms: %s",
+		         c->peer, (unsigned long long)c->opts.connect_timeout_ms, eb);
+	else if (err == ETIMEDOUT)
+		tcp_fail(c, TW_ERR_TIMEDOUT,
+		         "tcp transport: %s %s: the peer acknowledged nothing within the liveness "
+		         "bound of %llu ms (a silent network or a peer that stopped reading): %s",
+		         what, c->peer, (unsigned long long)c->opts.liveness_ms, eb);
+	else if (err == ECONNRESET || err == EPIPE)
+		tcp_fail(c, TW_ERR_CONNRESET, "tcp transport: %s %s: %s", what, c->peer, eb);
+	else if (c->state == TCP_CONNECTING)
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->peer, eb);
+	else
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: %s %s: %s", what, c->peer, eb);
+}
+
+/* The liveness bound (see the file comment); best effort, like TCP_NODELAY:
+ * a kernel without these options still works, only without the bound. */
+static void tcp_set_liveness(int fd, uint64_t ms)
+{
+	unsigned user = ms > UINT32_MAX ? UINT32_MAX : (unsigned)ms;
+	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+	int on = ms > 0;
+	(void)tw__sys_setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	if (!on)
+		return;
+	uint64_t idle_s = ms / 3000, intvl_s = ms / 6000;
+	int idle = idle_s < 1 ? 1 : idle_s > 32767 ? 32767 : (int)idle_s;
+	int intvl = intvl_s < 1 ? 1 : intvl_s > 32767 ? 32767 : (int)intvl_s;
+	int cnt = 6;
+	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
 
 static void tcp_on_poll_closed(uv_handle_t *h)
@@ -263,6 +324,11 @@ static void tcp_conn_close(tw_conn *base)
 static const char *tcp_conn_peer(tw_conn *base)
 {
 	return ((tcp_conn *)base)->peer;
+}
+
+static bool tcp_conn_was_connected(tw_conn *base)
+{
+	return ((tcp_conn *)base)->connected;
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -674,11 +740,12 @@ static void tcp_finish_connect(tcp_conn *c)
 	if (err == EINPROGRESS || err == EALREADY)
 		return;
 	if (err != 0) {
-		char eb[128];
-		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->peer, tw__strerror(err, eb, sizeof(eb)));
+		tcp_fail_errno(c, "connect", err);
 		return;
 	}
 	c->state = TCP_OPEN;
+	c->connected = true;
+	tcp_set_liveness(c->fd, c->opts.liveness_ms);
 }
 
 static void tcp_drive(tcp_conn *c)
@@ -703,12 +770,7 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		int err = 0;
 		socklen_t len = sizeof(err);
 		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-			char eb[128];
-			if (c->state == TCP_CONNECTING)
-				tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->peer,
-				         tw__strerror(err, eb, sizeof(eb)));
-			else
-				tcp_fail_errno(c, "connection to", err);
+			tcp_fail_errno(c, "connection to", err);
 		} else {
 			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->peer,
 			         uv_strerror(status));
@@ -730,7 +792,7 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 }
 
 static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tcp_state state, const char *peer,
-                              char *detail, size_t detail_len)
+                              const tw_conn_opts *opts, char *detail, size_t detail_len)
 {
 	tcp_conn *c = tw__calloc(1, sizeof(*c));
 	if (!c) {
@@ -742,6 +804,8 @@ static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tcp_state state, co
 	c->base.transport = &t->base;
 	c->fd = fd;
 	c->state = state;
+	c->connected = state == TCP_OPEN;
+	c->opts = *opts;
 	c->refs = 1;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	int rc = uv_poll_init_socket(&t->base.loop->uv, &c->poll, fd);
@@ -763,8 +827,8 @@ static void tcp_set_nodelay(int fd)
 	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static tw_status_t tcp_connect(tw_transport *base, const char *address, tw_conn **out,
-                               char *detail, size_t detail_len)
+static tw_status_t tcp_connect(tw_transport *base, const char *address, const tw_conn_opts *opts,
+                               tw_conn **out, char *detail, size_t detail_len)
 {
 	tcp_transport *t = (tcp_transport *)base;
 	struct sockaddr_storage ss;
@@ -782,19 +846,23 @@ static tw_status_t tcp_connect(tw_transport *base, const char *address, tw_conn 
 		return TW_ERR_SYS;
 	}
 	tcp_set_nodelay(fd);
+	/* The SYNs' bound; the liveness bound replaces it once connected. */
+	unsigned user = opts->connect_timeout_ms > UINT32_MAX ? UINT32_MAX
+	                                                      : (unsigned)opts->connect_timeout_ms;
+	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
 	int rc = tw__sys_connect(fd, (struct sockaddr *)&ss, sl);
 	int err = rc == 0 ? 0 : errno;
-	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TCP_OPEN : TCP_CONNECTING, peer, detail,
+	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TCP_OPEN : TCP_CONNECTING, peer, opts, detail,
 	                           detail_len);
 	if (!c)
 		return TW_ERR_NOMEM;
 	if (rc != 0 && err != EINPROGRESS) {
 		/* Report it through the operations, like an asynchronous failure. */
 		c->state = TCP_CONNECTING;
-		char eb[128];
-		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", peer,
-		         tw__strerror(err, eb, sizeof(eb)));
+		tcp_fail_errno(c, "connect", err);
 	} else {
+		if (rc == 0)
+			tcp_set_liveness(fd, opts->liveness_ms);
 		tcp_update_poll(c);
 	}
 	*out = &c->base;
@@ -808,8 +876,38 @@ static void tcp_listener_on_handle_closed(uv_handle_t *h)
 	tcp_listener *l = h->data;
 	if (--l->open_handles == 0) {
 		tw__sys_close(l->fd);
+		if (l->spare_fd >= 0)
+			close(l->spare_fd);
 		tw__free(l);
 	}
+}
+
+static int tcp_open_spare(void)
+{
+	return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* Out of descriptors with a connection waiting (see the file comment):
+ * gives up the spare descriptor to accept it and resets it at once. True if
+ * a connection was refused this way (the caller reports it and goes on). */
+static bool tcp_listener_refuse_one(tcp_listener *l, char *peer, size_t peer_len)
+{
+	if (l->spare_fd < 0)
+		return false;
+	close(l->spare_fd);
+	l->spare_fd = -1;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	bool refused = fd >= 0;
+	if (refused) {
+		tw__tcp_addr_format((struct sockaddr *)&ss, peer, peer_len);
+		struct linger lg = { 1, 0 }; /* close with a reset: the client hears at once */
+		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(fd);
+	}
+	l->spare_fd = tcp_open_spare();
+	return refused;
 }
 
 static void tcp_listener_on_readable(uv_poll_t *h, int status, int events);
@@ -840,23 +938,39 @@ static void tcp_listener_on_readable(uv_poll_t *h, int status, int events)
 		int fd = tw__sys_accept(l->fd, (struct sockaddr *)&ss, &sl);
 		if (fd < 0) {
 			int err = errno;
-			if (err == EAGAIN || err == EWOULDBLOCK)
+			if (err == EAGAIN || err == EWOULDBLOCK) {
+				l->short_of_fds = false;
 				return;
+			}
 			if (err == EINTR || err == ECONNABORTED)
 				continue;
 			char eb[128];
+			char peer[TW_TCP_ADDR_MAX];
+			tw__strerror(err, eb, sizeof(eb));
+			bool no_fd = err == EMFILE || err == ENFILE;
+			if (no_fd && l->short_of_fds && tcp_listener_refuse_one(l, peer, sizeof(peer))) {
+				tw__detail(detail, sizeof(detail),
+				           "tcp transport: accept on %s: %s: the connection from %s was "
+				           "reset (no descriptor for it)",
+				           l->address, eb, peer);
+				l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
+				continue;
+			}
 			tw__detail(detail, sizeof(detail), "tcp transport: accept on %s: %s", l->address,
-			           tw__strerror(err, eb, sizeof(eb)));
+			           eb);
 			/* Out of descriptors or memory: back off instead of spinning. */
+			l->short_of_fds = no_fd;
 			uv_poll_stop(&l->poll);
 			uv_timer_start(&l->backoff, tcp_listener_resume, TCP_ACCEPT_BACKOFF_MS, 0);
 			l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
 			return;
 		}
+		l->short_of_fds = false;
 		tcp_set_nodelay(fd);
 		char peer[TW_TCP_ADDR_MAX];
 		tw__tcp_addr_format((struct sockaddr *)&ss, peer, sizeof(peer));
-		tcp_conn *c = tcp_conn_new(t, fd, TCP_OPEN, peer, detail, sizeof(detail));
+		tcp_set_liveness(fd, l->opts.liveness_ms);
+		tcp_conn *c = tcp_conn_new(t, fd, TCP_OPEN, peer, &l->opts, detail, sizeof(detail));
 		if (!c) {
 			l->cb(&l->base, TW_ERR_NOMEM, detail, NULL, l->arg);
 			continue;
@@ -882,8 +996,9 @@ static void tcp_listener_close(tw_tlistener *base)
 	uv_close((uv_handle_t *)&l->backoff, tcp_listener_on_handle_closed);
 }
 
-static tw_status_t tcp_listen(tw_transport *base, const char *address, tw_tlistener_accept_cb cb,
-                              void *arg, tw_tlistener **out, char *detail, size_t detail_len)
+static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
+                              tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
+                              char *detail, size_t detail_len)
 {
 	tcp_transport *t = (tcp_transport *)base;
 	struct sockaddr_storage ss;
@@ -927,11 +1042,15 @@ static tw_status_t tcp_listen(tw_transport *base, const char *address, tw_tliste
 	l->fd = fd;
 	l->cb = cb;
 	l->arg = arg;
+	l->opts = *opts;
+	l->spare_fd = tcp_open_spare();
 	tw__tcp_addr_format((struct sockaddr *)&ss, l->address, sizeof(l->address));
 	int rc = uv_poll_init_socket(&t->base.loop->uv, &l->poll, fd);
 	if (rc != 0) {
 		tw__detail(detail, detail_len, "tcp transport: uv_poll_init_socket for %s: %s", address,
 		           uv_strerror(rc));
+		if (l->spare_fd >= 0)
+			close(l->spare_fd);
 		tw__free(l);
 		goto err_fd;
 	}
@@ -991,6 +1110,7 @@ static const tw_conn_ops tcp_conn_ops = {
 	.watch_end = tcp_conn_watch_end,
 	.close = tcp_conn_close,
 	.peer = tcp_conn_peer,
+	.was_connected = tcp_conn_was_connected,
 };
 
 static const tw_tlistener_ops tcp_listener_ops = {

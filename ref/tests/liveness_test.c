@@ -1,0 +1,432 @@
+/*
+ * liveness_test.c - a silent network or a silent peer never leaves an
+ * operation pending forever (tensorwire.h: connect, liveness and operation
+ * timeouts). Two processes in two network namespaces A and B that reach
+ * each other through a router namespace R (run through netns_pair.sh): the
+ * server (a child) in A, the client in B; the path is silenced in R.
+ *
+ *   silent_drop       every packet is dropped in R (a tbf qdisc that passes
+ *                     nothing, on both of R's links): the pending operations
+ *                     on both sides fail with TW_ERR_TIMEDOUT within the
+ *                     liveness bound plus a margin
+ *   silent_blackhole  the same with blackhole routes in R
+ *   connect_dropped   SYNs are dropped: the connect fails with
+ *                     TW_ERR_TIMEDOUT within the connect timeout
+ *   stopped_peer      the server is stopped with SIGSTOP (its kernel still
+ *                     answers TCP): a read_descriptor with an operation
+ *                     timeout fails with TW_ERR_TIMEDOUT, and a big write and
+ *                     a small one queued behind it fail with it at once
+ *
+ * After each, the block is lifted and a new pipe between the same two
+ * processes carries a message: nothing was left broken.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "pair_util.h"
+
+/* LIVENESS_TEST_UNBOUNDED=1 sets every bound to 0 (none, as before they
+ * existed), to show what each case guards against: it then hangs until its
+ * watchdog. */
+#define BOUND_MS bound_ms()
+static uint64_t bound_ms(void)
+{
+	const char *u = getenv("LIVENESS_TEST_UNBOUNDED");
+	return u && *u == '1' ? 0 : 2000;
+}
+/* Detection lags the bound by up to one keepalive interval (1 s here) and
+ * a retransmission; under sanitizers and on a loaded 2-core machine give it
+ * a few seconds more. Without the bounds these operations stayed pending
+ * for minutes. */
+#define MARGIN_MS 6000
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	if (!v || !*v) {
+		fprintf(stderr, "%s is not set: run this test through netns_pair.sh\n", name);
+		exit(2);
+	}
+	return v;
+}
+
+static void enter_netns(const char *name)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/run/netns/%s", name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(setns(fd, CLONE_NEWNET) == 0);
+	close(fd);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	printf("   $ %s\n", cmd);
+	CHECK(system(cmd) == 0);
+}
+
+enum block_how { BLOCK_DROP, BLOCK_BLACKHOLE };
+
+/* Silences the path between the hosts in the router (netns_pair.sh), or
+ * lifts that: the hosts see nothing at all, no local error. */
+static void block(enum block_how how, bool on)
+{
+	const char *r = env("TW_NS_R");
+	const char *dev[2] = { env("TW_DEV_RA"), env("TW_DEV_RB") };
+	const char *host[2] = { env("TW_ADDR_A"), env("TW_ADDR_B") };
+	for (int i = 0; i < 2; i++) {
+		if (how == BLOCK_DROP && on) /* a bucket of 1 byte passes no packet */
+			sh("tc -n %s qdisc replace dev %s root tbf rate 8bit burst 1 limit 1", r, dev[i]);
+		else if (how == BLOCK_DROP)
+			sh("tc -n %s qdisc del dev %s root", r, dev[i]);
+		else
+			sh("ip -n %s route %s blackhole %s/32", r, on ? "add" : "del", host[i]);
+	}
+}
+
+/* ---- the server, a child process in namespace A ----------------------------------------- */
+
+typedef struct peer {
+	pid_t pid;
+	int to;   /* parent -> child commands */
+	int from; /* child -> parent: URL, then reports */
+} peer;
+
+typedef struct report {
+	int32_t status;
+	uint64_t at_ms;
+	char detail[600];
+} report;
+
+static void put(int fd, const void *buf, size_t len)
+{
+	CHECK(write(fd, buf, len) == (ssize_t)len);
+}
+
+static void get(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+		CHECK(n > 0);
+		got += (size_t)n;
+	}
+}
+
+static void server_send_msg(tw_pipe *p, const char *text)
+{
+	tw_message m = { .metadata = text, .metadata_length = strlen(text) };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	tu_expect(&w, TW_OK, NULL);
+}
+
+static void expect_msg(tw_pipe *p, const char *text)
+{
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->metadata_length == strlen(text) &&
+	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
+	tw_allocation a = { 0 };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+}
+
+/* Commands: 'w' arm a read_descriptor on the current pipe and report its
+ * outcome; 'a' accept a new pipe, read one message on it and answer;
+ * 'q' quit. The first accept happens at once. */
+static void server_main(peer *pp)
+{
+	tu_watchdog(100); /* a fork does not inherit the parent's alarm */
+	enter_netns(env("TW_NS_A"));
+	tw_context *ctx;
+	tu_ctx(&ctx, "server");
+	CHECK_OK(tw_context_set_liveness_timeout(ctx, BOUND_MS));
+	char url[128];
+	snprintf(url, sizeof(url), "uv://%s:0", env("TW_ADDR_A"));
+	const char *urls[] = { url };
+	tw_listener *l;
+	CHECK_OK(tw_context_listen(ctx, urls, 1, &l));
+	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	put(pp->from, url, sizeof(url));
+	tw_pipe *p = NULL;
+	for (;;) {
+		char cmd;
+		get(pp->to, &cmd, 1);
+		if (cmd == 'q')
+			break;
+		if (cmd == 'a') {
+			tu_rec acc;
+			tu_rec_init(&acc);
+			CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+			tu_expect(&acc, TW_OK, NULL);
+			if (p)
+				tw_pipe_destroy(p);
+			p = acc.pipe;
+			expect_msg(p, "hello");
+			server_send_msg(p, "hello back");
+			put(pp->from, "k", 1);
+		} else if (cmd == 'w') {
+			tu_rec d;
+			tu_rec_init(&d);
+			CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+			put(pp->from, "r", 1); /* armed */
+			tu_wait(&d.w, 1);
+			report r = { .status = d.status, .at_ms = now_ms() };
+			snprintf(r.detail, sizeof(r.detail), "%s", d.detail);
+			put(pp->from, &r, sizeof(r));
+			tu_once(&d);
+		}
+	}
+	if (p)
+		tw_pipe_destroy(p);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	_exit(0);
+}
+
+static void server_start(peer *pp, char *url, size_t url_len)
+{
+	int to[2], from[2];
+	CHECK(pipe(to) == 0 && pipe(from) == 0);
+	fflush(NULL);
+	pp->pid = fork();
+	CHECK(pp->pid >= 0);
+	if (pp->pid == 0) {
+		close(to[1]), close(from[0]);
+		pp->to = to[0];
+		pp->from = from[1];
+		server_main(pp);
+	}
+	close(to[0]), close(from[1]);
+	pp->to = to[1];
+	pp->from = from[0];
+	char buf[128];
+	get(pp->from, buf, sizeof(buf));
+	snprintf(url, url_len, "%s", buf);
+}
+
+static void server_stop(peer *pp)
+{
+	put(pp->to, "q", 1);
+	int status;
+	CHECK(waitpid(pp->pid, &status, 0) == pp->pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ---- the client, in namespace B -------------------------------------------------------- */
+
+static tw_context *client_ctx(void)
+{
+	tw_context *c;
+	tu_ctx(&c, "client");
+	CHECK_OK(tw_context_set_liveness_timeout(c, BOUND_MS));
+	CHECK_OK(tw_context_set_connect_timeout(c, BOUND_MS));
+	return c;
+}
+
+/* A new pipe to the server carries a message each way. */
+static tw_pipe *client_round(tw_context *c, peer *pp, const char *url)
+{
+	put(pp->to, "a", 1);
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	server_send_msg(p, "hello");
+	expect_msg(p, "hello back");
+	char k;
+	get(pp->from, &k, 1);
+	return p;
+}
+
+static void check_within(const char *who, uint64_t since, uint64_t at, uint64_t bound)
+{
+	uint64_t took = at - since;
+	printf("   %s failed %llu ms after the block (bound %llu ms)\n", who,
+	       (unsigned long long)took, (unsigned long long)bound);
+	CHECK(bound > 0 && took <= bound + MARGIN_MS);
+}
+
+static void silent(enum block_how how)
+{
+	char url[128];
+	peer pp;
+	server_start(&pp, url, sizeof(url));
+	enter_netns(env("TW_NS_B"));
+	tw_context *c = client_ctx();
+	tw_pipe *p = client_round(c, &pp, url);
+	/* Pending on both sides when the link goes silent: the server's and
+	 * the client's read_descriptor, and a write the client makes after,
+	 * larger than the socket buffers (a small one is handed to the kernel in
+	 * full at once, which is all a write callback reports). */
+	put(pp.to, "w", 1);
+	char armed;
+	get(pp.from, &armed, 1);
+	tu_rec d, w;
+	tu_rec_init(&d), tu_rec_init(&w);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	block(how, true);
+	uint64_t t0 = now_ms();
+	size_t big_len = (size_t)64 << 20;
+	uint8_t *big = calloc(1, big_len);
+	CHECK(big);
+	tw_tensor t = { .data = big, .length = big_len, .source_device = tw_device_cpu(),
+		        .has_target_device = true, .target_device = tw_device_cpu() };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	tu_wait(&d.w, 1);
+	uint64_t t_read = now_ms();
+	tu_wait(&w.w, 1);
+	printf("   client read_descriptor: %s: %s\n", tw_status_name(d.status), d.detail);
+	printf("   client write: %s: %s\n", tw_status_name(w.status), w.detail);
+	tu_expect(&d, TW_ERR_TIMEDOUT, "liveness bound");
+	tu_expect(&w, TW_ERR_TIMEDOUT, "liveness bound");
+	check_within("client read_descriptor", t0, t_read, BOUND_MS);
+	report r;
+	get(pp.from, &r, sizeof(r));
+	printf("   server read_descriptor: %s: %s\n", tw_status_name((tw_status_t)r.status), r.detail);
+	CHECK_STATUS((tw_status_t)r.status, TW_ERR_TIMEDOUT);
+	CHECK(strstr(r.detail, "liveness bound"));
+	check_within("server read_descriptor", t0, r.at_ms, BOUND_MS);
+	tu_once(&d), tu_once(&w);
+	free(big);
+	tw_pipe_destroy(p);
+	block(how, false);
+	p = client_round(c, &pp, url);
+	tw_pipe_destroy(p);
+	server_stop(&pp);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+}
+
+static void case_silent_drop(void)
+{
+	silent(BLOCK_DROP);
+}
+
+static void case_silent_blackhole(void)
+{
+	silent(BLOCK_BLACKHOLE);
+}
+
+static void case_connect_dropped(void)
+{
+	char url[128];
+	peer pp;
+	server_start(&pp, url, sizeof(url));
+	enter_netns(env("TW_NS_B"));
+	tw_context *c = client_ctx();
+	block(BLOCK_DROP, true);
+	uint64_t t0 = now_ms();
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	tu_rec est, w;
+	tu_rec_init(&est), tu_rec_init(&w);
+	static const char text[] = "never sent";
+	tw_message m = { .metadata = text, .metadata_length = sizeof(text) };
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
+	tu_wait(&est.w, 1);
+	uint64_t t1 = now_ms();
+	tu_wait(&w.w, 1);
+	printf("   connect: %s: %s\n", tw_status_name(est.status), est.detail);
+	tu_expect(&est, TW_ERR_TIMEDOUT, "connect");
+	tu_expect(&w, TW_ERR_TIMEDOUT, "connect");
+	check_within("the connect", t0, t1, BOUND_MS);
+	tu_once(&est), tu_once(&w);
+	tw_pipe_destroy(p);
+	block(BLOCK_DROP, false);
+	p = client_round(c, &pp, url);
+	tw_pipe_destroy(p);
+	server_stop(&pp);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+}
+
+static void case_stopped_peer(void)
+{
+	char url[128];
+	peer pp;
+	server_start(&pp, url, sizeof(url));
+	enter_netns(env("TW_NS_B"));
+	tw_context *c = client_ctx();
+	tw_pipe *p = client_round(c, &pp, url);
+	CHECK(kill(pp.pid, SIGSTOP) == 0);
+	printf("   server (pid %d) stopped with SIGSTOP\n", (int)pp.pid);
+	CHECK_OK(tw_pipe_set_operation_timeout(p, BOUND_MS));
+	uint64_t t0 = now_ms();
+	/* A read nobody answers, a write too big for the socket buffers of a
+	 * peer that reads nothing, and a small write queued behind it. */
+	size_t big_len = (size_t)64 << 20;
+	uint8_t *big = calloc(1, big_len);
+	CHECK(big);
+	tw_tensor t = { .data = big, .length = big_len, .source_device = tw_device_cpu(),
+		        .has_target_device = true, .target_device = tw_device_cpu() };
+	tw_message mb = { .num_tensors = 1, .tensors = &t };
+	static const char text[] = "behind the big one";
+	tw_message ms = { .metadata = text, .metadata_length = sizeof(text) };
+	tu_rec d, wb, ws;
+	tu_rec_init(&d), tu_rec_init(&wb), tu_rec_init(&ws);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	CHECK_OK(tw_pipe_write(p, &mb, tu_on_status, &wb));
+	CHECK_OK(tw_pipe_write(p, &ms, tu_on_status, &ws));
+	tu_wait(&d.w, 1);
+	uint64_t t1 = now_ms();
+	tu_wait(&wb.w, 1);
+	tu_wait(&ws.w, 1);
+	printf("   read_descriptor: %s: %s\n", tw_status_name(d.status), d.detail);
+	printf("   big write: %s: %s\n", tw_status_name(wb.status), wb.detail);
+	printf("   small write: %s: %s\n", tw_status_name(ws.status), ws.detail);
+	tu_expect(&d, TW_ERR_TIMEDOUT, "operation timeout");
+	tu_expect(&wb, TW_ERR_TIMEDOUT, "operation timeout");
+	tu_expect(&ws, TW_ERR_TIMEDOUT, "operation timeout");
+	check_within("the first operation", t0, t1, BOUND_MS);
+	/* A later operation fails at once, with the same error. */
+	tu_rec d2;
+	tu_rec_init(&d2);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d2));
+	tu_expect(&d2, TW_ERR_TIMEDOUT, "operation timeout");
+	tu_once(&d), tu_once(&wb), tu_once(&ws), tu_once(&d2);
+	free(big);
+	tw_pipe_destroy(p);
+	CHECK(kill(pp.pid, SIGCONT) == 0);
+	p = client_round(c, &pp, url);
+	tw_pipe_destroy(p);
+	server_stop(&pp);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+}
+
+static const tu_case cases[] = {
+	{ "silent_drop", case_silent_drop },
+	{ "silent_blackhole", case_silent_blackhole },
+	{ "connect_dropped", case_connect_dropped },
+	{ "stopped_peer", case_stopped_peer },
+};
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 100);
+}
