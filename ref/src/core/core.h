@@ -395,6 +395,7 @@ struct tw_pipe {
 	bool d_hup;                 /* D's peer hung up with bytes unread: they are coming */
 	bool d_stalled;             /* D neither ended nor moved for a whole wait */
 	uint64_t d_frames;          /* frames D delivered (progress while ending) */
+	bool heard;                 /* established: the peer sent a frame (D or R) */
 	uint64_t d_frames_tick;     /* d_frames when the end's timer was last started */
 	bool writes_dead;           /* the verdict is known: writes get wr_status */
 	tw_status_t wr_status;

@@ -442,6 +442,19 @@ static tw_status_t tw__pipe_verdict(const tw_pipe *p, char *detail, size_t len)
 	return p->end_status;
 }
 
+/* A client whose connections end before the server ever sent anything on
+ * them was most likely dropped by the server while it set the pipe up (out
+ * of descriptors: spec 5.8.d); say so. */
+static void tw__pipe_verdict_hint(const tw_pipe *p, char *detail, size_t len)
+{
+	if (p->is_server || p->heard || p->goodbye_seen)
+		return;
+	size_t n = strlen(detail);
+	snprintf(detail + n, len - n,
+	         "; the server dropped the pipe's connections before sending anything on them "
+	         "(out of file descriptors or memory, or it died)");
+}
+
 /* Advances an ending pipe (see the file comment): once the verdict is known
  * every write whose callback has not run gets it, and the pipe fails once
  * the read side has handed over what the peer wrote before it left. */
@@ -451,6 +464,7 @@ static void tw__pipe_try_end(tw_pipe *p)
 		return;
 	char what[TW_DETAIL_MAX];
 	tw_status_t st = tw__pipe_verdict(p, what, sizeof(what));
+	tw__pipe_verdict_hint(p, what, sizeof(what));
 	if (!p->writes_dead) {
 		p->writes_dead = true;
 		p->wr_status = st;
@@ -1321,7 +1335,7 @@ static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail
 	if (status != TW_OK)
 		tw__pipe_out_op_failed(m, c, status, "reading a DescriptorReply", detail);
 	else if (p->state != TW_PIPE_FAILED)
-		tw__pipe_take_reply(p, m, buf, len);
+		p->heard = true, tw__pipe_take_reply(p, m, buf, len);
 	tw__free(buf);
 	tw__pipe_out_check_all(p);
 	tw__pipe_release(p);
@@ -1340,6 +1354,7 @@ static void tw__pipe_on_r_frame(tw_conn *c, tw_status_t status, const char *deta
 		tw__pipe_conn_failed(p, c, status, "reading the descriptor-reply connection", detail);
 		goto out;
 	}
+	p->heard = true;
 	if (len == 0) {
 		p->goodbye_seen = true;
 		tw__pipe_conn_failed(p, c, TW_ERR_EOF, "the descriptor-reply connection",
@@ -1684,6 +1699,7 @@ static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *d
 		goto out;
 	}
 	p->d_frames++;
+	p->heard = true;
 	m->state = TW_IN_DESC_READY;
 	pthread_mutex_lock(&p->ctx->mu);
 	p->delivered = m;
