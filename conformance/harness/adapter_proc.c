@@ -591,6 +591,11 @@ void tw_adapter_kill(tw_adapter *a)
 		kill(a->pid, SIGKILL);
 }
 
+int tw_adapter_signal(tw_adapter *a, int sig)
+{
+	return a->exited ? -1 : kill(a->pid, sig);
+}
+
 void tw_adapter_destroy(tw_adapter *a)
 {
 	if (!a)

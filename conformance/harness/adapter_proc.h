@@ -76,6 +76,10 @@ void tw_adapter_describe_status(int status, char *buf, size_t buflen);
 /* Sends SIGKILL to the adapter now (it is reaped by later pumps or destroy). */
 void tw_adapter_kill(tw_adapter *a);
 
+/* Sends `sig` to the adapter's process (SIGSTOP, SIGCONT: a peer that is
+ * alive to TCP but silent). 0, or -1 if it exited. */
+int tw_adapter_signal(tw_adapter *a, int sig);
+
 /* Kills (SIGKILL) if still running, reaps, frees. */
 void tw_adapter_destroy(tw_adapter *a);
 

@@ -346,12 +346,22 @@ void cmd_context(json_int_t id, const json_t *req)
 	}
 	g_ctx = ctx;
 	json_t *resp = json_pack("{s:o}", "skipped", skipped);
+	json_t *unhonoured = json_array();
 	if (json_object_get(req, "handshake_timeout_ms"))
-		json_object_set_new(resp, "unhonoured",
-		                    json_pack("[{s:s,s:s}]", "name", "handshake_timeout_ms", "reason",
-		                              "stock TensorPipe has no handshake timeout: a server "
-		                              "pipe waits for its requested connections until it is "
-		                              "closed"));
+		json_array_append_new(unhonoured,
+		                      json_pack("{s:s,s:s}", "name", "handshake_timeout_ms", "reason",
+		                                "stock TensorPipe has no handshake timeout: a server "
+		                                "pipe waits for its requested connections until it is "
+		                                "closed"));
+	if (json_object_get(req, "operation_timeout_ms"))
+		json_array_append_new(unhonoured,
+		                      json_pack("{s:s,s:s}", "name", "operation_timeout_ms", "reason",
+		                                "stock TensorPipe has no operation deadline: a pending "
+		                                "read or write waits until the pipe fails or closes"));
+	if (json_array_size(unhonoured) > 0)
+		json_object_set_new(resp, "unhonoured", unhonoured);
+	else
+		json_decref(unhonoured);
 	tw_agent_respond_ok(id, resp);
 }
 

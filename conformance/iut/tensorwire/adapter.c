@@ -222,9 +222,12 @@ static void cmd_context(json_int_t id, const json_t *req)
 		return;
 	}
 	const json_t *hs = json_object_get(req, "handshake_timeout_ms");
-	if (hs && (!json_is_integer(hs) || json_integer_value(hs) < 0)) {
+	const json_t *ot = json_object_get(req, "operation_timeout_ms");
+	if ((hs && (!json_is_integer(hs) || json_integer_value(hs) < 0)) ||
+	    (ot && (!json_is_integer(ot) || json_integer_value(ot) < 0))) {
 		tw_agent_respond_err(id, "inval", "bad_request",
-		                     "context: 'handshake_timeout_ms' must be a non-negative integer");
+		                     "context: 'handshake_timeout_ms' and 'operation_timeout_ms' must "
+		                     "be non-negative integers");
 		return;
 	}
 	tw_context *ctx;
@@ -236,6 +239,12 @@ static void cmd_context(json_int_t id, const json_t *req)
 	if (hs && (st = tw_context_set_handshake_timeout(ctx, (uint64_t)json_integer_value(hs))) !=
 	                  TW_OK) {
 		respond_status(id, st, "tw_context_set_handshake_timeout");
+		tw_context_destroy(ctx);
+		return;
+	}
+	if (ot && (st = tw_context_set_operation_timeout(ctx, (uint64_t)json_integer_value(ot))) !=
+	                  TW_OK) {
+		respond_status(id, st, "tw_context_set_operation_timeout");
 		tw_context_destroy(ctx);
 		return;
 	}

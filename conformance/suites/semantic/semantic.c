@@ -9,10 +9,13 @@
  * checks that every callback fired exactly once and that the adapters exit
  * cleanly (so leaks and sanitizer reports fail the case too).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "adapter_proc.h"
 #include "case.h"
 #include "session.h"
 
@@ -442,6 +445,263 @@ static tw_outcome_t run_transport_priority(const tw_case *c, tw_case_env *env)
 	return from_session(&s, env, rc);
 }
 
+/* ---- the end of a pipe and liveness (issue 10) ---------------------------------------- */
+
+/* The server alone ends in order (the client is gone or finished): close its
+ * pipe, shut it down, wait for a clean exit with every callback once. */
+static int finish_one(tw_session *s, tw_adapter *a, const char *pipe)
+{
+	char err[TW_REASON_MAX];
+	json_t *r = tw_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
+	json_decref(r);
+	r = r ? tw_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+	json_decref(r);
+	if (!r)
+		return -1;
+	if (tw_adapter_finish(a, 30000, err, sizeof(err)) ||
+	    tw_adapter_check_callbacks(a, err, sizeof(err)))
+		return tw_session_fail(s, "%s", err);
+	return 0;
+}
+
+static tw_outcome_t end_session(tw_session *s, tw_case_env *env, int rc)
+{
+	snprintf(env->transport, sizeof(env->transport), "uv");
+	snprintf(env->channel, sizeof(env->channel), "basic");
+	char why[TW_REASON_MAX];
+	snprintf(why, sizeof(why), "%s", s->reason);
+	tw_session_destroy(s);
+	return rc == 0 ? TW_PASS : tw_case_result(env, TW_FAIL, "%s", why);
+}
+
+/* "(5.6.c) An implementation MUST hand the application every frame that
+ * reached it before the end of the peer's connections [...] however slowly
+ * the application reads: no timer may discard them." The client writes
+ * 1500 messages, waits for every write to succeed, closes its pipe and
+ * exits; only then does the server read them, one at a time through the
+ * adapter with 2 ms between messages (more than 3 s in all), and the read after the last one fails with an
+ * end-of-file or reset error. */
+static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env)
+{
+	enum { N = 1500 };
+	tw_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	tw_agent_msg *msgs = calloc(N, sizeof(*msgs));
+	json_int_t *wids = calloc(N, sizeof(*wids));
+	if (!msgs || !wids)
+		rc = rc ? rc : tw_session_fail(&s, "harness: out of memory");
+	for (int i = 0; rc == 0 && i < N; i++) {
+		if (parts(&msgs[i], 1, 0)) {
+			rc = tw_session_fail(&s, "harness: out of memory");
+			break;
+		}
+		msgs[i].payloads[0].data.len = 1024;
+		tw_msg_assign_seeds(&msgs[i], 11000000 + (uint64_t)i * 10);
+		wids[i] = tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
+		                                                 "pipe", s.cpipe, "message",
+		                                                 tw_msg_json(&msgs[i])));
+		rc = wids[i] < 0 ? -1 : 0;
+	}
+	for (int i = 0; rc == 0 && i < N; i++)
+		rc = tw_session_ok_event(&s, s.client, wids[i], "write", NULL);
+	if (rc == 0) {
+		printf("# %d writes succeeded; the client closes its pipe and exits\n", N);
+		rc = finish_one(&s, s.client, s.cpipe);
+	}
+	int got = 0;
+	long long t0 = tw_now_ms();
+	for (int i = 0; rc == 0 && i < N; i++, got++) {
+		char why[1024];
+		json_t *ev = NULL;
+		json_int_t id = tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		                                                       "read_descriptor", "pipe",
+		                                                       s.spipe));
+		rc = id < 0 || tw_session_ok_event(&s, s.server, id, "read_descriptor", &ev) ? -1 : 0;
+		if (rc == 0 && tw_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
+		                                       sizeof(why)))
+			rc = tw_session_fail(&s, "message %d: %s", i, why);
+		json_decref(ev);
+		ev = NULL;
+		id = rc ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+		                                                      s.spipe));
+		rc = id < 0 || tw_session_ok_event(&s, s.server, id, "read", &ev) ? -1 : 0;
+		if (rc == 0 && tw_msg_check_read(&msgs[i], ev, why, sizeof(why)))
+			rc = tw_session_fail(&s, "message %d: %s", i, why);
+		json_decref(ev);
+		usleep(2000); /* a slow reader: 3 s in all, beyond any grace period */
+	}
+	printf("# the server read %d of %d messages in %lld ms after the writer left\n", got, N,
+	       tw_now_ms() - t0);
+	if (rc && got < N)
+		rc = tw_session_fail(&s, "only %d of %d acknowledged messages were delivered after the "
+		                         "writer closed (first loss at message %d): %s",
+		                     got, N, got, s.reason);
+	json_int_t last = rc ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	                                                                  "read_descriptor", "pipe",
+	                                                                  s.spipe));
+	char kind[32] = "";
+	rc = last < 0 ? -1 : expect_error_event(&s, s.server, last, "read_descriptor", NULL, kind,
+	                                        sizeof(kind));
+	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
+		rc = tw_session_fail(&s, "the read after the last message failed with kind '%s', not "
+		                         "an end-of-file or reset error", kind);
+	if (rc == 0)
+		rc = finish_one(&s, s.server, s.spipe);
+	for (int i = 0; msgs && i < N; i++)
+		tw_msg_clear(&msgs[i]);
+	free(msgs);
+	free(wids);
+	return end_session(&s, env, rc);
+}
+
+/* The writes of the 5.6.d cases: a 64 MiB tensor the server never reads
+ * (more than the socket buffers hold) and three small messages behind it,
+ * whose bytes travel on other connections and leave at once. */
+enum { QUEUED_WRITES = 4 };
+
+static int queue_behind_stalled(tw_session *s, json_int_t wids[QUEUED_WRITES])
+{
+	int rc = 0;
+	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++) {
+		tw_agent_msg m;
+		if (i == 0 ? parts(&m, 0, 1) : parts(&m, i == 3 ? 0 : 1, i == 3 ? 1 : 0))
+			return tw_session_fail(s, "harness: out of memory");
+		if (i == 0)
+			m.tensors[0].data.len = (uint64_t)64 << 20;
+		else if (i == 3)
+			m.tensors[0].data.len = 1024;
+		else
+			m.payloads[0].data.len = 1024;
+		m.metadata.len = 16;
+		tw_msg_assign_seeds(&m, 12000000 + (uint64_t)i * 100);
+		wids[i] = tw_session_arm(s, s->client, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe",
+		                                                 s->cpipe, "message", tw_msg_json(&m)));
+		tw_msg_clear(&m);
+		rc = wids[i] < 0 ? -1 : 0;
+	}
+	/* let the transport hand over all it can */
+	long long until = tw_now_ms() + 500;
+	while (rc == 0 && tw_now_ms() < until)
+		tw_adapter_pump(50);
+	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++)
+		if (tw_adapter_events_seen(s->client, wids[i]))
+			rc = tw_session_fail(s, "write %d completed before the server read anything", i);
+	return rc;
+}
+
+/* "(5.6.d) A write callback MUST report success only if every byte of the
+ * message was handed to the transport and every message before it
+ * succeeded. Once the pipe fails [...] every write whose callback has not
+ * run [...] MUST fail with that error." Here the writer closes its pipe:
+ * all four fail with kind 'closed'. */
+static tw_outcome_t run_writes_fail_at_close(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	json_int_t wids[QUEUED_WRITES];
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0)
+		rc = queue_behind_stalled(&s, wids);
+	json_t *r = rc ? NULL : tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+	                                                                "pipe", s.cpipe));
+	rc = rc || !r ? -1 : 0;
+	json_decref(r);
+	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++)
+		rc = expect_error_event(&s, s.client, wids[i], "write", "closed", NULL, 0);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* The same when the reader is killed with SIGKILL: all four fail with an
+ * end-of-file or reset error, none reports success. */
+static tw_outcome_t run_writes_fail_at_peer_death(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	json_int_t wids[QUEUED_WRITES];
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0)
+		rc = queue_behind_stalled(&s, wids);
+	if (rc == 0) {
+		printf("# killing the server with SIGKILL\n");
+		tw_adapter_kill(s.server);
+	}
+	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++) {
+		char kind[32] = "";
+		rc = expect_error_event(&s, s.client, wids[i], "write", NULL, kind, sizeof(kind));
+		if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
+			rc = tw_session_fail(&s, "write %d failed with kind '%s', not an end-of-file or "
+			                         "reset error", i, kind);
+	}
+	if (rc == 0)
+		rc = finish_one(&s, s.client, s.cpipe);
+	return end_session(&s, env, rc);
+}
+
+/* "(5.8.c) An implementation MAY offer a deadline per operation. When an
+ * operation's deadline passes, that operation MUST fail with a timeout
+ * error [...] the pipe MUST then fail too, with every other pending
+ * operation." A silent peer: the server is stopped with SIGSTOP (its kernel
+ * still answers TCP, so only a deadline can bound the wait); the client's
+ * context sets operation_timeout_ms (spec/agent.md 6.2). Its pending
+ * read_descriptor must fail with kind 'timedout' within the bound plus a
+ * margin, and a later write with it too. */
+#define OP_TIMEOUT_MS 1500
+static tw_outcome_t run_silent_peer_deadline(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}],s:i}", "transports", "name",
+	                        "uv", "kind", "uv", "priority", 0, "channels", "name", "basic", "kind",
+	                        "basic", "priority", 0, "operation_timeout_ms", OP_TIMEOUT_MS);
+	int rc = begin(&s, env, ctx, NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_small, 1, false, 13000000);
+	if (rc == 0 && tw_adapter_signal(s.server, SIGSTOP) != 0)
+		rc = tw_session_fail(&s, "cannot stop the server adapter");
+	long long t0 = tw_now_ms();
+	json_int_t rd = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	                                                                "read_descriptor", "pipe",
+	                                                                s.cpipe));
+	json_t *ev = NULL;
+	char err[TW_REASON_MAX];
+	if (rd >= 0 && !(ev = tw_adapter_event(s.client, rd, "read_descriptor",
+	                                       OP_TIMEOUT_MS + 6000, err, sizeof(err))))
+		rc = tw_session_fail(&s, "the client's read_descriptor was still pending %d ms after "
+		                         "it was armed, with operation_timeout_ms %d and the peer "
+		                         "stopped: %s",
+		                     OP_TIMEOUT_MS + 6000, OP_TIMEOUT_MS, err);
+	else if (rd < 0)
+		rc = -1;
+	const char *kind = ev ? tw_event_error_kind(ev) : NULL;
+	if (rc == 0 && (json_is_true(json_object_get(ev, "ok")) || !kind ||
+	                strcmp(kind, "timedout") != 0))
+		rc = tw_session_fail(&s, "the client's read_descriptor ended with kind '%s' (%s), "
+		                         "expected 'timedout'", kind ? kind : "ok",
+		                     tw_event_error_text(ev));
+	if (rc == 0)
+		printf("# read_descriptor failed after %lld ms: %s (%s)\n", tw_now_ms() - t0, kind,
+		       tw_event_error_text(ev));
+	json_decref(ev);
+	/* nothing waits behind it: a later write fails too */
+	tw_agent_msg m;
+	memset(&m, 0, sizeof(m));
+	if (rc == 0 && parts(&m, 1, 0))
+		rc = tw_session_fail(&s, "harness: out of memory");
+	if (rc == 0) {
+		m.payloads[0].data.len = 10;
+		tw_msg_assign_seeds(&m, 13100000);
+	}
+	json_int_t w = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
+	                                                                "write", "pipe", s.cpipe,
+	                                                                "message", tw_msg_json(&m)));
+	tw_msg_clear(&m);
+	rc = rc || w < 0 ? -1 : expect_error_event(&s, s.client, w, "write", "timedout", NULL, 0);
+	tw_adapter_signal(s.server, SIGCONT);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
 /* ---- declarations ---------------------------------------------------------------------- */
 
 static const tw_case cases[] = {
@@ -495,6 +755,40 @@ static const tw_case cases[] = {
 	                "errors) (issue 3 item 5); (8.2.c) end-of-file after a goodbye, (8.2.d) "
 	                "connection reset without one",
 	 .timeout_s = 120, .run = run_peer_gone, .arg = "distinct"},
+	{.id = "semantic.delivered_after_close", .suite = "semantic",
+	 .section = "wire.md 5.6 (5.6.c)", .level = TW_MUST, .needs = "",
+	 .description = "1500 acknowledged messages, then the writer closes and exits; the reader "
+	                "reads them all afterwards, slowly, then gets eof",
+	 .requirement = "(5.6.c) An implementation MUST hand the application every frame that "
+	                "reached it before the end of the peer's connections [...] however slowly "
+	                "the application reads: no timer may discard them.",
+	 .timeout_s = 300, .run = run_delivered_after_close},
+	{.id = "semantic.writes_fail_at_close", .suite = "semantic",
+	 .section = "wire.md 5.6 (5.6.d)", .level = TW_MUST, .needs = "",
+	 .description = "3 small writes queued behind a stalled 64 MiB one; the writer closes: all "
+	                "4 fail with 'closed', none succeeds",
+	 .requirement = "(5.6.d) A write callback MUST report success only if every byte of the "
+	                "message was handed to the transport and every message before it "
+	                "succeeded. Once the pipe fails [...] every write whose callback has not "
+	                "run [...] MUST fail with that error.",
+	 .timeout_s = 120, .run = run_writes_fail_at_close},
+	{.id = "semantic.writes_fail_at_peer_death", .suite = "semantic",
+	 .section = "wire.md 5.6 (5.6.d)", .level = TW_MUST, .needs = "",
+	 .description = "3 small writes queued behind a stalled 64 MiB one; the reader is killed: "
+	                "all 4 fail with eof or reset, none succeeds",
+	 .requirement = "(5.6.d) Once the pipe fails or the peer is known to be gone, every write "
+	                "whose callback has not run, queued, partly sent, or fully sent behind one "
+	                "that was not, MUST fail with that error.",
+	 .timeout_s = 120, .run = run_writes_fail_at_peer_death},
+	{.id = "semantic.silent_peer_deadline", .suite = "semantic",
+	 .section = "wire.md 5.8 (5.8.c)", .level = TW_SHOULD, .needs = "",
+	 .description = "the peer is stopped (SIGSTOP); a read_descriptor under operation_timeout_ms "
+	                "1500 fails 'timedout' in time, and a later write too",
+	 .requirement = "(5.8.c) An implementation MAY offer a deadline per operation. When an "
+	                "operation's deadline passes, that operation MUST fail with a timeout "
+	                "error [...] the pipe MUST then fail too, with every other pending "
+	                "operation.",
+	 .timeout_s = 120, .run = run_silent_peer_deadline},
 	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",
