@@ -205,11 +205,27 @@ static void case_sync_errors(void)
 	CHECK_STATUS(tw_context_listen(ctx, no_scheme, 1, &l), TW_ERR_INVAL);
 	const char *bad_addr[] = { "uv://not-an-address:1" };
 	CHECK_STATUS(tw_context_listen(ctx, bad_addr, 1, &l), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "is a host name"));
+	const char *bad_v6[] = { "uv://[::1:0" };
+	CHECK_STATUS(tw_context_listen(ctx, bad_v6, 1, &l), TW_ERR_INVAL);
 	CHECK(strstr(tw_last_error(), "tcp transport: bad address"));
+	/* A connect is checked at once too, not later in a callback (issue 10
+	 * item 6): a host name, a missing port, a broken address. */
+	CHECK_STATUS(tw_context_connect(ctx, "uv://myhost:80", &pipe), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "tw_context_connect") &&
+	      strstr(tw_last_error(), "'myhost:80' is a host name"));
+	CHECK_STATUS(tw_context_connect(ctx, "uv://10.0.0.1", &pipe), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "has no port"));
+	CHECK_STATUS(tw_context_connect(ctx, "tcp://10.0.0.1:", &pipe), TW_ERR_INVAL);
+	CHECK_STATUS(tw_context_connect(ctx, "uv://[fe80::1:80", &pipe), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "bad address"));
 	const char *ok[] = { "tcp://127.0.0.1:0" }; /* "tcp" is an alias of uv */
 	CHECK_OK(tw_context_listen(ctx, ok, 1, &l));
 	char url[128];
 	CHECK_OK(tw_listener_url(l, "uv", url, sizeof(url)));
+	char url2[128];
+	CHECK_OK(tw_listener_url(l, "tcp", url2, sizeof(url2))); /* the alias too */
+	CHECK(strcmp(url, url2) == 0);
 	CHECK_STATUS(tw_listener_url(l, "shm", url, sizeof(url)), TW_ERR_INVAL);
 	CHECK_STATUS(tw_listener_url(l, NULL, url, 8), TW_ERR_INVAL);
 	/* The port is taken now. */

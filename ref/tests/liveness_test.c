@@ -21,12 +21,11 @@
  * processes carries a message: nothing was left broken.
  */
 #define _GNU_SOURCE
-#include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
 #include "pair_util.h"
+#include "proc_util.h"
 
 /* LIVENESS_TEST_UNBOUNDED=1 sets every bound to 0 (none, as before they
  * existed), to show what each case guards against: it then hangs until its
@@ -43,32 +42,8 @@ static uint64_t bound_ms(void)
  * for minutes. */
 #define MARGIN_MS 6000
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	if (!v || !*v) {
-		fprintf(stderr, "%s is not set: run this test through netns_pair.sh\n", name);
-		exit(2);
-	}
-	return v;
-}
 
-static void enter_netns(const char *name)
-{
-	char path[256];
-	snprintf(path, sizeof(path), "/run/netns/%s", name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	CHECK(fd >= 0);
-	CHECK(setns(fd, CLONE_NEWNET) == 0);
-	close(fd);
-}
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)
@@ -88,9 +63,9 @@ enum block_how { BLOCK_DROP, BLOCK_BLACKHOLE };
  * lifts that: the hosts see nothing at all, no local error. */
 static void block(enum block_how how, bool on)
 {
-	const char *r = env("TW_NS_R");
-	const char *dev[2] = { env("TW_DEV_RA"), env("TW_DEV_RB") };
-	const char *host[2] = { env("TW_ADDR_A"), env("TW_ADDR_B") };
+	const char *r = tu_env("TW_NS_R");
+	const char *dev[2] = { tu_env("TW_DEV_RA"), tu_env("TW_DEV_RB") };
+	const char *host[2] = { tu_env("TW_ADDR_A"), tu_env("TW_ADDR_B") };
 	for (int i = 0; i < 2; i++) {
 		if (how == BLOCK_DROP && on) /* a bucket of 1 byte passes no packet */
 			sh("tc -n %s qdisc replace dev %s root tbf rate 8bit burst 1 limit 1", r, dev[i]);
@@ -115,20 +90,7 @@ typedef struct report {
 	char detail[600];
 } report;
 
-static void put(int fd, const void *buf, size_t len)
-{
-	CHECK(write(fd, buf, len) == (ssize_t)len);
-}
 
-static void get(int fd, void *buf, size_t len)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = read(fd, (char *)buf + got, len - got);
-		CHECK(n > 0);
-		got += (size_t)n;
-	}
-}
 
 static void server_send_msg(tw_pipe *p, const char *text)
 {
@@ -158,21 +120,21 @@ static void expect_msg(tw_pipe *p, const char *text)
 static void server_main(peer *pp)
 {
 	tu_watchdog(100); /* a fork does not inherit the parent's alarm */
-	enter_netns(env("TW_NS_A"));
+	tu_enter_netns("TW_NS_A");
 	tw_context *ctx;
 	tu_ctx(&ctx, "server");
 	CHECK_OK(tw_context_set_liveness_timeout(ctx, BOUND_MS));
 	char url[128];
-	snprintf(url, sizeof(url), "uv://%s:0", env("TW_ADDR_A"));
+	snprintf(url, sizeof(url), "uv://%s:0", tu_env("TW_ADDR_A"));
 	const char *urls[] = { url };
 	tw_listener *l;
 	CHECK_OK(tw_context_listen(ctx, urls, 1, &l));
 	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
-	put(pp->from, url, sizeof(url));
+	tu_put(pp->from, url, sizeof(url));
 	tw_pipe *p = NULL;
 	for (;;) {
 		char cmd;
-		get(pp->to, &cmd, 1);
+		tu_get(pp->to, &cmd, 1);
 		if (cmd == 'q')
 			break;
 		if (cmd == 'a') {
@@ -185,16 +147,16 @@ static void server_main(peer *pp)
 			p = acc.pipe;
 			expect_msg(p, "hello");
 			server_send_msg(p, "hello back");
-			put(pp->from, "k", 1);
+			tu_put(pp->from, "k", 1);
 		} else if (cmd == 'w') {
 			tu_rec d;
 			tu_rec_init(&d);
 			CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-			put(pp->from, "r", 1); /* armed */
+			tu_put(pp->from, "r", 1); /* armed */
 			tu_wait(&d.w, 1);
-			report r = { .status = d.status, .at_ms = now_ms() };
+			report r = { .status = d.status, .at_ms = tu_now_ms() };
 			snprintf(r.detail, sizeof(r.detail), "%s", d.detail);
-			put(pp->from, &r, sizeof(r));
+			tu_put(pp->from, &r, sizeof(r));
 			tu_once(&d);
 		}
 	}
@@ -223,13 +185,13 @@ static void server_start(peer *pp, char *url, size_t url_len)
 	pp->to = to[1];
 	pp->from = from[0];
 	char buf[128];
-	get(pp->from, buf, sizeof(buf));
+	tu_get(pp->from, buf, sizeof(buf));
 	snprintf(url, url_len, "%s", buf);
 }
 
 static void server_stop(peer *pp)
 {
-	put(pp->to, "q", 1);
+	tu_put(pp->to, "q", 1);
 	int status;
 	CHECK(waitpid(pp->pid, &status, 0) == pp->pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -249,13 +211,13 @@ static tw_context *client_ctx(void)
 /* A new pipe to the server carries a message each way. */
 static tw_pipe *client_round(tw_context *c, peer *pp, const char *url)
 {
-	put(pp->to, "a", 1);
+	tu_put(pp->to, "a", 1);
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(c, url, &p));
 	server_send_msg(p, "hello");
 	expect_msg(p, "hello back");
 	char k;
-	get(pp->from, &k, 1);
+	tu_get(pp->from, &k, 1);
 	return p;
 }
 
@@ -272,21 +234,21 @@ static void silent(enum block_how how)
 	char url[128];
 	peer pp;
 	server_start(&pp, url, sizeof(url));
-	enter_netns(env("TW_NS_B"));
+	tu_enter_netns("TW_NS_B");
 	tw_context *c = client_ctx();
 	tw_pipe *p = client_round(c, &pp, url);
 	/* Pending on both sides when the link goes silent: the server's and
 	 * the client's read_descriptor, and a write the client makes after,
 	 * larger than the socket buffers (a small one is handed to the kernel in
 	 * full at once, which is all a write callback reports). */
-	put(pp.to, "w", 1);
+	tu_put(pp.to, "w", 1);
 	char armed;
-	get(pp.from, &armed, 1);
+	tu_get(pp.from, &armed, 1);
 	tu_rec d, w;
 	tu_rec_init(&d), tu_rec_init(&w);
 	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
 	block(how, true);
-	uint64_t t0 = now_ms();
+	uint64_t t0 = tu_now_ms();
 	size_t big_len = (size_t)64 << 20;
 	uint8_t *big = calloc(1, big_len);
 	CHECK(big);
@@ -295,7 +257,7 @@ static void silent(enum block_how how)
 	tw_message m = { .num_tensors = 1, .tensors = &t };
 	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
 	tu_wait(&d.w, 1);
-	uint64_t t_read = now_ms();
+	uint64_t t_read = tu_now_ms();
 	tu_wait(&w.w, 1);
 	printf("   client read_descriptor: %s: %s\n", tw_status_name(d.status), d.detail);
 	printf("   client write: %s: %s\n", tw_status_name(w.status), w.detail);
@@ -303,7 +265,7 @@ static void silent(enum block_how how)
 	tu_expect(&w, TW_ERR_TIMEDOUT, "liveness bound");
 	check_within("client read_descriptor", t0, t_read, BOUND_MS);
 	report r;
-	get(pp.from, &r, sizeof(r));
+	tu_get(pp.from, &r, sizeof(r));
 	printf("   server read_descriptor: %s: %s\n", tw_status_name((tw_status_t)r.status), r.detail);
 	CHECK_STATUS((tw_status_t)r.status, TW_ERR_TIMEDOUT);
 	CHECK(strstr(r.detail, "liveness bound"));
@@ -334,10 +296,10 @@ static void case_connect_dropped(void)
 	char url[128];
 	peer pp;
 	server_start(&pp, url, sizeof(url));
-	enter_netns(env("TW_NS_B"));
+	tu_enter_netns("TW_NS_B");
 	tw_context *c = client_ctx();
 	block(BLOCK_DROP, true);
-	uint64_t t0 = now_ms();
+	uint64_t t0 = tu_now_ms();
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(c, url, &p));
 	tu_rec est, w;
@@ -347,7 +309,7 @@ static void case_connect_dropped(void)
 	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
 	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
 	tu_wait(&est.w, 1);
-	uint64_t t1 = now_ms();
+	uint64_t t1 = tu_now_ms();
 	tu_wait(&w.w, 1);
 	printf("   connect: %s: %s\n", tw_status_name(est.status), est.detail);
 	tu_expect(&est, TW_ERR_TIMEDOUT, "connect");
@@ -368,13 +330,13 @@ static void case_stopped_peer(void)
 	char url[128];
 	peer pp;
 	server_start(&pp, url, sizeof(url));
-	enter_netns(env("TW_NS_B"));
+	tu_enter_netns("TW_NS_B");
 	tw_context *c = client_ctx();
 	tw_pipe *p = client_round(c, &pp, url);
 	CHECK(kill(pp.pid, SIGSTOP) == 0);
 	printf("   server (pid %d) stopped with SIGSTOP\n", (int)pp.pid);
 	CHECK_OK(tw_pipe_set_operation_timeout(p, BOUND_MS));
-	uint64_t t0 = now_ms();
+	uint64_t t0 = tu_now_ms();
 	/* A read nobody answers, a write too big for the socket buffers of a
 	 * peer that reads nothing, and a small write queued behind it. */
 	size_t big_len = (size_t)64 << 20;
@@ -391,7 +353,7 @@ static void case_stopped_peer(void)
 	CHECK_OK(tw_pipe_write(p, &mb, tu_on_status, &wb));
 	CHECK_OK(tw_pipe_write(p, &ms, tu_on_status, &ws));
 	tu_wait(&d.w, 1);
-	uint64_t t1 = now_ms();
+	uint64_t t1 = tu_now_ms();
 	tu_wait(&wb.w, 1);
 	tu_wait(&ws.w, 1);
 	printf("   read_descriptor: %s: %s\n", tw_status_name(d.status), d.detail);

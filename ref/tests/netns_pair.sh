@@ -13,6 +13,7 @@
 # all, no local error. The program learns the names through the environment:
 #   TW_NS_A, TW_NS_B, TW_NS_R    namespace names (ip netns: /run/netns/NAME)
 #   TW_DEV_RA, TW_DEV_RB         R's links towards A and towards B
+#   TW_DEV_A, TW_DEV_B           the hosts' links towards R
 #   TW_ADDR_A, TW_ADDR_B         the hosts' IPv4 addresses
 #   TW_ADDR6_A, TW_ADDR6_B       their IPv6 addresses
 # Cleanup always runs (EXIT trap), and namespaces left by runs killed from
@@ -61,6 +62,11 @@ ip -n "$nsA" addr add fd78:1::1/64 dev "twa$$" nodad
 ip -n "$nsR" addr add fd78:1::fe/64 dev "twra$$" nodad
 ip -n "$nsB" addr add fd78:2::1/64 dev "twb$$" nodad
 ip -n "$nsR" addr add fd78:2::fe/64 dev "twrb$$" nodad
+# No duplicate address detection on the links: link-local addresses are
+# usable as soon as the links are up.
+for l in "$nsA:twa$$" "$nsB:twb$$" "$nsR:twra$$" "$nsR:twrb$$"; do
+  ip netns exec "${l%%:*}" sysctl -qw "net.ipv6.conf.${l#*:}.accept_dad=0" >/dev/null 2>&1 || true
+done
 ip -n "$nsA" link set "twa$$" up
 ip -n "$nsB" link set "twb$$" up
 ip -n "$nsR" link set "twra$$" up
@@ -83,5 +89,6 @@ ip -n "$nsA" -6 route add default via fd78:1::fe
 ip -n "$nsB" -6 route add default via fd78:2::fe
 set +e
 export TW_NS_A=$nsA TW_NS_B=$nsB TW_NS_R=$nsR TW_DEV_RA=twra$$ TW_DEV_RB=twrb$$
+export TW_DEV_A=twa$$ TW_DEV_B=twb$$
 export TW_ADDR_A=10.78.1.1 TW_ADDR_B=10.78.2.1 TW_ADDR6_A=fd78:1::1 TW_ADDR6_B=fd78:2::1
 "${args[@]}"

@@ -30,30 +30,12 @@
 #include <sys/wait.h>
 
 #include "pair_util.h"
+#include "proc_util.h"
 
 #define PROMPT_MS 5000 /* "promptly": well below the 30 s handshake timeout */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
-static void put(int fd, const void *buf, size_t len)
-{
-	CHECK(write(fd, buf, len) == (ssize_t)len);
-}
 
-static void get(int fd, void *buf, size_t len)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = read(fd, (char *)buf + got, len - got);
-		CHECK(n > 0);
-		got += (size_t)n;
-	}
-}
 
 /* The highest descriptor open now, plus one. */
 static int fd_ceiling(void)
@@ -128,7 +110,7 @@ static void child_start(child *c, void (*fn)(int to, int from, int arg), int arg
 	c->to = to[1];
 	c->from = from[0];
 	char buf[128];
-	get(c->from, buf, sizeof(buf));
+	tu_get(c->from, buf, sizeof(buf));
 	snprintf(url, url_len, "%s", buf);
 }
 
@@ -156,7 +138,7 @@ static void emfile_server(int to, int from, int spare)
 	CHECK_OK(tw_listener_on_error(l, tu_on_listener_error, &rep));
 	char url[128];
 	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
-	put(from, url, sizeof(url));
+	tu_put(from, url, sizeof(url));
 	tu_rec acc;
 	tu_rec_init(&acc);
 	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
@@ -188,9 +170,9 @@ static void emfile_server(int to, int from, int spare)
 	for (int i = 0; i < spare; i++)
 		close(fillers[--nfill]);
 	printf("   server: descriptor limit %d, %d free\n", top + spare, spare);
-	put(from, "l", 1);
+	tu_put(from, "l", 1);
 	char cmd;
-	get(to, &cmd, 1);
+	tu_get(to, &cmd, 1);
 	CHECK(cmd == 'r');
 	/* What the observer heard: the refused connection, named. */
 	tu_expect_report(&rep, TW_ERR_SYS, "Too many open files", 1000);
@@ -200,7 +182,7 @@ static void emfile_server(int to, int from, int spare)
 	set_nofile(old.rlim_cur);
 	while (nfill > 0)
 		close(fillers[--nfill]);
-	put(from, "u", 1);
+	tu_put(from, "u", 1);
 	/* With descriptors to spare, the shortage client's bootstrap connection
 	 * got in, so the armed accept may hand over its pipe, which then fails
 	 * to establish (its other connections were refused): skip it. */
@@ -227,7 +209,7 @@ static void emfile_server(int to, int from, int spare)
 	}
 	expect_text(next, "after");
 	send_text(next, "after back");
-	get(to, &cmd, 1);
+	tu_get(to, &cmd, 1);
 	CHECK(cmd == 'q');
 	tw_pipe_destroy(next);
 	tw_pipe_destroy(kept);
@@ -250,11 +232,11 @@ static void emfile(int spare)
 	send_text(kept, "first");
 	expect_text(kept, "first back");
 	char b;
-	get(c.from, &b, 1);
+	tu_get(c.from, &b, 1);
 	CHECK(b == 'l');
 	/* A client during the shortage: a pending read and the established
 	 * notification both fail, promptly, saying what happened. */
-	uint64_t t0 = now_ms();
+	uint64_t t0 = tu_now_ms();
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(ctx, url, &p));
 	tu_rec est, rd;
@@ -262,7 +244,7 @@ static void emfile(int spare)
 	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &rd));
 	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
 	tu_wait(&rd.w, 1);
-	uint64_t took = now_ms() - t0;
+	uint64_t took = tu_now_ms() - t0;
 	printf("   client during the shortage: %s after %llu ms: %s\n", tw_status_name(rd.status),
 	       (unsigned long long)took, rd.detail);
 	CHECK(rd.status == TW_ERR_CONNRESET || rd.status == TW_ERR_EOF);
@@ -271,17 +253,17 @@ static void emfile(int spare)
 	tu_wait(&est.w, 1);
 	tu_once(&rd), tu_once(&est);
 	tw_pipe_destroy(p);
-	put(c.to, "r", 1);
+	tu_put(c.to, "r", 1);
 	/* The pipe the server had keeps working. */
 	send_text(kept, "still there");
 	expect_text(kept, "still here");
-	get(c.from, &b, 1);
+	tu_get(c.from, &b, 1);
 	CHECK(b == 'u');
 	/* Descriptors are free again: a new client is served. */
 	CHECK_OK(tw_context_connect(ctx, url, &p));
 	send_text(p, "after");
 	expect_text(p, "after back");
-	put(c.to, "q", 1);
+	tu_put(c.to, "q", 1);
 	child_wait(&c);
 	tw_pipe_destroy(p);
 	tw_pipe_destroy(kept);
@@ -327,20 +309,6 @@ static long long listen_overflows(void)
 	return v;
 }
 
-static void enter_netns_of(const char *var)
-{
-	const char *name = getenv(var);
-	if (!name || !*name) {
-		fprintf(stderr, "%s is not set: run this case through netns_pair.sh\n", var);
-		exit(2);
-	}
-	char path[256];
-	snprintf(path, sizeof(path), "/run/netns/%s", name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	CHECK(fd >= 0);
-	CHECK(setns(fd, CLONE_NEWNET) == 0);
-	close(fd);
-}
 
 enum { STORM = 200, ROUNDS = 3 };
 
@@ -348,17 +316,17 @@ enum { STORM = 200, ROUNDS = 3 };
  * each and answers it; reports how many it served. */
 static void storm_server(int to, int from, int unused)
 {
-	enter_netns_of("TW_NS_A");
+	tu_enter_netns("TW_NS_A");
 	tw_context *ctx;
 	tu_ctx(&ctx, "server");
 	char listen_url[128];
-	snprintf(listen_url, sizeof(listen_url), "uv://%s:0", getenv("TW_ADDR_A"));
+	snprintf(listen_url, sizeof(listen_url), "uv://%s:0", tu_env("TW_ADDR_A"));
 	const char *urls[] = { listen_url };
 	tw_listener *l;
 	CHECK_OK(tw_context_listen(ctx, urls, 1, &l));
 	char url[128];
 	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
-	put(from, url, sizeof(url));
+	tu_put(from, url, sizeof(url));
 	static tu_rec acc[STORM];
 	for (int round = 0; round < ROUNDS; round++) {
 		for (int i = 0; i < STORM; i++) {
@@ -366,7 +334,7 @@ static void storm_server(int to, int from, int unused)
 			CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc[i]));
 		}
 		long long overflows = listen_overflows();
-		put(from, "a", 1); /* armed */
+		tu_put(from, "a", 1); /* armed */
 		int served = 0;
 		for (int i = 0; i < STORM; i++) {
 			tu_expect(&acc[i], TW_OK, NULL);
@@ -374,11 +342,11 @@ static void storm_server(int to, int from, int unused)
 			send_text(acc[i].pipe, "calm");
 			served++;
 		}
-		put(from, &served, sizeof(served));
+		tu_put(from, &served, sizeof(served));
 		overflows = listen_overflows() - overflows;
-		put(from, &overflows, sizeof(overflows));
+		tu_put(from, &overflows, sizeof(overflows));
 		char b;
-		get(to, &b, 1); /* the client has read every answer */
+		tu_get(to, &b, 1); /* the client has read every answer */
 		for (int i = 0; i < STORM; i++) {
 			tw_pipe_destroy(acc[i].pipe);
 			tu_once(&acc[i]);
@@ -402,7 +370,7 @@ static void case_storm(void)
 	char url[128];
 	child c;
 	child_start(&c, storm_server, 0, url, sizeof(url));
-	enter_netns_of("TW_NS_B");
+	tu_enter_netns("TW_NS_B");
 	tw_context *ctx;
 	tu_ctx(&ctx, "client");
 	static tw_pipe *p[STORM];
@@ -413,7 +381,7 @@ static void case_storm(void)
 	tw_message m = { .metadata = text, .metadata_length = strlen(text) };
 	for (int round = 0; round < ROUNDS; round++) {
 		char b;
-		get(c.from, &b, 1);
+		tu_get(c.from, &b, 1);
 		/* All at once: connects, writes and reads queued before any
 		 * handshake completes. */
 		for (int i = 0; i < STORM; i++) {
@@ -447,15 +415,15 @@ static void case_storm(void)
 		int served = -1;
 		long long overflows = -1;
 		if (lost == 0) {
-			get(c.from, &served, sizeof(served));
-			get(c.from, &overflows, sizeof(overflows));
+			tu_get(c.from, &served, sizeof(served));
+			tu_get(c.from, &overflows, sizeof(overflows));
 		}
 		printf("   round %d: %d clients at once, %d pipes lost, %d served, %lld listen-queue "
 		       "overflows\n",
 		       round + 1, STORM, lost, served, overflows);
 		/* An overflow costs its client a SYN retransmission (1 s) at best. */
 		CHECK(lost == 0 && served == STORM && overflows == 0);
-		put(c.to, "d", 1);
+		tu_put(c.to, "d", 1);
 		for (int i = 0; i < STORM; i++) {
 			tu_once(&est[i]), tu_once(&wr[i]), tu_once(&rd[i]);
 			tw_pipe_destroy(p[i]);

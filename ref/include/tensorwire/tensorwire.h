@@ -254,13 +254,41 @@ TW_NODISCARD tw_status_t tw_context_set_liveness_timeout(tw_context *ctx, uint64
 TW_NODISCARD tw_status_t tw_context_set_operation_timeout(tw_context *ctx,
                                                           uint64_t timeout_ms);
 
+/* Which local interfaces a TCP listener bound to a wildcard address
+ * ("uv://0.0.0.0:0", "uv://[::]:0") may advertise to clients (its
+ * BrochureAnswer and tw_listener_url carry one concrete address; a remote
+ * client cannot use 0.0.0.0). `ifnames` is a comma list in the manner of
+ * NCCL_SOCKET_IFNAME: "eth0,ib" takes interfaces whose names start so,
+ * "=eth0" exact names, "^docker,lo" every interface but those; NULL or ""
+ * keeps the default rules: an interface that is up, not loopback, not a
+ * container bridge (docker*, br-*, virbr*, lxcbr*, cni*, flannel*, cali*,
+ * veth*), with an address that is not link-local; IPv4 first for 0.0.0.0,
+ * IPv6 first for [::]; loopback only when nothing else qualifies. `family`:
+ * 0 either, 4 IPv4 only, 6 IPv6 only. A list that names no existing
+ * interface makes tw_context_listen fail with TW_ERR_INVAL naming it.
+ * Defaults come from the environment at tw_context_create: TW_SOCKET_IFNAME
+ * (same syntax) and TW_SOCKET_FAMILY (4, 6, AF_INET, AF_INET6). Any thread;
+ * applies to listeners created after the call. TW_ERR_INVAL if ctx is NULL,
+ * family is not 0, 4 or 6, or the list is longer than 127 bytes. */
+TW_NODISCARD tw_status_t tw_context_set_socket_ifname(tw_context *ctx, const char *ifnames,
+                                                      int family);
+
 /* Listens on `num_urls` URLs ("uv://127.0.0.1:0", "tcp://[::1]:0"), one per
- * transport. The listener is owned by the caller (close, destroy). */
+ * transport. The listener is owned by the caller (close, destroy). A
+ * missing port means 0 (any); host names are refused as in
+ * tw_context_connect. A wildcard address ("uv://0.0.0.0:0", "uv://[::]:0")
+ * binds every interface and advertises one concrete address to clients
+ * (tw_context_set_socket_ifname), which tw_listener_url reports. */
 TW_NODISCARD tw_status_t tw_context_listen(tw_context *ctx, const char *const *urls,
                                            size_t num_urls, tw_listener **listener_out);
 
 /* Starts connecting a pipe to `url`. Returns at once; writes and reads may be
- * queued before the handshake completes. The pipe is owned by the caller. */
+ * queued before the handshake completes. The pipe is owned by the caller.
+ * The URL is checked before return: an unknown scheme, an unparsable
+ * address, a missing port ("uv://10.0.0.1") or a host name
+ * ("uv://myhost:80": names are not resolved, since a lookup could block) is
+ * TW_ERR_INVAL at once, with tw_last_error naming what is wrong. Addresses
+ * are IP literals: "uv://10.0.0.1:5000", "uv://[fe80::1%eth0]:5000". */
 TW_NODISCARD tw_status_t tw_context_connect(tw_context *ctx, const char *url,
                                             tw_pipe **pipe_out);
 
@@ -291,8 +319,10 @@ typedef void (*tw_accept_cb)(tw_listener *listener, tw_status_t status, const ch
  * the handshake in time (tw_context_set_handshake_timeout). */
 TW_NODISCARD tw_status_t tw_listener_accept(tw_listener *listener, tw_accept_cb cb, void *arg);
 
-/* Writes the bound URL for `transport` (a registered transport name, or NULL
- * for the first URL) into buf, e.g. "uv://127.0.0.1:43127". */
+/* Writes the URL clients should use for `transport` (a registered transport
+ * name, its kind or one of its schemes such as "tcp" for uv, or NULL for the
+ * first URL) into buf, e.g. "uv://127.0.0.1:43127": the bound address, or
+ * for a wildcard listener the address it advertises. */
 TW_NODISCARD tw_status_t tw_listener_url(tw_listener *listener, const char *transport,
                                          char *buf, size_t buflen);
 

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 
 #include "core/core.h"
 #include "platform/platform.h"
@@ -111,7 +113,8 @@ tw_status_t tw__ctx_freeze(tw_context *ctx, const char *fn)
 }
 
 tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url,
-                                tw_transport_reg **reg_out, const char **address_out)
+                                bool for_listen, tw_transport_reg **reg_out,
+                                const char **address_out)
 {
 	const char *sep = strstr(url, "://");
 	if (!sep)
@@ -135,6 +138,11 @@ tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url
 		                    "%s: no registered transport for the scheme of '%s' (register one "
 		                    "with tw_context_register_transport first)",
 		                    fn, url);
+	if (reg->ops->check_address) {
+		char detail[TW_DETAIL_MAX];
+		if (reg->ops->check_address(sep + 3, for_listen, detail, sizeof(detail)) != TW_OK)
+			return tw__api_fail(TW_ERR_INVAL, "%s: URL '%s': %s", fn, url, detail);
+	}
 	*reg_out = reg;
 	*address_out = sep + 3;
 	return TW_OK;
@@ -380,6 +388,42 @@ void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts)
 {
 	opts->connect_timeout_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
 	opts->liveness_ms = __atomic_load_n(&ctx->liveness_ms, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&ctx->mu);
+	snprintf(opts->ifname, sizeof(opts->ifname), "%s", ctx->socket_ifname);
+	opts->family = ctx->socket_family;
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+/* "4", "AF_INET", "ipv4" and the same for 6; 0 for NULL or "". */
+static int tw__ctx_parse_family(const char *s, bool *ok)
+{
+	*ok = true;
+	if (!s || !*s)
+		return 0;
+	if (!strcmp(s, "4") || !strcasecmp(s, "AF_INET") || !strcasecmp(s, "ipv4"))
+		return AF_INET;
+	if (!strcmp(s, "6") || !strcasecmp(s, "AF_INET6") || !strcasecmp(s, "ipv6"))
+		return AF_INET6;
+	*ok = false;
+	return 0;
+}
+
+tw_status_t tw_context_set_socket_ifname(tw_context *ctx, const char *ifnames, int family)
+{
+	static const char fn[] = "tw_context_set_socket_ifname";
+	tw__api_clear();
+	if (!ctx)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx must not be NULL", fn);
+	if (family != 0 && family != 4 && family != 6)
+		return tw__api_fail(TW_ERR_INVAL, "%s: family %d is not 0, 4 or 6", fn, family);
+	if (ifnames && strlen(ifnames) >= sizeof(ctx->socket_ifname))
+		return tw__api_fail(TW_ERR_INVAL, "%s: interface list of %zu bytes is too long", fn,
+		                    strlen(ifnames));
+	pthread_mutex_lock(&ctx->mu);
+	snprintf(ctx->socket_ifname, sizeof(ctx->socket_ifname), "%s", ifnames ? ifnames : "");
+	ctx->socket_family = family == 4 ? AF_INET : family == 6 ? AF_INET6 : 0;
+	pthread_mutex_unlock(&ctx->mu);
+	return TW_OK;
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -405,6 +449,20 @@ tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
 	ctx->handshake_timeout_ms = TW_DEFAULT_HANDSHAKE_TIMEOUT_MS;
 	ctx->connect_timeout_ms = TW_DEFAULT_CONNECT_TIMEOUT_MS;
 	ctx->liveness_ms = TW_DEFAULT_LIVENESS_TIMEOUT_MS;
+	/* The environment's choice of interfaces, as NCCL_SOCKET_IFNAME and
+	 * NCCL_SOCKET_FAMILY (tensorwire.h); the API overrides it. */
+	const char *env_if = getenv("TW_SOCKET_IFNAME");
+	bool fam_ok;
+	ctx->socket_family = tw__ctx_parse_family(getenv("TW_SOCKET_FAMILY"), &fam_ok);
+	if (!fam_ok || (env_if && strlen(env_if) >= sizeof(ctx->socket_ifname))) {
+		tw__free(ctx->name);
+		tw__free(ctx);
+		return tw__api_fail(TW_ERR_INVAL,
+		                    "%s: TW_SOCKET_IFNAME is too long or TW_SOCKET_FAMILY ('%s') is not "
+		                    "4, 6, AF_INET or AF_INET6",
+		                    fn, getenv("TW_SOCKET_FAMILY") ? getenv("TW_SOCKET_FAMILY") : "");
+	}
+	snprintf(ctx->socket_ifname, sizeof(ctx->socket_ifname), "%s", env_if ? env_if : "");
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->join_mu, NULL);
 	tw__list_init(&ctx->all_pipes);

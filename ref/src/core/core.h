@@ -104,6 +104,8 @@ struct tw_context {
 	uint64_t connect_timeout_ms;   /* atomic; 0: unbounded */
 	uint64_t liveness_ms;          /* atomic; 0: the system's defaults */
 	uint64_t operation_timeout_ms; /* atomic; default of new pipes, 0: none */
+	char socket_ifname[128];       /* (mu) tw_context_set_socket_ifname / TW_SOCKET_IFNAME */
+	int socket_family;             /* (mu) 0, AF_INET, AF_INET6 */
 
 	pthread_mutex_t mu;
 	/* registry: sorted by priority, highest first; frozen (mu) by the first
@@ -134,7 +136,8 @@ tw_channel_reg *tw__ctx_find_channel(tw_context *ctx, const char *name, size_t l
 /* Any thread: resolve "scheme://address" to a registration; INVAL with
  * tw_last_error set (prefixed with `fn`) if nothing matches. */
 tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url,
-                                tw_transport_reg **reg_out, const char **address_out);
+                                bool for_listen, tw_transport_reg **reg_out,
+                                const char **address_out);
 /* Any thread: freezes the registry; TW_ERR_CLOSED if the context is closing. */
 tw_status_t tw__ctx_freeze(tw_context *ctx, const char *fn);
 /* Loop thread: an object finished; maybe the context can stop. */

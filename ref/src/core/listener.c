@@ -462,11 +462,15 @@ tw_status_t tw_listener_url(tw_listener *l, const char *transport, char *buf, si
 	if (!l || !buf)
 		return tw__api_fail(TW_ERR_INVAL, "%s: listener and buf must not be NULL", fn);
 	const tw_listener_entry *e = NULL;
-	for (size_t i = 0; i < l->num_entries; i++) {
-		if (!transport || strcmp(l->entries[i].reg->name, transport) == 0) {
+	for (size_t i = 0; i < l->num_entries && !e; i++) {
+		const tw_transport_reg *reg = l->entries[i].reg;
+		/* its wire name, its kind, or a scheme of that kind ("tcp" for uv) */
+		bool match = !transport || strcmp(reg->name, transport) == 0 ||
+		             strcmp(reg->ops->kind, transport) == 0;
+		for (size_t k = 0; !match && reg->ops->schemes && reg->ops->schemes[k]; k++)
+			match = strcmp(reg->ops->schemes[k], transport) == 0;
+		if (match)
 			e = &l->entries[i];
-			break;
-		}
 	}
 	if (!e)
 		return tw__api_fail(TW_ERR_INVAL, "%s: the listener does not listen on transport '%s'", fn,
@@ -554,7 +558,7 @@ tw_status_t tw_context_listen(tw_context *ctx, const char *const *urls, size_t n
 			goto err;
 		}
 		tw_transport_reg *reg;
-		st = tw__ctx_resolve_url(ctx, fn, urls[i], &reg, &call->addresses[i]);
+		st = tw__ctx_resolve_url(ctx, fn, urls[i], true, &reg, &call->addresses[i]);
 		if (st != TW_OK)
 			goto err;
 		for (size_t k = 0; k < i; k++) {

@@ -816,6 +816,11 @@ static void tw__pipe_on_answer(tw_conn *c, tw_status_t status, const char *detai
 	char address[TW_URL_MAX];
 	memcpy(address, a.address.s, a.address.n);
 	address[a.address.n] = '\0';
+	if (p->reg == p->boot_reg && p->reg->ops->answer_address) {
+		char advertised[TW_URL_MAX];
+		memcpy(advertised, address, sizeof(advertised));
+		p->reg->ops->answer_address(p->boot, advertised, address, sizeof(address));
+	}
 	if (need_d) {
 		/* Transport changed: a replacement descriptor connection, and the
 		 * bootstrap connection is dropped (spec 3.7 step 3). */
@@ -993,7 +998,7 @@ tw_status_t tw_context_connect(tw_context *ctx, const char *url, tw_pipe **pipe_
 		return st;
 	tw_transport_reg *reg;
 	const char *address;
-	st = tw__ctx_resolve_url(ctx, fn, url, &reg, &address);
+	st = tw__ctx_resolve_url(ctx, fn, url, false, &reg, &address);
 	if (st != TW_OK)
 		return st;
 	tw_pipe *p = tw__pipe_alloc(ctx);

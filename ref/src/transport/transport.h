@@ -96,6 +96,12 @@ enum { TW_WRITE_OBJECT = 1u << 0 };
 typedef struct tw_conn_opts {
 	uint64_t connect_timeout_ms;
 	uint64_t liveness_ms;
+	/* Which local interfaces a listener bound to a wildcard address may
+	 * advertise (tensorwire.h, tw_context_set_socket_ifname): a list like
+	 * "eth0,ib" (prefixes), "^docker,lo" (all but these), "=eth0" (exact
+	 * names); "" for the default rules. family: 0, AF_INET or AF_INET6. */
+	char ifname[128];
+	int family;
 } tw_conn_opts;
 
 typedef void (*tw_conn_write_cb)(tw_conn *conn, tw_status_t status, const char *detail,
@@ -186,6 +192,17 @@ typedef struct tw_transport_ops {
 	const char *(*domain_descriptor)(tw_transport *t);
 	/* NULL means plain string equality with our own descriptor. */
 	bool (*can_communicate)(tw_transport *t, const char *remote, size_t remote_len);
+	/* Any thread, never blocks: TW_OK if `address` (transport syntax) is one
+	 * this transport can connect to (for_listen false) or listen on, else
+	 * TW_ERR_INVAL with a detail naming what is wrong. May be NULL. */
+	tw_status_t (*check_address)(const char *address, bool for_listen, char *detail,
+	                             size_t detail_len);
+	/* Loop thread: the address a client should use for its other
+	 * connections, given the one the server advertised and the client's
+	 * bootstrap connection `boot` to it (e.g. a link-local address is only
+	 * meaningful with the client's own scope). Writes it into out; may be
+	 * NULL (the advertised address as it is). */
+	void (*answer_address)(tw_conn *boot, const char *advertised, char *out, size_t out_len);
 	/* Loop thread. Binds `address` (transport syntax, e.g. "127.0.0.1:0");
 	 * accepted connections get opts->liveness_ms. */
 	tw_status_t (*listen)(tw_transport *t, const char *address, const tw_conn_opts *opts,

@@ -29,7 +29,7 @@ static int tw__tcp_parse_port(const char *p, unsigned *port)
 tw_status_t tw__tcp_addr_parse(const char *s, struct sockaddr_storage *ss, socklen_t *len_out,
                                char *detail, size_t detail_len)
 {
-	char host[TW_TCP_ADDR_MAX];
+	char host[TW_TCP_ADDR_MAX] = "";
 	unsigned port = 0;
 	const char *port_str = NULL;
 	bool v6 = false;
@@ -91,8 +91,14 @@ tw_status_t tw__tcp_addr_parse(const char *s, struct sockaddr_storage *ss, sockl
 	*len_out = sizeof(*in6);
 	return TW_OK;
 bad:
-	tw__detail(detail, detail_len,
-	           "tcp transport: bad address '%s' (want A.B.C.D:port or [v6addr]:port)", s);
+	if (s[0] != '[' && strpbrk(host, "ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ-_"))
+		tw__detail(detail, detail_len,
+		           "tcp transport: '%s' is a host name: tensorwire does not resolve names (a "
+		           "lookup would block); give an IP address (A.B.C.D:port or [v6addr]:port)",
+		           s);
+	else
+		tw__detail(detail, detail_len,
+		           "tcp transport: bad address '%s' (want A.B.C.D:port or [v6addr]:port)", s);
 	return TW_ERR_INVAL;
 }
 
@@ -106,7 +112,12 @@ void tw__tcp_addr_format(const struct sockaddr *sa, char *buf, size_t buflen)
 	} else if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
 		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-		if (in6->sin6_scope_id != 0)
+		char ifname[IF_NAMESIZE];
+		/* The scope by name, as stock writes it (a number means nothing
+		 * on another host, and stock clients cannot parse one). */
+		if (in6->sin6_scope_id != 0 && if_indextoname(in6->sin6_scope_id, ifname))
+			snprintf(buf, buflen, "[%s%%%s]:%u", host, ifname, (unsigned)ntohs(in6->sin6_port));
+		else if (in6->sin6_scope_id != 0)
 			snprintf(buf, buflen, "[%s%%%u]:%u", host, (unsigned)in6->sin6_scope_id,
 			         (unsigned)ntohs(in6->sin6_port));
 		else

@@ -18,7 +18,8 @@
 TW_NODISCARD tw_status_t tw__tcp_addr_parse(const char *s, struct sockaddr_storage *ss,
                                             socklen_t *len_out, char *detail,
                                             size_t detail_len);
-/* Formats a sockaddr as "A.B.C.D:port" or "[v6]:port" (buf >= TW_TCP_ADDR_MAX). */
+/* Formats a sockaddr as "A.B.C.D:port", "[v6]:port" or "[v6%ifname]:port"
+ * (the scope by interface name when it has one; buf >= TW_TCP_ADDR_MAX). */
 void tw__tcp_addr_format(const struct sockaddr *sa, char *buf, size_t buflen);
 
 #endif /* TW_TRANSPORT_TCP_ADDR_H */

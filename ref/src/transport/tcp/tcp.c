@@ -40,11 +40,21 @@
  * a reset still shows as POLLERR): that is the hang-up, reported once, after
  * which nothing is polled until a read is queued (the flag stays set).
  *
+ * Addresses: a listener bound to a wildcard address advertises one concrete
+ * address of this host instead (tcp_pick_advertised: the rules of
+ * tw_context_set_socket_ifname), since 0.0.0.0 in a BrochureAnswer sends a
+ * remote client to itself. An IPv6 scope is written as the interface's name.
+ * A client given a link-local address in an answer uses the scope of its
+ * bootstrap connection to the same address (tcp_answer_address): the
+ * server's interface name or index means nothing on the client's host.
+ *
  * This file must not know about nop objects, packets or pipes.
  */
 #define _GNU_SOURCE /* accept4 */
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -869,6 +879,170 @@ static tw_status_t tcp_connect(tw_transport *base, const char *address, const tw
 	return TW_OK;
 }
 
+/* ---- addresses --------------------------------------------------------------- */
+
+static tw_status_t tcp_check_address(const char *address, bool for_listen, char *detail,
+                                     size_t detail_len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	uint16_t port = ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+	                                        : ((struct sockaddr_in6 *)&ss)->sin6_port;
+	if (!for_listen && port == 0) {
+		tw__detail(detail, detail_len,
+		           "tcp transport: '%s' has no port (connecting needs one: A.B.C.D:port or "
+		           "[v6addr]:port)",
+		           address);
+		return TW_ERR_INVAL;
+	}
+	return TW_OK;
+}
+
+static void tcp_answer_address(tw_conn *boot, const char *advertised, char *out, size_t out_len)
+{
+	snprintf(out, out_len, "%s", advertised);
+	struct sockaddr_storage adv, peer;
+	socklen_t al, pl = sizeof(peer);
+	char ignored[TW_DETAIL_MAX];
+	tcp_conn *c = (tcp_conn *)boot;
+	/* The server's scope ("%eth0") may name no interface here: drop it. */
+	char bare[TW_TCP_ADDR_MAX];
+	const char *pct = strchr(advertised, '%'), *rb = pct ? strchr(pct, ']') : NULL;
+	if (pct && rb && (size_t)(pct - advertised) + strlen(rb) < sizeof(bare))
+		snprintf(bare, sizeof(bare), "%.*s%s", (int)(pct - advertised), advertised, rb);
+	else
+		snprintf(bare, sizeof(bare), "%s", advertised);
+	if (!boot || c->fd < 0 || tw__tcp_addr_parse(bare, &adv, &al, ignored, sizeof(ignored)) ||
+	    adv.ss_family != AF_INET6 ||
+	    !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)&adv)->sin6_addr) ||
+	    getpeername(c->fd, (struct sockaddr *)&peer, &pl) != 0 || peer.ss_family != AF_INET6)
+		return;
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&adv, *p6 = (struct sockaddr_in6 *)&peer;
+	if (memcmp(&a6->sin6_addr, &p6->sin6_addr, sizeof(a6->sin6_addr)) != 0)
+		return;
+	p6->sin6_port = a6->sin6_port; /* the same host, our own scope */
+	tw__tcp_addr_format((struct sockaddr *)p6, out, out_len);
+}
+
+/* Does interface `name` pass the list `spec` (tw_context_set_socket_ifname)? */
+static bool tcp_if_listed(const char *spec, const char *name, bool *named_out)
+{
+	bool exclude = spec[0] == '^';
+	const char *p = spec + exclude;
+	bool exact = p[0] == '=';
+	p += exact;
+	bool hit = false;
+	while (*p && !hit) {
+		size_t n = strcspn(p, ",");
+		hit = n > 0 && (exact ? strlen(name) == n && !memcmp(name, p, n)
+		                      : !strncmp(name, p, n));
+		p += n + (p[n] == ',');
+	}
+	if (hit)
+		*named_out = true;
+	return exclude ? !hit : hit;
+}
+
+static bool tcp_if_container(const char *name)
+{
+	static const char *const prefixes[] = { "docker", "br-", "virbr", "lxcbr", "cni",
+		                                "flannel", "cali", "veth" };
+	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+		if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+			return true;
+	return false;
+}
+
+/* The address a listener bound to a wildcard advertises (see the file
+ * comment), with `port`, into out; TW_ERR_INVAL naming the list if it
+ * matches no interface of this host. */
+static tw_status_t tcp_pick_advertised(int bound_family, uint16_t port, const tw_conn_opts *o,
+                                       char *out, size_t out_len, char *detail,
+                                       size_t detail_len)
+{
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs) != 0) {
+		char eb[128];
+		tw__detail(detail, detail_len, "tcp transport: getifaddrs: %s",
+		           tw__strerror(errno, eb, sizeof(eb)));
+		return TW_ERR_SYS;
+	}
+	const struct sockaddr *best = NULL;
+	int best_rank = 0;
+	bool named = false;
+	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		const struct sockaddr *sa = i->ifa_addr;
+		if (o->ifname[0])
+			(void)tcp_if_listed(o->ifname, i->ifa_name, &named);
+		if (!sa || !(i->ifa_flags & IFF_UP))
+			continue;
+		int fam = sa->sa_family;
+		if ((fam != AF_INET && fam != AF_INET6) || (o->family && fam != o->family) ||
+		    (bound_family == AF_INET && fam != AF_INET))
+			continue;
+		if (fam == AF_INET6 &&
+		    IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr))
+			continue;
+		if (fam == AF_INET &&
+		    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 16) == 0xa9fe)
+			continue; /* 169.254/16 */
+		bool loop = i->ifa_flags & IFF_LOOPBACK;
+		bool dummy;
+		bool ok = o->ifname[0] ? tcp_if_listed(o->ifname, i->ifa_name, &dummy)
+		                       : !loop && !tcp_if_container(i->ifa_name);
+		/* rank: a listed or ordinary interface of the preferred family
+		 * first, of the other family next, loopback last (only without a
+		 * list: a host with nothing else still serves itself) */
+		int rank = ok ? (fam == bound_family ? 4 : 3) : (!o->ifname[0] && loop ? 1 : 0);
+		if (rank > best_rank) {
+			best_rank = rank;
+			best = sa;
+		}
+	}
+	tw_status_t st = TW_OK;
+	if (o->ifname[0] && o->ifname[0] != '^' && !named) {
+		tw__detail(detail, detail_len,
+		           "tcp transport: no interface of this host matches '%s' (TW_SOCKET_IFNAME or "
+		           "tw_context_set_socket_ifname)",
+		           o->ifname);
+		st = TW_ERR_INVAL;
+	} else if (!best) {
+		tw__detail(detail, detail_len,
+		           "tcp transport: no interface passing '%s' has a usable %s address to "
+		           "advertise",
+		           o->ifname[0] ? o->ifname : "the default rules",
+		           o->family == AF_INET6 ? "IPv6" : o->family == AF_INET ? "IPv4" : "IP");
+		st = TW_ERR_INVAL;
+	} else {
+		struct sockaddr_storage ss;
+		memset(&ss, 0, sizeof(ss));
+		memcpy(&ss, best, best->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+		                                             : sizeof(struct sockaddr_in6));
+		if (ss.ss_family == AF_INET)
+			((struct sockaddr_in *)&ss)->sin_port = htons(port);
+		else
+			((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
+		tw__tcp_addr_format((struct sockaddr *)&ss, out, out_len);
+	}
+	freeifaddrs(ifs);
+	return st;
+}
+
+static bool tcp_is_wildcard(const struct sockaddr_storage *ss, uint16_t *port)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+		*port = ntohs(in->sin_port);
+		return in->sin_addr.s_addr == htonl(INADDR_ANY);
+	}
+	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+	*port = ntohs(in6->sin6_port);
+	return IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr);
+}
+
 /* ---- listener ------------------------------------------------------------- */
 
 static void tcp_listener_on_handle_closed(uv_handle_t *h)
@@ -1044,7 +1218,20 @@ static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_
 	l->arg = arg;
 	l->opts = *opts;
 	l->spare_fd = tcp_open_spare();
-	tw__tcp_addr_format((struct sockaddr *)&ss, l->address, sizeof(l->address));
+	uint16_t port;
+	if (tcp_is_wildcard(&ss, &port)) {
+		tw_status_t pst = tcp_pick_advertised(ss.ss_family, port, opts, l->address,
+		                                      sizeof(l->address), detail, detail_len);
+		if (pst != TW_OK) {
+			if (l->spare_fd >= 0)
+				close(l->spare_fd);
+			tw__free(l);
+			tw__sys_close(fd);
+			return pst;
+		}
+	} else {
+		tw__tcp_addr_format((struct sockaddr *)&ss, l->address, sizeof(l->address));
+	}
 	int rc = uv_poll_init_socket(&t->base.loop->uv, &l->poll, fd);
 	if (rc != 0) {
 		tw__detail(detail, detail_len, "tcp transport: uv_poll_init_socket for %s: %s", address,
@@ -1126,6 +1313,8 @@ const tw_transport_ops tw__tcp_transport_ops = {
 	.create = tcp_create,
 	.domain_descriptor = tcp_domain_descriptor,
 	.can_communicate = NULL,
+	.check_address = tcp_check_address,
+	.answer_address = tcp_answer_address,
 	.listen = tcp_listen,
 	.connect = tcp_connect,
 	.shutdown = NULL,
