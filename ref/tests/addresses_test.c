@@ -25,30 +25,6 @@
 #include "pair_util.h"
 #include "proc_util.h"
 
-static void send_text(tw_pipe *p, const char *text)
-{
-	tw_message m = { .metadata = text, .metadata_length = strlen(text) };
-	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
-	tu_expect(&w, TW_OK, NULL);
-	tu_once(&w);
-}
-
-static void expect_text(tw_pipe *p, const char *text)
-{
-	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	CHECK(d.desc->metadata_length == strlen(text) &&
-	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
-	tw_allocation a = { 0 };
-	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
-	tu_expect(&r, TW_OK, NULL);
-	tu_once(&d), tu_once(&r);
-}
-
 /* A's IPv6 link-local address on its link to R, e.g. "fe80::1c2:3ff:fe4:5". */
 static void link_local_of(const char *dev, char *buf, size_t len)
 {
@@ -112,8 +88,8 @@ static void server(int from, const char *listen_url)
 	tu_rec_init(&acc);
 	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
 	tu_expect(&acc, TW_OK, NULL);
-	expect_text(acc.pipe, "hello");
-	send_text(acc.pipe, "hello back");
+	tu_expect_text(acc.pipe, "hello");
+	tu_send_text(acc.pipe, "hello back");
 	tw_pipe_destroy(acc.pipe);
 	tw_listener_destroy(l);
 	CHECK_OK(tw_context_join(ctx));
@@ -157,8 +133,8 @@ static void client_round(const char *ns_var, const char *url)
 	tu_ctx(&ctx, "client");
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(ctx, url, &p));
-	send_text(p, "hello");
-	expect_text(p, "hello back");
+	tu_send_text(p, "hello");
+	tu_expect_text(p, "hello back");
 	tw_pipe_destroy(p);
 	CHECK_OK(tw_context_join(ctx));
 	tw_context_destroy(ctx);

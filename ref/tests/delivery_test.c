@@ -232,16 +232,17 @@ static void stalled_expect(stalled *s, tw_status_t want, const char *substr)
 	free(s->big);
 }
 
-/* The writer closes its pipe while its writes are queued: all get
- * TW_ERR_CLOSED. */
-static void case_queued_local_close(void)
+/* Queues the stalled writes on the client, closes one end (`close_writer`:
+ * the writer's own pipe, else the reader's, which says goodbye) and checks
+ * that every write fails with `want`. */
+static void queued_close(bool close_writer, tw_status_t want, const char *substr)
 {
 	tu_pair p = { 0 };
 	tu_pair_open(&p, NULL);
 	stalled s;
 	stalled_write(&s, p.c);
-	tw_pipe_close(p.c);
-	stalled_expect(&s, TW_ERR_CLOSED, "closed");
+	tw_pipe_close(close_writer ? p.c : p.s);
+	stalled_expect(&s, want, substr);
 	tw_pipe_destroy(p.c);
 	tw_pipe_destroy(p.s);
 	tw_listener_destroy(p.l);
@@ -251,23 +252,18 @@ static void case_queued_local_close(void)
 	tw_context_destroy(p.sctx);
 }
 
+/* The writer closes its pipe while its writes are queued: all get
+ * TW_ERR_CLOSED. */
+static void case_queued_local_close(void)
+{
+	queued_close(true, TW_ERR_CLOSED, "closed");
+}
+
 /* The reader closes its pipe (a goodbye) without reading: all writes get
  * the goodbye's TW_ERR_EOF. */
 static void case_queued_peer_close(void)
 {
-	tu_pair p = { 0 };
-	tu_pair_open(&p, NULL);
-	stalled s;
-	stalled_write(&s, p.c);
-	tw_pipe_close(p.s);
-	stalled_expect(&s, TW_ERR_EOF, "the peer closed the pipe");
-	tw_pipe_destroy(p.c);
-	tw_pipe_destroy(p.s);
-	tw_listener_destroy(p.l);
-	CHECK_OK(tw_context_join(p.cctx));
-	CHECK_OK(tw_context_join(p.sctx));
-	tw_context_destroy(p.cctx);
-	tw_context_destroy(p.sctx);
+	queued_close(false, TW_ERR_EOF, "the peer closed the pipe");
 }
 
 /* The reader is another process that never reads and is killed with

@@ -92,28 +92,6 @@ typedef struct report {
 
 
 
-static void server_send_msg(tw_pipe *p, const char *text)
-{
-	tw_message m = { .metadata = text, .metadata_length = strlen(text) };
-	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
-	tu_expect(&w, TW_OK, NULL);
-}
-
-static void expect_msg(tw_pipe *p, const char *text)
-{
-	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	CHECK(d.desc->metadata_length == strlen(text) &&
-	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
-	tw_allocation a = { 0 };
-	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
-	tu_expect(&r, TW_OK, NULL);
-}
-
 /* Commands: 'w' arm a read_descriptor on the current pipe and report its
  * outcome; 'a' accept a new pipe, read one message on it and answer;
  * 'q' quit. The first accept happens at once. */
@@ -145,8 +123,8 @@ static void server_main(peer *pp)
 			if (p)
 				tw_pipe_destroy(p);
 			p = acc.pipe;
-			expect_msg(p, "hello");
-			server_send_msg(p, "hello back");
+			tu_expect_text(p, "hello");
+			tu_send_text(p, "hello back");
 			tu_put(pp->from, "k", 1);
 		} else if (cmd == 'w') {
 			tu_rec d;
@@ -214,8 +192,8 @@ static tw_pipe *client_round(tw_context *c, peer *pp, const char *url)
 	tu_put(pp->to, "a", 1);
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(c, url, &p));
-	server_send_msg(p, "hello");
-	expect_msg(p, "hello back");
+	tu_send_text(p, "hello");
+	tu_expect_text(p, "hello back");
 	char k;
 	tu_get(pp->from, &k, 1);
 	return p;

@@ -84,6 +84,32 @@ static inline void tu_once(tu_rec *r)
 	}
 }
 
+/* Writes a metadata-only message carrying `text`; waits for TW_OK. */
+static inline void tu_send_text(tw_pipe *p, const char *text)
+{
+	tw_message m = { .metadata = text, .metadata_length = strlen(text) };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	tu_expect(&w, TW_OK, NULL);
+	tu_once(&w);
+}
+
+/* Reads the next message and checks it is a metadata-only `text`. */
+static inline void tu_expect_text(tw_pipe *p, const char *text)
+{
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->metadata_length == strlen(text) &&
+	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
+	tw_allocation a = { 0 };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	tu_once(&d), tu_once(&r);
+}
+
 static inline void tu_ctx(tw_context **ctx, const char *name)
 {
 	CHECK_OK(tw_context_create(name, ctx));

@@ -61,30 +61,6 @@ static void set_nofile(rlim_t soft)
 	CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
 }
 
-static void send_text(tw_pipe *p, const char *text)
-{
-	tw_message m = { .metadata = text, .metadata_length = strlen(text) };
-	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
-	tu_expect(&w, TW_OK, NULL);
-	tu_once(&w);
-}
-
-static void expect_text(tw_pipe *p, const char *text)
-{
-	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	CHECK(d.desc->metadata_length == strlen(text) &&
-	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
-	tw_allocation a = { 0 };
-	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
-	tu_expect(&r, TW_OK, NULL);
-	tu_once(&d), tu_once(&r);
-}
-
 /* ---- out of descriptors ----------------------------------------------------------------- */
 
 typedef struct child {
@@ -144,8 +120,8 @@ static void emfile_server(int to, int from, int spare)
 	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
 	tu_expect(&acc, TW_OK, NULL);
 	tw_pipe *kept = acc.pipe;
-	expect_text(kept, "first");
-	send_text(kept, "first back");
+	tu_expect_text(kept, "first");
+	tu_send_text(kept, "first back");
 	/* An accept stays armed through the shortage: whatever it gets must
 	 * be the client that comes after it. */
 	tu_rec acc2;
@@ -177,8 +153,8 @@ static void emfile_server(int to, int from, int spare)
 	/* What the observer heard: the refused connection, named. */
 	tu_expect_report(&rep, TW_ERR_SYS, "Too many open files", 1000);
 	/* The pipe it had still works during the shortage. */
-	expect_text(kept, "still there");
-	send_text(kept, "still here");
+	tu_expect_text(kept, "still there");
+	tu_send_text(kept, "still here");
 	set_nofile(old.rlim_cur);
 	while (nfill > 0)
 		close(fillers[--nfill]);
@@ -207,8 +183,8 @@ static void emfile_server(int to, int from, int spare)
 		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc3));
 		a = &acc3;
 	}
-	expect_text(next, "after");
-	send_text(next, "after back");
+	tu_expect_text(next, "after");
+	tu_send_text(next, "after back");
 	tu_get(to, &cmd, 1);
 	CHECK(cmd == 'q');
 	tw_pipe_destroy(next);
@@ -229,8 +205,8 @@ static void emfile(int spare)
 	tu_ctx(&ctx, "client");
 	tw_pipe *kept;
 	CHECK_OK(tw_context_connect(ctx, url, &kept));
-	send_text(kept, "first");
-	expect_text(kept, "first back");
+	tu_send_text(kept, "first");
+	tu_expect_text(kept, "first back");
 	char b;
 	tu_get(c.from, &b, 1);
 	CHECK(b == 'l');
@@ -255,14 +231,14 @@ static void emfile(int spare)
 	tw_pipe_destroy(p);
 	tu_put(c.to, "r", 1);
 	/* The pipe the server had keeps working. */
-	send_text(kept, "still there");
-	expect_text(kept, "still here");
+	tu_send_text(kept, "still there");
+	tu_expect_text(kept, "still here");
 	tu_get(c.from, &b, 1);
 	CHECK(b == 'u');
 	/* Descriptors are free again: a new client is served. */
 	CHECK_OK(tw_context_connect(ctx, url, &p));
-	send_text(p, "after");
-	expect_text(p, "after back");
+	tu_send_text(p, "after");
+	tu_expect_text(p, "after back");
 	tu_put(c.to, "q", 1);
 	child_wait(&c);
 	tw_pipe_destroy(p);
@@ -338,8 +314,8 @@ static void storm_server(int to, int from, int unused)
 		int served = 0;
 		for (int i = 0; i < STORM; i++) {
 			tu_expect(&acc[i], TW_OK, NULL);
-			expect_text(acc[i].pipe, "storm");
-			send_text(acc[i].pipe, "calm");
+			tu_expect_text(acc[i].pipe, "storm");
+			tu_send_text(acc[i].pipe, "calm");
 			served++;
 		}
 		tu_put(from, &served, sizeof(served));
