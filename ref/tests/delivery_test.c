@@ -171,6 +171,99 @@ static void case_slow_reader_writer_exited(void)
 	tu_once(&acc);
 }
 
+/* Fan-in: FAN writers, each its own context, write FAN_MSGS messages each
+ * into one consumer and close as soon as their writes said TW_OK; the
+ * consumer serves the pipes round-robin and sleeps 200 us per message (the
+ * issue's measurement lost 27798 of 32000 this way). Every message arrives,
+ * in order per pipe, then each pipe ends with TW_ERR_EOF. */
+enum { FAN = 8, FAN_MSGS = 500 };
+
+static void fan_on_written(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	if (st != TW_OK)
+		fprintf(stderr, "write failed: %s: %s\n", tw_status_name(st), detail);
+	CHECK(st == TW_OK);
+	tu_signal(arg);
+}
+
+static void case_fan_in(void)
+{
+	tw_context *s;
+	tu_ctx(&s, "consumer");
+	const char *urls[] = { "uv://127.0.0.1:0" };
+	tw_listener *l;
+	CHECK_OK(tw_context_listen(s, urls, 1, &l));
+	char url[128];
+	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	tw_context *wc[FAN];
+	tw_pipe *wp[FAN], *rp[FAN];
+	static uint8_t bufs[FAN][FAN_MSGS][64];
+	static tw_payload pays[FAN][FAN_MSGS];
+	static tw_message msgs[FAN][FAN_MSGS];
+	tu_waiter done;
+	tu_waiter_init(&done);
+	for (int k = 0; k < FAN; k++) {
+		tu_rec acc;
+		tu_rec_init(&acc);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+		tu_ctx(&wc[k], "writer");
+		CHECK_OK(tw_context_connect(wc[k], url, &wp[k]));
+		tu_expect(&acc, TW_OK, NULL);
+		rp[k] = acc.pipe;
+		for (int i = 0; i < FAN_MSGS; i++) {
+			tu_fill_at(bufs[k][i], 64, (uint64_t)k * 100000 + (uint64_t)i);
+			pays[k][i] = (tw_payload){ .data = bufs[k][i], .length = 64 };
+			msgs[k][i] = (tw_message){ .num_payloads = 1, .payloads = &pays[k][i] };
+			CHECK_OK(tw_pipe_write(wp[k], &msgs[k][i], fan_on_written, &done));
+		}
+	}
+	/* The writers leave once every write said TW_OK. */
+	tu_wait(&done, FAN * FAN_MSGS);
+	tu_waiter_destroy(&done);
+	for (int k = 0; k < FAN; k++) {
+		tw_pipe_destroy(wp[k]);
+		CHECK_OK(tw_context_join(wc[k]));
+		tw_context_destroy(wc[k]);
+	}
+	int got[FAN] = { 0 };
+	bool ended[FAN] = { false };
+	int live = FAN;
+	while (live > 0) {
+		for (int k = 0; k < FAN; k++) {
+			if (ended[k])
+				continue;
+			tu_rec d, r;
+			tu_rec_init(&d), tu_rec_init(&r);
+			CHECK_OK(tw_pipe_read_descriptor(rp[k], tu_on_desc, &d));
+			tu_wait(&d.w, 1);
+			if (d.status != TW_OK) {
+				printf("   pipe %d: %d of %d, then %s\n", k, got[k], FAN_MSGS,
+				       tw_status_name(d.status));
+				CHECK(got[k] == FAN_MSGS);
+				tu_expect(&d, TW_ERR_EOF, "the peer closed the pipe");
+				ended[k] = true;
+				live--;
+				continue;
+			}
+			uint8_t buf[64];
+			void *pb[1] = { buf };
+			tw_allocation a = { 1, pb, 0, NULL };
+			CHECK(d.desc->num_payloads == 1 && d.desc->payloads[0].length == 64);
+			CHECK_OK(tw_pipe_read(rp[k], &a, tu_on_status, &r));
+			tu_expect(&r, TW_OK, NULL);
+			CHECK(tu_hash(buf, 64) ==
+			      tu_expected_hash(64, (uint64_t)k * 100000 + (uint64_t)got[k]));
+			got[k]++;
+			usleep(200);
+		}
+	}
+	for (int k = 0; k < FAN; k++)
+		tw_pipe_destroy(rp[k]);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(s));
+	tw_context_destroy(s);
+}
+
 /* ---- writes queued behind a stalled one ---------------------------------------------------- */
 
 enum { STALL_LEN = 64 << 20, QUEUED = 4, SMALL_LEN = 1024 };
@@ -318,6 +411,7 @@ static void case_queued_peer_killed(void)
 static const tu_case cases[] = {
 	{ "slow_reader_after_close", case_slow_reader_after_close },
 	{ "slow_reader_writer_exited", case_slow_reader_writer_exited },
+	{ "fan_in", case_fan_in },
 	{ "queued_local_close", case_queued_local_close },
 	{ "queued_peer_close", case_queued_peer_close },
 	{ "queued_peer_killed", case_queued_peer_killed },
