@@ -186,6 +186,22 @@ static tw_context *client_ctx(void)
 	return c;
 }
 
+/* Every case: the server in A, then this process into B with its client
+ * context; and the orderly end of both. */
+static tw_context *both_start(peer *pp, char *url, size_t url_len)
+{
+	server_start(pp, url, url_len);
+	tu_enter_netns("TW_NS_B");
+	return client_ctx();
+}
+
+static void both_stop(peer *pp, tw_context *c)
+{
+	server_stop(pp);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+}
+
 /* A new pipe to the server carries a message each way. */
 static tw_pipe *client_round(tw_context *c, peer *pp, const char *url)
 {
@@ -211,9 +227,7 @@ static void silent(enum block_how how)
 {
 	char url[128];
 	peer pp;
-	server_start(&pp, url, sizeof(url));
-	tu_enter_netns("TW_NS_B");
-	tw_context *c = client_ctx();
+	tw_context *c = both_start(&pp, url, sizeof(url));
 	tw_pipe *p = client_round(c, &pp, url);
 	/* Pending on both sides when the link goes silent: the server's and
 	 * the client's read_descriptor, and a write the client makes after,
@@ -254,9 +268,7 @@ static void silent(enum block_how how)
 	block(how, false);
 	p = client_round(c, &pp, url);
 	tw_pipe_destroy(p);
-	server_stop(&pp);
-	CHECK_OK(tw_context_join(c));
-	tw_context_destroy(c);
+	both_stop(&pp, c);
 }
 
 static void case_silent_drop(void)
@@ -273,9 +285,7 @@ static void case_connect_dropped(void)
 {
 	char url[128];
 	peer pp;
-	server_start(&pp, url, sizeof(url));
-	tu_enter_netns("TW_NS_B");
-	tw_context *c = client_ctx();
+	tw_context *c = both_start(&pp, url, sizeof(url));
 	block(BLOCK_DROP, true);
 	uint64_t t0 = tu_now_ms();
 	tw_pipe *p;
@@ -298,18 +308,14 @@ static void case_connect_dropped(void)
 	block(BLOCK_DROP, false);
 	p = client_round(c, &pp, url);
 	tw_pipe_destroy(p);
-	server_stop(&pp);
-	CHECK_OK(tw_context_join(c));
-	tw_context_destroy(c);
+	both_stop(&pp, c);
 }
 
 static void case_stopped_peer(void)
 {
 	char url[128];
 	peer pp;
-	server_start(&pp, url, sizeof(url));
-	tu_enter_netns("TW_NS_B");
-	tw_context *c = client_ctx();
+	tw_context *c = both_start(&pp, url, sizeof(url));
 	tw_pipe *p = client_round(c, &pp, url);
 	CHECK(kill(pp.pid, SIGSTOP) == 0);
 	printf("   server (pid %d) stopped with SIGSTOP\n", (int)pp.pid);
@@ -352,9 +358,7 @@ static void case_stopped_peer(void)
 	CHECK(kill(pp.pid, SIGCONT) == 0);
 	p = client_round(c, &pp, url);
 	tw_pipe_destroy(p);
-	server_stop(&pp);
-	CHECK_OK(tw_context_join(c));
-	tw_context_destroy(c);
+	both_stop(&pp, c);
 }
 
 static const tu_case cases[] = {

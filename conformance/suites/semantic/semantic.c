@@ -320,6 +320,27 @@ static tw_outcome_t run_close_with_pending(const tw_case *c, tw_case_env *env)
 	return from_session(&s, env, rc);
 }
 
+/* The adapter has exited cleanly with every callback once. */
+static int adapter_done(tw_session *s, tw_adapter *a)
+{
+	char err[TW_REASON_MAX];
+	if (tw_adapter_finish(a, 30000, err, sizeof(err)) ||
+	    tw_adapter_check_callbacks(a, err, sizeof(err)))
+		return tw_session_fail(s, "%s", err);
+	return 0;
+}
+
+/* One side alone ends in order (its peer is gone or finished): close its
+ * pipe, shut it down, and adapter_done. */
+static int finish_one(tw_session *s, tw_adapter *a, const char *pipe)
+{
+	json_t *r = tw_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
+	json_decref(r);
+	r = r ? tw_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+	json_decref(r);
+	return r ? adapter_done(s, a) : -1;
+}
+
 /* One run of "the peer goes away while the server waits for a descriptor":
  * gracefully (close, shutdown, exit) or killed with SIGKILL. */
 static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len, char *why,
@@ -352,21 +373,10 @@ static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len
 		rc = tw_session_fail(&s, "the pending read failed with kind '%s', not an end-of-file or "
 		                         "connection-reset error (wire.md 5.6.a)", kind);
 	/* end the server in order; the client is gone (or going) */
-	if (rc == 0) {
-		char err[TW_REASON_MAX];
-		json_t *r = tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
-		                                                    s.spipe));
-		json_decref(r);
-		r = r ? tw_session_call(&s, s.server, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
-		rc = r ? 0 : -1;
-		json_decref(r);
-		if (rc == 0 && (tw_adapter_finish(s.server, 30000, err, sizeof(err)) ||
-		                tw_adapter_check_callbacks(s.server, err, sizeof(err))))
-			rc = tw_session_fail(&s, "%s", err);
-		if (rc == 0 && !kill_it && (tw_adapter_finish(s.client, 30000, err, sizeof(err)) ||
-		                            tw_adapter_check_callbacks(s.client, err, sizeof(err))))
-			rc = tw_session_fail(&s, "%s", err);
-	}
+	if (rc == 0)
+		rc = finish_one(&s, s.server, s.spipe);
+	if (rc == 0 && !kill_it)
+		rc = adapter_done(&s, s.client);
 	snprintf(why, why_len, "%s", s.reason);
 	tw_session_destroy(&s);
 	return rc;
@@ -446,23 +456,6 @@ static tw_outcome_t run_transport_priority(const tw_case *c, tw_case_env *env)
 }
 
 /* ---- the end of a pipe and liveness (issue 10) ---------------------------------------- */
-
-/* The server alone ends in order (the client is gone or finished): close its
- * pipe, shut it down, wait for a clean exit with every callback once. */
-static int finish_one(tw_session *s, tw_adapter *a, const char *pipe)
-{
-	char err[TW_REASON_MAX];
-	json_t *r = tw_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
-	json_decref(r);
-	r = r ? tw_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
-	json_decref(r);
-	if (!r)
-		return -1;
-	if (tw_adapter_finish(a, 30000, err, sizeof(err)) ||
-	    tw_adapter_check_callbacks(a, err, sizeof(err)))
-		return tw_session_fail(s, "%s", err);
-	return 0;
-}
 
 static tw_outcome_t end_session(tw_session *s, tw_case_env *env, int rc)
 {

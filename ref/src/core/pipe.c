@@ -442,17 +442,19 @@ static tw_status_t tw__pipe_verdict(const tw_pipe *p, char *detail, size_t len)
 	return p->end_status;
 }
 
-/* A client whose connections end before the server ever sent anything on
- * them was most likely dropped by the server while it set the pipe up (out
- * of descriptors: spec 5.8.d); say so. */
+/* What a client adds when the server dropped its connections before
+ * sending anything on them: most likely it was short of resources while it
+ * set the pipe up (spec 5.8.d). Before and after the BrochureAnswer alike. */
+static const char tw__pipe_dropped_hint[] =
+	"; the server dropped the connection before sending anything on it (out of file "
+	"descriptors or memory, or it died)";
+
 static void tw__pipe_verdict_hint(const tw_pipe *p, char *detail, size_t len)
 {
 	if (p->is_server || p->heard || p->goodbye_seen)
 		return;
 	size_t n = strlen(detail);
-	snprintf(detail + n, len - n,
-	         "; the server dropped the pipe's connections before sending anything on them "
-	         "(out of file descriptors or memory, or it died)");
+	snprintf(detail + n, len - n, "%s", tw__pipe_dropped_hint);
 }
 
 /* Advances an ending pipe (see the file comment): once the verdict is known
@@ -460,7 +462,7 @@ static void tw__pipe_verdict_hint(const tw_pipe *p, char *detail, size_t len)
  * the read side has handed over what the peer wrote before it left. */
 static void tw__pipe_try_end(tw_pipe *p)
 {
-	if (!p->ending || p->state != TW_PIPE_ESTABLISHED || !tw__pipe_verdict_known(p))
+	if (p->state != TW_PIPE_ESTABLISHED || !tw__pipe_verdict_known(p))
 		return;
 	char what[TW_DETAIL_MAX];
 	tw_status_t st = tw__pipe_verdict(p, what, sizeof(what));
@@ -917,10 +919,7 @@ static void tw__pipe_client_lost(tw_pipe *p, tw_status_t status, const char *wha
 		tw__pipe_timer_start(p, backoff);
 		return;
 	}
-	const char *why = connected && tw__status_is_end(status)
-	                          ? "; the server dropped the connection before answering (out of "
-	                            "file descriptors or memory, or shutting down?)"
-	                          : "";
+	const char *why = connected && tw__status_is_end(status) ? tw__pipe_dropped_hint : "";
 	if (p->attempts > 1)
 		tw__pipe_fail(p, status, "%s: %s (%u attempts)%s", what, detail, p->attempts, why);
 	else
@@ -1140,10 +1139,10 @@ void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn)
 
 /* ---- operation timeouts ------------------------------------------------------------------ */
 
-/* Sets an operation's deadline from the pipe's operation timeout (loop
- * thread, when the operation starts) and arms the timer for it. */
 static void tw__pipe_on_op_timer(uv_timer_t *t);
 
+/* Sets an operation's deadline from the pipe's operation timeout (loop
+ * thread, when the operation starts) and arms the timer for it. */
 static void tw__pipe_op_deadline(tw_pipe *p, uint64_t *deadline, uint64_t *timeout_ms)
 {
 	uint64_t ms = __atomic_load_n(&p->op_timeout_ms, __ATOMIC_RELAXED);
@@ -1339,8 +1338,10 @@ static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail
 	m->pending--;
 	if (status != TW_OK)
 		tw__pipe_out_op_failed(m, c, status, "reading a DescriptorReply", detail);
-	else if (p->state != TW_PIPE_FAILED)
-		p->heard = true, tw__pipe_take_reply(p, m, buf, len);
+	else if (p->state != TW_PIPE_FAILED) {
+		p->heard = true;
+		tw__pipe_take_reply(p, m, buf, len);
+	}
 	tw__free(buf);
 	tw__pipe_out_check_all(p);
 	tw__pipe_release(p);

@@ -102,6 +102,20 @@ bad:
 	return TW_ERR_INVAL;
 }
 
+uint16_t tw__tcp_addr_port(const struct sockaddr_storage *ss)
+{
+	return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+	                                      : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+void tw__tcp_addr_set_port(struct sockaddr_storage *ss, uint16_t port)
+{
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+}
+
 void tw__tcp_addr_format(const struct sockaddr *sa, char *buf, size_t buflen)
 {
 	char host[INET6_ADDRSTRLEN];

@@ -8,6 +8,7 @@
 #define TW_TRANSPORT_TCP_ADDR_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "tensorwire/tensorwire.h"
@@ -18,6 +19,9 @@
 TW_NODISCARD tw_status_t tw__tcp_addr_parse(const char *s, struct sockaddr_storage *ss,
                                             socklen_t *len_out, char *detail,
                                             size_t detail_len);
+/* The port of an AF_INET or AF_INET6 address, in host order; and setting it. */
+uint16_t tw__tcp_addr_port(const struct sockaddr_storage *ss);
+void tw__tcp_addr_set_port(struct sockaddr_storage *ss, uint16_t port);
 /* Formats a sockaddr as "A.B.C.D:port", "[v6]:port" or "[v6%ifname]:port"
  * (the scope by interface name when it has one; buf >= TW_TCP_ADDR_MAX). */
 void tw__tcp_addr_format(const struct sockaddr *sa, char *buf, size_t buflen);

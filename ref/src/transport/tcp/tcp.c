@@ -286,10 +286,15 @@ static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
 
 /* The liveness bound (see the file comment); best effort, like TCP_NODELAY:
  * a kernel without these options still works, only without the bound. */
-static void tcp_set_liveness(int fd, uint64_t ms)
+static void tcp_set_user_timeout(int fd, uint64_t ms)
 {
 	unsigned user = ms > UINT32_MAX ? UINT32_MAX : (unsigned)ms;
 	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+}
+
+static void tcp_set_liveness(int fd, uint64_t ms)
+{
+	tcp_set_user_timeout(fd, ms);
 	int on = ms > 0;
 	(void)tw__sys_setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
 	if (!on)
@@ -857,9 +862,7 @@ static tw_status_t tcp_connect(tw_transport *base, const char *address, const tw
 	}
 	tcp_set_nodelay(fd);
 	/* The SYNs' bound; the liveness bound replaces it once connected. */
-	unsigned user = opts->connect_timeout_ms > UINT32_MAX ? UINT32_MAX
-	                                                      : (unsigned)opts->connect_timeout_ms;
-	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
+	tcp_set_user_timeout(fd, opts->connect_timeout_ms);
 	int rc = tw__sys_connect(fd, (struct sockaddr *)&ss, sl);
 	int err = rc == 0 ? 0 : errno;
 	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TCP_OPEN : TCP_CONNECTING, peer, opts, detail,
@@ -889,9 +892,7 @@ static tw_status_t tcp_check_address(const char *address, bool for_listen, char 
 	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
 	if (st != TW_OK)
 		return st;
-	uint16_t port = ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-	                                        : ((struct sockaddr_in6 *)&ss)->sin6_port;
-	if (!for_listen && port == 0) {
+	if (!for_listen && tw__tcp_addr_port(&ss) == 0) {
 		tw__detail(detail, detail_len,
 		           "tcp transport: '%s' has no port (connecting needs one: A.B.C.D:port or "
 		           "[v6addr]:port)",
@@ -927,7 +928,8 @@ static void tcp_answer_address(tw_conn *boot, const char *advertised, char *out,
 	tw__tcp_addr_format((struct sockaddr *)p6, out, out_len);
 }
 
-/* Does interface `name` pass the list `spec` (tw_context_set_socket_ifname)? */
+/* Does interface `name` pass the list `spec` (tw_context_set_socket_ifname)?
+ * *named_out is set when the list names it (included or excluded). */
 static bool tcp_if_listed(const char *spec, const char *name, bool *named_out)
 {
 	bool exclude = spec[0] == '^';
@@ -975,8 +977,7 @@ static tw_status_t tcp_pick_advertised(int bound_family, uint16_t port, const tw
 	bool named = false;
 	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
 		const struct sockaddr *sa = i->ifa_addr;
-		if (o->ifname[0])
-			(void)tcp_if_listed(o->ifname, i->ifa_name, &named);
+		bool listed = o->ifname[0] && tcp_if_listed(o->ifname, i->ifa_name, &named);
 		if (!sa || !(i->ifa_flags & IFF_UP))
 			continue;
 		int fam = sa->sa_family;
@@ -990,9 +991,7 @@ static tw_status_t tcp_pick_advertised(int bound_family, uint16_t port, const tw
 		    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 16) == 0xa9fe)
 			continue; /* 169.254/16 */
 		bool loop = i->ifa_flags & IFF_LOOPBACK;
-		bool dummy;
-		bool ok = o->ifname[0] ? tcp_if_listed(o->ifname, i->ifa_name, &dummy)
-		                       : !loop && !tcp_if_container(i->ifa_name);
+		bool ok = o->ifname[0] ? listed : !loop && !tcp_if_container(i->ifa_name);
 		/* rank: a listed or ordinary interface of the preferred family
 		 * first, of the other family next, loopback last (only without a
 		 * list: a host with nothing else still serves itself) */
@@ -1021,26 +1020,18 @@ static tw_status_t tcp_pick_advertised(int bound_family, uint16_t port, const tw
 		memset(&ss, 0, sizeof(ss));
 		memcpy(&ss, best, best->sa_family == AF_INET ? sizeof(struct sockaddr_in)
 		                                             : sizeof(struct sockaddr_in6));
-		if (ss.ss_family == AF_INET)
-			((struct sockaddr_in *)&ss)->sin_port = htons(port);
-		else
-			((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
+		tw__tcp_addr_set_port(&ss, port);
 		tw__tcp_addr_format((struct sockaddr *)&ss, out, out_len);
 	}
 	freeifaddrs(ifs);
 	return st;
 }
 
-static bool tcp_is_wildcard(const struct sockaddr_storage *ss, uint16_t *port)
+static bool tcp_is_wildcard(const struct sockaddr_storage *ss)
 {
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-		*port = ntohs(in->sin_port);
-		return in->sin_addr.s_addr == htonl(INADDR_ANY);
-	}
-	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-	*port = ntohs(in6->sin6_port);
-	return IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr);
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
 }
 
 /* ---- listener ------------------------------------------------------------- */
@@ -1063,7 +1054,9 @@ static int tcp_open_spare(void)
 
 /* Out of descriptors with a connection waiting (see the file comment):
  * gives up the spare descriptor to accept it and resets it at once. True if
- * a connection was refused this way (the caller reports it and goes on). */
+ * a connection was refused this way (the caller reports it and goes on).
+ * Plain system calls, not the tw__sys_ wrappers: a fault point injecting
+ * EMFILE here would fail the very accept that answers EMFILE. */
 static bool tcp_listener_refuse_one(tcp_listener *l, char *peer, size_t peer_len)
 {
 	if (l->spare_fd < 0)
@@ -1218,10 +1211,10 @@ static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_
 	l->arg = arg;
 	l->opts = *opts;
 	l->spare_fd = tcp_open_spare();
-	uint16_t port;
-	if (tcp_is_wildcard(&ss, &port)) {
-		tw_status_t pst = tcp_pick_advertised(ss.ss_family, port, opts, l->address,
-		                                      sizeof(l->address), detail, detail_len);
+	if (tcp_is_wildcard(&ss)) {
+		tw_status_t pst = tcp_pick_advertised(ss.ss_family, tw__tcp_addr_port(&ss), opts,
+		                                      l->address, sizeof(l->address), detail,
+		                                      detail_len);
 		if (pst != TW_OK) {
 			if (l->spare_fd >= 0)
 				close(l->spare_fd);
