@@ -174,8 +174,16 @@ static void op_free(op *o)
 
 static void cmd_hello(json_int_t id)
 {
+	/* The mutation suite's build (TW_ADAPTER_MUTANTS) says which seeded
+	 * defect it runs with, so every report shows it. */
+	char version[128] = TW_VERSION_STRING;
+#ifdef TW_ADAPTER_MUTANTS
+	const char *mut = getenv("TW_MUTANT");
+	snprintf(version, sizeof(version), "%s+mutant.%s", TW_VERSION_STRING,
+	         mut && *mut ? mut : "none");
+#endif
 	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[s],s:[s]}", "impl", "tensorwire",
-	                                  "version", TW_VERSION_STRING, "protocol",
+	                                  "version", version, "protocol",
 	                                  TW_AGENT_PROTOCOL_VERSION, "transports", "uv", "channels",
 	                                  "basic"));
 }

@@ -211,6 +211,7 @@ struct tw_listener {
 	uint64_t next_id;       /* registration ids, per listener (spec 3.8) */
 	tw_registration *regs;
 	size_t num_regs, cap_regs;
+	bool mut_dead;          /* mutant listener_dies_on_bad_hello only */
 };
 
 void tw__listener_unref(tw_listener *l);
@@ -424,6 +425,7 @@ struct tw_pipe {
 	tw_list out_msgs;           /* writes whose callback has not run */
 	tw_list in_msgs;            /* reads whose callbacks have not all run */
 	tw_in_msg *d_busy;          /* its descriptor is on D or awaits read() */
+	tw_in_msg *mut_held_desc;   /* mutant descriptor_cb_late only (platform/mutant.h) */
 
 	tw_established_cb est_cb;   /* set by the arming thread before posting */
 	void *est_arg;

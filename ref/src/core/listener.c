@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 
@@ -83,6 +84,8 @@ static void tw__listener_deliver_accept(void *arg)
 	tw_accept_req *req = arg;
 	tw_listener *l = req->listener;
 	req->cb(l, req->status, req->status == TW_OK ? "" : req->detail, req->pipe, req->arg);
+	if (TW_MUTANT("accept_cb_twice") && req->status == TW_OK)
+		req->cb(l, req->status, "", req->pipe, req->arg);
 	tw__free(req);
 	l->inflight--;
 	tw__listener_maybe_finish(l);
@@ -222,6 +225,8 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 	char dd[TW_DETAIL_MAX] = "";
 	tw_status_t st = tw__wire_decode_packet(buf, (size_t)len, &pkt, &used, dd, sizeof(dd));
 	if (st != TW_OK) {
+		if (TW_MUTANT("listener_dies_on_bad_hello"))
+			l->mut_dead = true;
 		tw__listener_report(l, st, "listener: bad hello from %s: %s", hw->peer, dd);
 		conn->ops->close(conn);
 		goto out;
@@ -245,6 +250,8 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 		for (i = 0; i < l->num_regs; i++)
 			if (l->regs[i].id == pkt.registration_id)
 				break;
+		if (i == l->num_regs && TW_MUTANT("registration_unchecked"))
+			break; /* the connection stays open, unanswered */
 		if (i == l->num_regs) {
 			tw__listener_report(l, TW_ERR_PROTO,
 			                    "listener: RequestedConnection from %s has unknown "
@@ -254,11 +261,14 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 			break;
 		}
 		tw_registration r = l->regs[i];
-		l->regs[i] = l->regs[--l->num_regs];
+		if (!TW_MUTANT("registration_reusable"))
+			l->regs[i] = l->regs[--l->num_regs];
 		tw__pipe_on_requested(r.pipe, r.slot, conn);
 		break;
 	}
 	default:
+		if (TW_MUTANT("empty_variant_kept"))
+			break;
 		tw__listener_report(l, TW_ERR_PROTO,
 		                    "listener: hello from %s is an empty Packet variant (index -1)",
 		                    hw->peer);
@@ -284,6 +294,10 @@ static void tw__listener_on_conn(tw_tlistener *tl, tw_status_t status, const cha
 	}
 	if (status != TW_OK) {
 		tw__listener_report(l, status, "listener: %s", detail);
+		return;
+	}
+	if (TW_MUTANT("listener_dies_on_bad_hello") && l->mut_dead) {
+		conn->ops->close(conn);
 		return;
 	}
 	tw_hello_wait *hw = tw__calloc(1, sizeof(*hw));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 bool tw__device_valid(const tw_device *d)
@@ -162,6 +163,8 @@ tw_status_t tw__out_msg_new(const char *fn, const tw_message *msg, tw_out_msg **
 	memset(&wd, 0, sizeof(wd));
 	wd.metadata.s = (char *)m->msg.metadata;
 	wd.metadata.n = m->msg.metadata_length;
+	if (TW_MUTANT("metadata_truncated_at_nul")) /* metadata taken for a C string */
+		wd.metadata.n = strnlen(wd.metadata.s, wd.metadata.n);
 	wd.num_payloads = msg->num_payloads;
 	wd.payloads = wp;
 	wd.num_tensors = msg->num_tensors;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 static void tw__wdev(tw_wire_device *dst, const tw_device *src)
@@ -124,7 +125,8 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 		tw__detail(detail, detail_len, "out of memory selecting channels");
 		return TW_ERR_NOMEM;
 	}
-	for (size_t i = 0; i < ctx->num_channels; i++) {
+	for (size_t j = 0; j < ctx->num_channels; j++) {
+		size_t i = TW_MUTANT("channel_priority_ignored") ? ctx->num_channels - 1 - j : j;
 		tw_channel_reg *creg = &ctx->channels[i];
 		const tw_wire_channel_devices *rc = NULL;
 		for (size_t k = 0; k < num_remote && !rc; k++)
@@ -231,7 +233,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 
 	/* Transport: ours by priority, that we listen on, that the peer offers
 	 * with an equal domain descriptor (spec 3.5). */
-	for (size_t i = 0; i < ctx->num_transports && !entry; i++) {
+	for (size_t j = 0; j < ctx->num_transports && !entry; j++) {
+		size_t i = TW_MUTANT("transport_priority_ignored") ? ctx->num_transports - 1 - j : j;
 		tw_transport_reg *reg = &ctx->transports[i];
 		tw_listener_entry *e = tw__listener_entry_for(l, reg);
 		if (!e)

@@ -63,6 +63,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 static void tw__pipe_pump_writes(tw_pipe *p);
@@ -162,6 +163,10 @@ static void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 	bool was_established = p->state == TW_PIPE_ESTABLISHED;
 	p->state = TW_PIPE_FAILED;
 	p->err = status;
+	if (TW_MUTANT("proto_as_sys") && status == TW_ERR_PROTO)
+		p->err = TW_ERR_SYS;
+	if (TW_MUTANT("closed_as_eof") && status == TW_ERR_CLOSED)
+		p->err = TW_ERR_EOF;
 	p->d_busy = NULL; /* no more Descriptor reads; the message may go soon */
 	char what[TW_DETAIL_MAX];
 	va_list ap;
@@ -319,6 +324,11 @@ static void tw__pipe_on_goodbye_written(tw_conn *c, tw_status_t status, const ch
 /* The goodbye is a zero-length frame on R (spec 8.2.b). */
 static void tw__pipe_send_goodbye(tw_pipe *p)
 {
+	if (TW_MUTANT("goodbye_omitted")) {
+		tw__conn_close(&p->r_goodbye);
+		tw__pipe_timer_close(p);
+		return;
+	}
 	static const uint8_t nothing;
 	tw_iov iov = { &nothing, 0 };
 	tw_status_t st =
@@ -429,7 +439,7 @@ static tw_status_t tw__pipe_verdict(const tw_pipe *p, char *detail, size_t len)
 {
 	if (p->goodbye_seen) {
 		tw__detail(detail, len, "the peer closed the pipe (it said goodbye)");
-		return TW_ERR_EOF;
+		return TW_MUTANT("eof_as_reset") ? TW_ERR_CONNRESET : TW_ERR_EOF;
 	}
 	if (p->ext_goodbye) {
 		tw__detail(detail, len,
@@ -473,7 +483,8 @@ static void tw__pipe_try_end(tw_pipe *p)
 		tw__detail(p->wr_detail, sizeof(p->wr_detail), "%s: %s", p->label, what);
 		tw__pipe_out_check_all(p);
 	}
-	if ((p->d_ended && !tw__pipe_receiving(p)) || tw__pipe_read_broken(p) || p->d_stalled)
+	if ((p->d_ended && !tw__pipe_receiving(p)) || tw__pipe_read_broken(p) || p->d_stalled ||
+	    TW_MUTANT("data_dropped_at_end"))
 		tw__pipe_fail(p, st, "%s", what);
 }
 
@@ -519,6 +530,8 @@ static void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, con
 		tw__pipe_fail(p, status, "%s: %s", what, detail);
 		return;
 	}
+	if (TW_MUTANT("peer_death_ignored"))
+		return;
 	tw__pipe_start_end(p, status, what, detail);
 	if (c && c == p->d)
 		p->d_ended = true;
@@ -1087,6 +1100,8 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 	p->inflight++; /* this step */
 	/* The handshake's bound (spec 3.8.e), from the hello on. */
 	p->handshake_ms = __atomic_load_n(&ctx->handshake_timeout_ms, __ATOMIC_RELAXED);
+	if (TW_MUTANT("handshake_timeout_ignored"))
+		p->handshake_ms = 0;
 	if (p->handshake_ms > 0)
 		tw__pipe_timer_start(p, p->handshake_ms);
 	/* The watch is what notices a client that leaves after the answer
@@ -1105,6 +1120,8 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn)
 {
 	if (p->state != TW_PIPE_SERVER_CONNS) {
+		if (TW_MUTANT("registration_reusable"))
+			return; /* a duplicate is kept open, unanswered */
 		conn->ops->close(conn);
 		return;
 	}
@@ -1148,7 +1165,7 @@ static void tw__pipe_op_deadline(tw_pipe *p, uint64_t *deadline, uint64_t *timeo
 	uint64_t ms = __atomic_load_n(&p->op_timeout_ms, __ATOMIC_RELAXED);
 	*timeout_ms = ms;
 	*deadline = 0;
-	if (ms == 0 || p->state == TW_PIPE_FAILED)
+	if (ms == 0 || p->state == TW_PIPE_FAILED || TW_MUTANT("operation_timeout_ignored"))
 		return;
 	uint64_t now = uv_now(&p->ctx->loop.uv);
 	*deadline = now + ms;
@@ -1211,11 +1228,36 @@ tw_status_t tw_pipe_set_operation_timeout(tw_pipe *p, uint64_t timeout_ms)
 
 /* ---- writing messages ---------------------------------------------------------------- */
 
+#ifdef TW_MUTANTS
+/* Where a mutant's early callback leaves the real one. */
+static void tw__mutant_write_cb(tw_pipe *p, tw_status_t status, const char *detail, void *arg)
+{
+	(void)p;
+	(void)status;
+	(void)detail;
+	(void)arg;
+}
+
+static void tw__mutant_read_cb(tw_pipe *p, tw_status_t status, const char *detail, void *arg)
+{
+	(void)p;
+	(void)status;
+	(void)detail;
+	(void)arg;
+}
+#else
+#define tw__mutant_write_cb NULL
+#define tw__mutant_read_cb NULL
+#endif
+
 static void tw__pipe_deliver_write(void *arg)
 {
 	tw_out_msg *m = arg;
 	tw_pipe *p = m->pipe;
-	m->cb(p, m->status, m->status == TW_OK ? "" : m->detail, m->arg);
+	if (!(TW_MUTANT("write_cb_never") && m->status == TW_OK))
+		m->cb(p, m->status, m->status == TW_OK ? "" : m->detail, m->arg);
+	if (TW_MUTANT("write_cb_twice"))
+		m->cb(p, m->status, m->status == TW_OK ? "" : m->detail, m->arg);
 	tw__out_msg_free(m);
 	tw__pipe_release(p);
 	tw__pipe_unref(p); /* the write call's reference */
@@ -1239,7 +1281,7 @@ static void tw__pipe_out_check_all(tw_pipe *p)
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
 		if (m->pending > 0)
 			continue;
-		if (dead && m->status == TW_OK) {
+		if (dead && m->status == TW_OK && !TW_MUTANT("write_error_swallowed")) {
 			m->status = dead_st;
 			snprintf(m->detail, sizeof(m->detail), "%s", dead_detail);
 			m->done = true;
@@ -1303,7 +1345,7 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 		tw__pipe_out_op_failed(m, NULL, st, "bad DescriptorReply", dd);
 		return;
 	}
-	if (r.num_target_devices != m->num_untargeted) {
+	if (r.num_target_devices != m->num_untargeted && !TW_MUTANT("descriptor_reply_unchecked")) {
 		tw__detail(dd, sizeof(dd), "it lists %zu devices for %zu tensors without a target device",
 		           r.num_target_devices, m->num_untargeted);
 		tw__wire_descriptor_reply_free(&r);
@@ -1314,6 +1356,10 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		if (m->tensors[i].has_target_device)
 			continue;
+		if (k >= r.num_target_devices) { /* only with descriptor_reply_unchecked */
+			m->targets[i] = m->tensors[i].source_device;
+			continue;
+		}
 		const tw_wire_device *wd = &r.target_devices[k++];
 		if (wd->type.n == 0 || wd->type.n >= TW_DEVICE_TYPE_MAX) {
 			tw__detail(dd, sizeof(dd), "targetDevices[%zu].type has %zu bytes", k - 1, wd->type.n);
@@ -1438,7 +1484,8 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 		return st;
 	m->pending++;
 	p->inflight++;
-	for (size_t i = 0; i < m->msg.num_payloads; i++) {
+	for (size_t j = 0; j < m->msg.num_payloads; j++) {
+		size_t i = TW_MUTANT("payloads_reordered") ? m->msg.num_payloads - 1 - j : j;
 		tw_iov piov = { m->payloads[i].data, m->payloads[i].length };
 		st = p->d->ops->write(p->d, &piov, 1, 0, tw__pipe_on_out_written, m);
 		if (st != TW_OK)
@@ -1467,7 +1514,7 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 	m->state = TW_OUT_SENDING;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		const tw_tensor *t = &m->tensors[i];
-		if (t->length == 0)
+		if (t->length == 0 && !TW_MUTANT("zero_length_tensor_framed"))
 			continue; /* no channel traffic at all (spec 3.10) */
 		const tw_pipe_pair *pp = tw__pipe_find_pair(p, &t->source_device, &m->targets[i]);
 		if (!pp) {
@@ -1518,6 +1565,13 @@ static void tw__pipe_pump_writes(tw_pipe *p)
 			continue;
 		if (m->state != TW_OUT_READY)
 			break;
+		if (TW_MUTANT("tensors_reordered") && it->next != &p->out_msgs) {
+			/* the next message's tensors overtake this one's */
+			tw_out_msg *n = TW_CONTAINER_OF(it->next, tw_out_msg, link);
+			if (n->state == TW_OUT_READY && n->status == TW_OK &&
+			    tw__pipe_send_tensors(p, n) != TW_OK)
+				return;
+		}
 		if (tw__pipe_send_tensors(p, m) != TW_OK)
 			return;
 	}
@@ -1528,6 +1582,10 @@ static void tw__pipe_do_write(void *arg)
 {
 	tw_out_msg *m = arg;
 	tw_pipe *p = m->pipe;
+	if (TW_MUTANT("write_cb_early")) {
+		m->cb(p, TW_OK, "", m->arg); /* before a byte left */
+		m->cb = tw__mutant_write_cb;
+	}
 	tw__list_push_back(&p->out_msgs, &m->link);
 	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
 	if (p->state == TW_PIPE_FAILED)
@@ -1566,6 +1624,8 @@ static void tw__pipe_deliver_desc(void *arg)
 	tw_pipe *p = m->pipe;
 	bool ok = m->status == TW_OK;
 	m->desc_cb(p, m->status, ok ? "" : m->detail, ok ? &m->view : NULL, m->desc_arg);
+	if (TW_MUTANT("descriptor_cb_twice"))
+		m->desc_cb(p, m->status, ok ? "" : m->detail, ok ? &m->view : NULL, m->desc_arg);
 	if (!ok) {
 		/* No descriptor: nothing more will happen to this message. */
 		tw__list_remove(&m->link);
@@ -1602,7 +1662,8 @@ static void tw__pipe_in_check(tw_in_msg *m)
 		return;
 	/* A descriptor that will never come. */
 	if (!m->desc_cb_fired && p->state == TW_PIPE_FAILED &&
-	    (m->state == TW_IN_WANT_DESC || m->state == TW_IN_DESC_POSTED)) {
+	    (m->state == TW_IN_WANT_DESC || m->state == TW_IN_DESC_POSTED) &&
+	    !(TW_MUTANT("close_cb_never") && p->err == TW_ERR_CLOSED)) {
 		tw__pipe_in_take_error(m);
 		m->desc_cb_fired = true;
 		p->inflight++;
@@ -1712,6 +1773,10 @@ static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *d
 	pthread_mutex_unlock(&p->ctx->mu);
 	m->desc_cb_fired = true;
 	p->inflight++;
+	if (TW_MUTANT("descriptor_cb_late")) {
+		p->mut_held_desc = m; /* delivered when the next read_descriptor comes */
+		goto out;
+	}
 	tw__loop_defer(&p->ctx->loop, &m->desc_dfr, tw__pipe_deliver_desc, m);
 out:
 	tw__free(buf);
@@ -1745,6 +1810,11 @@ static void tw__pipe_do_read_descriptor(void *arg)
 {
 	tw_in_msg *m = arg;
 	tw_pipe *p = m->pipe;
+	if (p->mut_held_desc) {
+		tw_in_msg *h = p->mut_held_desc;
+		p->mut_held_desc = NULL;
+		tw__loop_defer(&p->ctx->loop, &h->desc_dfr, tw__pipe_deliver_desc, h);
+	}
 	tw__list_push_back(&p->in_msgs, &m->link);
 	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
 	if (p->state == TW_PIPE_FAILED)
@@ -1781,6 +1851,10 @@ static void tw__pipe_do_read(void *arg)
 {
 	tw_in_msg *m = arg;
 	tw_pipe *p = m->pipe;
+	if (TW_MUTANT("read_cb_early") && p->state != TW_PIPE_FAILED) {
+		m->read_cb(p, TW_OK, "", m->read_arg); /* before the bytes are in */
+		m->read_cb = tw__mutant_read_cb;
+	}
 	m->read_requested = true;
 	m->state = TW_IN_READING;
 	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);

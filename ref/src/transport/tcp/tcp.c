@@ -66,6 +66,7 @@
 
 #include "core/error.h"
 #include "platform/fault.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 #include "transport/tcp/addr.h"
 #include "transport/tcp/tcp.h"
@@ -545,14 +546,15 @@ static void tcp_drive_reads(tcp_conn *c)
 			}
 			uint64_t len = tw__frame_uv_header_get(c->rbuf + c->rpos);
 			c->rpos += TCP_HEADER;
-			if (op->kind == TCP_OP_READ_INTO && len != op->len) {
+			if (op->kind == TCP_OP_READ_INTO && len != op->len &&
+			    !TW_MUTANT("frame_length_unchecked")) {
 				tcp_fail(c, TW_ERR_PROTO,
 				         "tcp transport: frame from %s has %llu bytes where %llu were expected",
 				         c->peer, (unsigned long long)len, (unsigned long long)op->len);
 				return;
 			}
 			if (op->kind == TCP_OP_READ_ALLOC) {
-				if (len > op->max) {
+				if (len > op->max && !TW_MUTANT("frame_limit_unchecked")) {
 					tcp_fail(c, TW_ERR_PROTO,
 					         "tcp transport: frame from %s has %llu bytes, more than the "
 					         "limit of %llu",

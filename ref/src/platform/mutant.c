@@ -1,0 +1,79 @@
+/*
+ * mutant.c - the switch behind TW_MUTANT() (see mutant.h). TW_MUTANT is read
+ * once; an unknown name aborts the process with a message naming it, so the
+ * mutation suite never mistakes a typo for a surviving defect. Compiled in
+ * every build (it is tiny), consulted only where TW_MUTANTS is defined.
+ */
+#include "platform/mutant.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every TW_MUTANT("...") of the library; conformance/mutants/mutants.list
+ * describes each one. */
+static const char *const tw__mutants[] = {
+	"accept_cb_twice",
+	"channel_priority_ignored",
+	"close_cb_never",
+	"closed_as_eof",
+	"data_dropped_at_end",
+	"descriptor_cb_late",
+	"descriptor_cb_twice",
+	"descriptor_reply_unchecked",
+	"empty_variant_kept",
+	"eof_as_reset",
+	"frame_length_unchecked",
+	"frame_limit_unchecked",
+	"goodbye_omitted",
+	"handshake_timeout_ignored",
+	"listener_dies_on_bad_hello",
+	"metadata_truncated_at_nul",
+	"operation_timeout_ignored",
+	"payloads_reordered",
+	"peer_death_ignored",
+	"proto_as_sys",
+	"read_cb_early",
+	"registration_reusable",
+	"registration_unchecked",
+	"tensors_reordered",
+	"transport_priority_ignored",
+	"write_cb_early",
+	"write_cb_never",
+	"write_cb_twice",
+	"write_error_swallowed",
+	"zero_length_tensor_framed",
+	NULL,
+};
+
+static const char *active;
+static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+
+static void tw__mutant_read(void)
+{
+	const char *env = getenv("TW_MUTANT");
+	if (!env || !*env)
+		return;
+	for (size_t i = 0; tw__mutants[i]; i++) {
+		if (!strcmp(tw__mutants[i], env)) {
+			active = tw__mutants[i];
+			fprintf(stderr, "tensorwire: mutant '%s' is switched on (test-only build)\n",
+			        active);
+			return;
+		}
+	}
+	fprintf(stderr, "tensorwire: TW_MUTANT='%s' names no mutant of this build\n", env);
+	abort();
+}
+
+bool tw__mutant(const char *name)
+{
+	pthread_once(&active_once, tw__mutant_read);
+	return active && !strcmp(active, name);
+}
+
+const char *const *tw__mutant_names(void)
+{
+	return tw__mutants;
+}
