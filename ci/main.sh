@@ -6,7 +6,11 @@
 # passes what. RDMA-capable programs run on simverbs, the default fabric
 # (simverbs-run puts its libibverbs/librdmacm first on the library path).
 #
-# Reports go to out/: conformance.tap, conformance.junit.xml, conformance.json.
+# Then the mutation suite: the same suites against each seeded defect of the
+# reference (conformance/mutants/), with the score at the end.
+#
+# Reports go to out/: conformance.tap, conformance.junit.xml, conformance.json,
+# mutation.tap, mutation.md.
 # Extra arguments go to tensorwire-conform (e.g. --large, --strict, --case GLOB).
 # Exit status: the runner's (0 = every required case passed or is a profiled
 # exception of that implementation; 1 = a required case failed).
@@ -26,6 +30,18 @@ set +e
 "${launcher[@]}" build/release/conformance/tensorwire-conform \
   --junit out/conformance.junit.xml --json out/conformance.json "$@" | tee out/conformance.tap
 rc=${PIPESTATUS[0]}
+# The harness judged: every seeded defect of conformance/mutants/mutants.list
+# must be killed by some case (tensorwire issue 17); the score is printed and
+# written to out/mutation.md.
+"${launcher[@]}" build/release/conformance/tensorwire-conform \
+  --mutants conformance/mutants/mutants.list --mutation-report out/mutation.md \
+  | tee out/mutation.tap
+mrc=${PIPESTATUS[0]}
 set -e
-echo "main.sh: reports in out/ (TAP, JUnit, JSON); runner exit status $rc"
+grep -h "mutation score" out/mutation.tap || true
+echo "main.sh: reports in out/ (TAP, JUnit, JSON, mutation.md); runner exit status $rc," \
+     "mutation suite $mrc"
+if [ "$rc" -eq 0 ] && [ "$mrc" -ne 0 ] && [ "$mrc" -ne 77 ]; then
+  rc=$mrc
+fi
 exit "$rc"

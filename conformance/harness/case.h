@@ -56,6 +56,9 @@ struct tw_case {
 	unsigned accepts;        /* outcomes accepted besides PASS (TW_ACCEPTS(TW_SKIP)...) */
 	int timeout_s;
 	bool pairwise;           /* run for every ordered pair of IUTs */
+	bool cross;              /* also with the reference implementation as the peer, in
+	                            both roles (iut->iut, iut->ref, ref->iut); the case
+	                            reads env->peer_cmd for the server side */
 	bool large;              /* only with --large (multi-GiB) */
 	tw_outcome_t (*run)(const tw_case *c, tw_case_env *env);
 	const void *arg;         /* case-specific data */

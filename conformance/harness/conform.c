@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "case.h"
+#include "mutation.h"
 #include "profile.h"
 #include "report.h"
 #include "session.h"
@@ -39,6 +40,9 @@
 #endif
 #ifndef TW_IUT_STOCK
 #define TW_IUT_STOCK "unavailable:built without the stock TensorPipe adapter"
+#endif
+#ifndef TW_IUT_MUTANT
+#define TW_IUT_MUTANT "unavailable:built without the mutant adapter (tw-iut-mutant)"
 #endif
 #ifndef TW_PROFILES_DIR
 #define TW_PROFILES_DIR "conformance/profiles"
@@ -60,8 +64,14 @@ typedef struct options {
 	int niuts;
 	bool strict, large, verbose, list, uncovered;
 	const char *junit, *json;
-	const char *profiles, *spec;
+	const char *profiles[MAX_SEL]; /* [0] the built-in directory, then --profiles */
+	int nprofiles;
+	const char *spec;
 	double timeout_scale;
+	int wait_ms;       /* --wait-s: bound on any single wait (0: half the case's timeout) */
+	tw_iut_info ref;   /* the reference implementation of cross and pairwise runs */
+	bool no_ref;       /* --reference none */
+	tw_mutation_opts mut;
 } options;
 
 static void usage(FILE *f)
@@ -87,6 +97,10 @@ static void usage(FILE *f)
 	"                        ours=%s\n"
 	"                        stock=%s\n"
 	"  --large             also the multi-GiB interop cases (need ~10 GiB of memory)\n"
+	"  --reference NAME=CMD  the reference implementation that cross cases (the\n"
+	"                      semantic suite) and pairwise cases (interop) also pair each\n"
+	"                      IUT with, in both roles; default ours (above); 'none' pairs\n"
+	"                      an IUT with itself only\n"
 	"  --list              print the selected cases (id, level, section, description)\n"
 	"                      and exit\n"
 	"  --uncovered         print every section of spec/*.md that states a MUST and has\n"
@@ -94,10 +108,15 @@ static void usage(FILE *f)
 	"\n"
 	"judging:\n"
 	"  --strict            a SKIP counts as a FAIL (nothing may be left unchecked)\n"
-	"  --profiles DIR      known exceptions, DIR/<impl>.profile (default %s):\n"
-	"                      a listed failure becomes XFAIL(reason), reported, not hidden\n"
+	"  --profiles DIR      more known exceptions, DIR/<impl>.profile, added to the\n"
+	"                      built-in ones (%s). Repeatable. A listed failure\n"
+	"                      becomes XFAIL(reason), reported, not hidden; every report\n"
+	"                      names the profile files each IUT was judged with. A\n"
+	"                      missing DIR or a malformed line is an error naming it.\n"
 	"  --timeout-scale X   multiply every case's timeout by X (slow machines,\n"
 	"                      sanitizer builds)\n"
+	"  --wait-s N          bound any single wait for an event to N seconds (default:\n"
+	"                      half the case's timeout); --mutants defaults to 20\n"
 	"\n"
 	"reports:\n"
 	"  stdout              TAP version 13 as cases finish, then the summary matrix\n"
@@ -108,6 +127,18 @@ static void usage(FILE *f)
 	"                      impl, version), transport, channel, required_failure\n"
 	"  --verbose           show every case's log in the TAP stream, not only failures'\n"
 	"  --spec DIR          where spec/*.md live, for --uncovered (default %s)\n"
+	"\n"
+	"mutation (the harness judged, tensorwire issue 17):\n"
+	"  --mutants FILE      run the selected suites against each seeded defect of FILE\n"
+	"                      (conformance/mutants/mutants.list) instead of the IUTs: a\n"
+	"                      mutant is killed by a case that fails with it and passes\n"
+	"                      without it. Exit 1 if any mutant survives every case.\n"
+	"  --mutant-adapter CMD  the adapter built on the mutant library (default\n"
+	"                      tw-iut-mutant next to this runner)\n"
+	"  --mutants-only LIST   only these mutants (comma-separated)\n"
+	"  --mutants-full      run every case for every mutant (the kill matrix), instead\n"
+	"                      of stopping at the first kill\n"
+	"  --mutation-report FILE  the score and each mutant's killing cases, Markdown\n"
 	"\n"
 	"outcomes: PASS, FAIL, SKIP(reason), XFAIL(reason), ERROR (the harness could not\n"
 	"carry the case out), TIMEOUT. A MUST case that ends FAIL, ERROR or TIMEOUT (or\n"
@@ -280,6 +311,8 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 	self[sl] = '\0';
 	int timeout_s = (int)(c->timeout_s * opt->timeout_scale);
 	int wait_ms = timeout_s * 1000 / 2; /* any single wait: half the case's time */
+	if (opt->wait_ms > 0 && opt->wait_ms < wait_ms)
+		wait_ms = opt->wait_ms;
 	char iutarg[4096], peerarg[4096], waitarg[32];
 	snprintf(iutarg, sizeof(iutarg), "%s=%s", r->iut->name, r->iut->cmd);
 	if (r->peer)
@@ -382,6 +415,38 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 				r->outcome = (tw_outcome_t)o;
 	}
 	r->log = log;
+}
+
+/* The runner's state for run_one (mutation.h's tw_run_fn). */
+typedef struct run_ctx {
+	const options *opt;
+} run_ctx;
+
+static void run_one(void *ctx, tw_result *r)
+{
+	run_child(((run_ctx *)ctx)->opt, r->c, r);
+}
+
+/* The runs of this invocation, grown as needed. */
+typedef struct runs {
+	tw_result *v;
+	int n, cap;
+	bool oom;
+} runs;
+
+static void runs_add(runs *rl, const tw_case *c, const tw_iut_info *iut, const tw_iut_info *peer)
+{
+	if (rl->n == rl->cap) {
+		int cap = rl->cap ? 2 * rl->cap : 64;
+		tw_result *v = realloc(rl->v, (size_t)cap * sizeof(*v));
+		if (!v) {
+			rl->oom = true;
+			return;
+		}
+		rl->v = v;
+		rl->cap = cap;
+	}
+	rl->v[rl->n++] = (tw_result){.c = c, .iut = iut, .peer = peer};
 }
 
 /* ---- spec coverage ------------------------------------------------------------------------- */
@@ -500,8 +565,10 @@ int main(int argc, char **argv)
 	static char ours_buf[PATH_MAX], stock_buf[PATH_MAX];
 	const char *child = NULL, *child_iut = NULL, *child_peer = NULL;
 	int child_wait = 60000;
-	opt.profiles = TW_PROFILES_DIR;
+	static char mut_buf[PATH_MAX], ref_buf[PATH_MAX];
+	opt.profiles[opt.nprofiles++] = TW_PROFILES_DIR;
 	opt.spec = TW_SPEC_DIR;
+	const char *ref_arg = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		bool has = i + 1 < argc;
@@ -550,8 +617,26 @@ int main(int argc, char **argv)
 			opt.junit = argv[++i];
 		} else if (!strcmp(a, "--json") && has) {
 			opt.json = argv[++i];
-		} else if (!strcmp(a, "--profiles") && has) {
-			opt.profiles = argv[++i];
+		} else if (!strcmp(a, "--profiles") && has && opt.nprofiles < MAX_SEL) {
+			opt.profiles[opt.nprofiles++] = argv[++i];
+		} else if (!strcmp(a, "--reference") && has) {
+			ref_arg = argv[++i];
+		} else if (!strcmp(a, "--wait-s") && has) {
+			opt.wait_ms = atoi(argv[++i]) * 1000;
+			if (opt.wait_ms <= 0) {
+				fprintf(stderr, "tensorwire-conform: --wait-s wants a positive number\n");
+				return 2;
+			}
+		} else if (!strcmp(a, "--mutants") && has) {
+			opt.mut.list = argv[++i];
+		} else if (!strcmp(a, "--mutant-adapter") && has) {
+			opt.mut.adapter = argv[++i];
+		} else if (!strcmp(a, "--mutants-only") && has) {
+			opt.mut.only = argv[++i];
+		} else if (!strcmp(a, "--mutants-full")) {
+			opt.mut.full = true;
+		} else if (!strcmp(a, "--mutation-report") && has) {
+			opt.mut.report = argv[++i];
 		} else if (!strcmp(a, "--spec") && has) {
 			opt.spec = argv[++i];
 		} else if (!strcmp(a, "--timeout-scale") && has) {
@@ -570,8 +655,10 @@ int main(int argc, char **argv)
 
 	int nall;
 	const tw_case *const *all = tw_cases_all(&nall);
-	const tw_case *sel[256];
+	const tw_case **sel = calloc((size_t)nall + 1, sizeof(*sel));
 	int nsel = 0;
+	if (!sel)
+		return 2;
 	for (int i = 0; i < nall; i++)
 		if (selected(&opt, all[i]))
 			sel[nsel++] = all[i];
@@ -587,6 +674,59 @@ int main(int argc, char **argv)
 		printf("%d case(s)\n", nsel);
 		return 0;
 	}
+	/* the reference of cross and pairwise runs */
+	if (ref_arg && !strcmp(ref_arg, "none")) {
+		opt.no_ref = true;
+	} else if (ref_arg) {
+		const char *eq = strchr(ref_arg, '=');
+		if (!eq || eq == ref_arg || (size_t)(eq - ref_arg) >= sizeof(opt.ref.name)) {
+			fprintf(stderr, "tensorwire-conform: --reference wants NAME=CMD or none\n");
+			return 2;
+		}
+		snprintf(opt.ref.name, sizeof(opt.ref.name), "%.*s", (int)(eq - ref_arg), ref_arg);
+		opt.ref.cmd = eq + 1;
+	} else {
+		snprintf(opt.ref.name, sizeof(opt.ref.name), "ours");
+		opt.ref.cmd = default_cmd(TW_IUT_OURS, ref_buf, sizeof(ref_buf));
+	}
+	if (!opt.no_ref) {
+		probe_iut(&opt.ref);
+		char err[512];
+		tw_profile *rp = opt.ref.available ? tw_profile_load(opt.profiles, opt.nprofiles,
+		                                                     opt.ref.impl, err, sizeof(err))
+		                                   : NULL;
+		if (opt.ref.available && !rp) {
+			fprintf(stderr, "tensorwire-conform: %s\n", err);
+			return 2;
+		}
+		snprintf(opt.ref.profile, sizeof(opt.ref.profile), "%s", tw_profile_sources(rp));
+		tw_profile_free(rp);
+		fprintf(stderr, "tensorwire-conform: reference %s: %s %s%s%s\n", opt.ref.name,
+		        opt.ref.impl, opt.ref.version, opt.ref.available ? "" : " - ", opt.ref.why);
+	}
+	if (opt.mut.list) {
+		if (!opt.mut.adapter)
+			opt.mut.adapter = default_cmd(TW_IUT_MUTANT, mut_buf, sizeof(mut_buf));
+		/* a mutant that never calls back is killed after this long, not after
+		 * half the case's timeout; the baseline runs under the same bound */
+		if (opt.wait_ms == 0)
+			opt.wait_ms = 20000;
+		const char *why;
+		if (tw_cmd_unavailable(opt.mut.adapter, &why)) {
+			printf("# mutation suite skipped: %s\n", why);
+			return EXIT_SKIP;
+		}
+		if (opt.no_ref || !opt.ref.available) {
+			fprintf(stderr, "tensorwire-conform: --mutants needs the unmutated reference "
+			                "(ours): %s\n", opt.no_ref ? "--reference none" : opt.ref.why);
+			return 2;
+		}
+		setvbuf(stderr, NULL, _IOLBF, 0);
+		run_ctx rc = {.opt = &opt};
+		int st = tw_mutation_run(&opt.mut, sel, nsel, &opt.ref, run_one, &rc);
+		free(sel);
+		return st;
+	}
 	if (opt.niuts == 0) {
 		snprintf(opt.iuts[0].name, sizeof(opt.iuts[0].name), "ours");
 		opt.iuts[0].cmd = default_cmd(TW_IUT_OURS, ours_buf, sizeof(ours_buf));
@@ -594,43 +734,78 @@ int main(int argc, char **argv)
 		opt.iuts[1].cmd = default_cmd(TW_IUT_STOCK, stock_buf, sizeof(stock_buf));
 		opt.niuts = 2;
 	}
-	tw_profile *profiles[MAX_IUTS] = {NULL};
+	/* every IUT and the reference, each with its profile */
+	tw_iut_info *who[MAX_IUTS + 1];
+	tw_profile *profiles[MAX_IUTS + 1] = {NULL};
+	int nwho = 0;
+	tw_iut_info *ref = NULL;
 	for (int i = 0; i < opt.niuts; i++) {
 		probe_iut(&opt.iuts[i]);
-		fprintf(stderr, "tensorwire-conform: IUT %s: %s %s%s%s\n", opt.iuts[i].name,
-		        opt.iuts[i].impl, opt.iuts[i].version, opt.iuts[i].available ? "" : " - ",
-		        opt.iuts[i].why);
+		who[nwho++] = &opt.iuts[i];
+		if (!opt.no_ref && !ref && !strcmp(opt.iuts[i].cmd, opt.ref.cmd))
+			ref = &opt.iuts[i];
+	}
+	if (!opt.no_ref && !ref) {
+		ref = &opt.ref;
+		who[nwho++] = ref;
+	}
+	for (int i = 0; i < nwho; i++) {
 		char err[512];
-		if (opt.iuts[i].available &&
-		    !(profiles[i] = tw_profile_load(opt.profiles, opt.iuts[i].impl, err, sizeof(err)))) {
+		if (who[i]->available &&
+		    !(profiles[i] = tw_profile_load(opt.profiles, opt.nprofiles, who[i]->impl, err,
+		                                    sizeof(err)))) {
 			fprintf(stderr, "tensorwire-conform: %s\n", err);
 			return 2;
 		}
+		snprintf(who[i]->profile, sizeof(who[i]->profile), "%s", tw_profile_sources(profiles[i]));
+		fprintf(stderr, "tensorwire-conform: %s %s: %s %s, judged with profile %s%s%s\n",
+		        who[i] == ref && i >= opt.niuts ? "reference" : "IUT", who[i]->name,
+		        who[i]->impl, who[i]->version, who[i]->profile,
+		        who[i]->available ? "" : " - ", who[i]->why);
 	}
 
-	/* the runs: each case for each IUT, pairwise cases for each ordered pair */
-	int nruns = 0;
-	for (int i = 0; i < nsel; i++)
-		nruns += sel[i]->pairwise ? opt.niuts * opt.niuts : opt.niuts;
-	tw_result *rs = calloc((size_t)nruns + 1, sizeof(*rs));
-	if (!rs)
-		return 2;
-	int k = 0;
+	/* the runs: each case for each IUT; pairwise cases for each ordered pair
+	 * of IUTs and, both ways, with the reference; cross cases for each IUT
+	 * with itself and, both ways, with the reference */
+	runs rl = {0};
 	for (int i = 0; i < nsel; i++) {
-		if (!sel[i]->pairwise) {
+		const tw_case *c = sel[i];
+		if (c->pairwise) {
+			for (int a = 0; a < opt.niuts; a++) /* mixed pairs first, then each with itself */
+				for (int b = 0; b < opt.niuts; b++)
+					if (a != b)
+						runs_add(&rl, c, &opt.iuts[a], &opt.iuts[b]);
+			for (int a = 0; ref == &opt.ref && a < opt.niuts; a++) {
+				runs_add(&rl, c, &opt.iuts[a], ref);
+				runs_add(&rl, c, ref, &opt.iuts[a]);
+			}
 			for (int a = 0; a < opt.niuts; a++)
-				rs[k++] = (tw_result){.c = sel[i], .iut = &opt.iuts[a]};
-			continue;
+				runs_add(&rl, c, &opt.iuts[a], &opt.iuts[a]);
+		} else if (c->cross) {
+			for (int a = 0; a < opt.niuts; a++) {
+				runs_add(&rl, c, &opt.iuts[a], &opt.iuts[a]);
+				if (ref && ref != &opt.iuts[a]) {
+					runs_add(&rl, c, &opt.iuts[a], ref);
+					runs_add(&rl, c, ref, &opt.iuts[a]);
+				}
+			}
+		} else {
+			for (int a = 0; a < opt.niuts; a++)
+				runs_add(&rl, c, &opt.iuts[a], NULL);
 		}
-		for (int a = 0; a < opt.niuts; a++) /* mixed pairs first, then each with itself */
-			for (int b = 0; b < opt.niuts; b++)
-				if (a != b)
-					rs[k++] = (tw_result){.c = sel[i], .iut = &opt.iuts[a], .peer = &opt.iuts[b]};
-		for (int a = 0; a < opt.niuts; a++)
-			rs[k++] = (tw_result){.c = sel[i], .iut = &opt.iuts[a], .peer = &opt.iuts[a]};
 	}
+	if (rl.oom) {
+		fprintf(stderr, "tensorwire-conform: out of memory\n");
+		return 2;
+	}
+	tw_result *rs = rl.v;
+	int nruns = rl.n;
 	tw_tap_plan(stdout, nruns);
+	for (int i = 0; i < nwho; i++)
+		printf("# %s %s: %s %s; profile: %s\n", i >= opt.niuts ? "reference" : "IUT",
+		       who[i]->name, who[i]->impl, who[i]->version, who[i]->profile);
 	int ran = 0, required_failures = 0;
+	run_ctx rctx = {.opt = &opt};
 	for (int i = 0; i < nruns; i++) {
 		tw_result *r = &rs[i];
 		char why[512];
@@ -643,30 +818,30 @@ int main(int argc, char **argv)
 			r->outcome = TW_SKIP;
 			snprintf(r->reason, sizeof(r->reason), "%s", why);
 		} else {
-			run_child(&opt, r->c, r);
+			run_one(&rctx, r);
 			ran++;
 		}
-		/* profiles: a known failure of either IUT involved becomes XFAIL */
+		/* profiles: a known failure of either implementation involved becomes XFAIL */
 		if (r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT) {
-			for (int p = 0; p < opt.niuts; p++) {
-				if (&opt.iuts[p] != r->iut && &opt.iuts[p] != r->peer)
+			for (int p = 0; p < nwho; p++) {
+				if (who[p] != r->iut && who[p] != r->peer)
 					continue;
 				const char *x = tw_profile_find(profiles[p], r->c->id);
 				if (x) {
 					char was[1024];
 					snprintf(was, sizeof(was), "%s", r->reason);
 					snprintf(r->reason, sizeof(r->reason), "%s profile: %s (observed: %.600s)",
-					         opt.iuts[p].impl, x, was);
+					         who[p]->impl, x, was);
 					r->outcome = TW_XFAIL;
 					break;
 				}
 			}
 		} else if (r->outcome == TW_PASS) {
-			for (int p = 0; p < opt.niuts; p++)
-				if ((&opt.iuts[p] == r->iut || &opt.iuts[p] == r->peer) &&
+			for (int p = 0; p < nwho; p++)
+				if ((who[p] == r->iut || who[p] == r->peer) &&
 				    tw_profile_find(profiles[p], r->c->id))
 					fprintf(stderr, "tensorwire-conform: note: %s passes now; its %s profile "
-					                "exception can go\n", r->c->id, opt.iuts[p].impl);
+					                "exception can go\n", r->c->id, who[p]->impl);
 		}
 		if (opt.strict && r->outcome == TW_SKIP) {
 			char was[1024];
@@ -713,8 +888,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nruns; i++)
 		free(rs[i].log);
 	free(rs);
-	for (int i = 0; i < opt.niuts; i++)
+	for (int i = 0; i < nwho; i++)
 		tw_profile_free(profiles[i]);
+	free(sel);
 	if (rc)
 		return rc;
 	if (ran == 0 && !opt.strict) {

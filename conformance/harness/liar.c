@@ -15,6 +15,10 @@
  *   wrong-channel    "info" reports channel "mpt"
  *   crash            the first "read" request kills the adapter and the liar
  *                    with SIGABRT
+ *   slow             no lie: every event is held back a random 0-50 ms before
+ *                    it is relayed (a slow implementation, for the flake hunt
+ *                    of tensorwire issue 17: a case's verdict must not depend
+ *                    on timing; seed on stderr, TW_LIAR_SEED sets it)
  *
  * It must never be used outside these self-tests.
  */
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -35,6 +40,7 @@ static int child_in = -1;
 static pid_t child;
 static const char *fault;
 static int done_once;
+static unsigned slow_seed;
 
 static void *pump_stdin(void *arg)
 {
@@ -69,6 +75,11 @@ static int lie(json_t *m)
 {
 	const char *ev = json_string_value(json_object_get(m, "event"));
 	bool ok = json_is_true(json_object_get(m, "ok"));
+	if (!strcmp(fault, "slow")) {
+		if (ev)
+			usleep((useconds_t)(rand_r(&slow_seed) % 50001));
+		return 1;
+	}
 	if (done_once || !ok)
 		return 1;
 	if (!strcmp(fault, "corrupt-read") && ev && !strcmp(ev, "read")) {
@@ -105,7 +116,7 @@ static int lie(json_t *m)
 int main(int argc, char **argv)
 {
 	static const char *const faults[] = {"corrupt-read", "wrong-target", "double-event",
-	                                     "drop-event", "wrong-channel", "crash"};
+	                                     "drop-event", "wrong-channel", "crash", "slow"};
 	bool known = false;
 	if (argc >= 2)
 		for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
@@ -115,6 +126,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fault = argv[1];
+	const char *seed = getenv("TW_LIAR_SEED");
+	slow_seed = seed ? (unsigned)strtoul(seed, NULL, 10) : (unsigned)getpid() ^ (unsigned)time(NULL);
+	if (!strcmp(fault, "slow"))
+		fprintf(stderr, "tw-agent-liar: slow: events held 0-50 ms, seed %u\n", slow_seed);
 	int in[2], out[2];
 	if (pipe(in) || pipe(out)) {
 		perror("tw-agent-liar: pipe");

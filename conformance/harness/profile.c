@@ -5,15 +5,19 @@
 #include "profile.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct tw_profile {
 	size_t n;
 	char **glob;
 	char **reason;
+	char sources[2048]; /* the files read, ", "-separated */
 };
 
 static char *trim(char *s)
@@ -26,18 +30,14 @@ static char *trim(char *s)
 	return s;
 }
 
-tw_profile *tw_profile_load(const char *dir, const char *impl, char *err, unsigned long errlen)
+/* Adds the exceptions of one file; -1 with err naming file and line. */
+static int profile_read(tw_profile *p, const char *path, char *err, unsigned long errlen)
 {
-	tw_profile *p = calloc(1, sizeof(*p));
-	char path[4096];
-	if (!p) {
-		snprintf(err, errlen, "profile: out of memory");
-		return NULL;
-	}
-	snprintf(path, sizeof(path), "%s/%s.profile", dir, impl);
 	FILE *f = fopen(path, "r");
-	if (!f)
-		return p; /* no exceptions */
+	if (!f) {
+		snprintf(err, errlen, "profile %s: %s", path, strerror(errno));
+		return -1;
+	}
 	char *line = NULL;
 	size_t cap = 0;
 	int lineno = 0;
@@ -73,16 +73,50 @@ tw_profile *tw_profile_load(const char *dir, const char *impl, char *err, unsign
 		p->n++;
 		continue;
 bad:
-		snprintf(err, errlen, "%s:%d: expected '<case glob> XFAIL <reason> -- <link>'", path,
-		         lineno);
+		snprintf(err, errlen, "profile %s:%d: expected '<case glob> XFAIL <reason> -- <link>'",
+		         path, lineno);
 		free(line);
 		fclose(f);
-		tw_profile_free(p);
-		return NULL;
+		return -1;
 	}
 	free(line);
 	fclose(f);
+	size_t l = strlen(p->sources);
+	snprintf(p->sources + l, sizeof(p->sources) - l, "%s%s", l ? ", " : "", path);
+	return 0;
+}
+
+tw_profile *tw_profile_load(const char *const *dirs, int ndirs, const char *impl, char *err,
+                            unsigned long errlen)
+{
+	tw_profile *p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, errlen, "profile: out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < ndirs; i++) {
+		char path[4096];
+		struct stat st;
+		if (stat(dirs[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
+			snprintf(err, errlen, "profile directory %s: %s", dirs[i],
+			         stat(dirs[i], &st) != 0 ? strerror(errno) : "not a directory");
+			tw_profile_free(p);
+			return NULL;
+		}
+		snprintf(path, sizeof(path), "%s/%s.profile", dirs[i], impl);
+		if (access(path, F_OK) != 0)
+			continue; /* this directory has nothing for impl */
+		if (profile_read(p, path, err, errlen)) {
+			tw_profile_free(p);
+			return NULL;
+		}
+	}
 	return p;
+}
+
+const char *tw_profile_sources(const tw_profile *p)
+{
+	return p && p->sources[0] ? p->sources : "none";
 }
 
 const char *tw_profile_find(const tw_profile *p, const char *id)

@@ -15,9 +15,16 @@
 
 typedef struct tw_profile tw_profile;
 
-/* Loads dir/<impl>.profile. A missing file is an empty profile; a malformed
- * line is an error (NULL, reason in err). */
-tw_profile *tw_profile_load(const char *dir, const char *impl, char *err, unsigned long errlen);
+/* Loads <dir>/<impl>.profile from every directory in dirs that has one
+ * (the built-in directory first, then the user's) and merges them. A
+ * directory that does not exist, and a malformed line, are errors naming the
+ * directory or the file and line (NULL, reason in err). No file anywhere is
+ * an empty profile. */
+tw_profile *tw_profile_load(const char *const *dirs, int ndirs, const char *impl, char *err,
+                            unsigned long errlen);
+
+/* The files a profile was read from (", "-separated), or "none". */
+const char *tw_profile_sources(const tw_profile *p);
 
 /* The exception for case `id` ("reason -- link"), or NULL. */
 const char *tw_profile_find(const tw_profile *p, const char *id);

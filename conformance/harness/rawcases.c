@@ -163,6 +163,15 @@ static void describe_event(const json_t *ev, char *buf, size_t len)
 	         json_string_value(json_object_get(e, "text")) ?: "");
 }
 
+/* The kind of the accepted pipe's first failed operation. */
+static void note_kind(ctx *c, const json_t *ev)
+{
+	if (c->o->pipe_kind[0] || json_is_true(json_object_get(ev, "ok")))
+		return;
+	snprintf(c->o->pipe_kind, sizeof(c->o->pipe_kind), "%s",
+	         json_string_value(json_object_get(json_object_get(ev, "error"), "kind")) ?: "?");
+}
+
 static bool alive(ctx *c)
 {
 	int st;
@@ -218,6 +227,7 @@ static void observe(ctx *c, int ms, bool stop_at_read)
 			char d[200];
 			describe_event(ev, d, sizeof(d));
 			snprintf(c->o->pipe, sizeof(c->o->pipe), "read_descriptor: %s", d);
+			note_kind(c, ev);
 			if (json_is_true(json_object_get(ev, "ok")) && c->want_read) {
 				json_t *r = call(c->a, json_pack("{s:s,s:s}", "cmd", "read", "pipe", c->spipe));
 				if (r) {
@@ -233,6 +243,7 @@ static void observe(ctx *c, int ms, bool stop_at_read)
 			describe_event(ev, d, sizeof(d));
 			size_t l = strlen(c->o->pipe);
 			snprintf(c->o->pipe + l, sizeof(c->o->pipe) - l, "; read: %s", d);
+			note_kind(c, ev);
 			if (json_is_true(json_object_get(ev, "ok")))
 				check_read_sums(c, ev);
 			c->read_id = -1; /* reported */
@@ -419,6 +430,20 @@ static int send_truncated_descriptor(ctx *c)
 	return frame(c, fd, d, sizeof(d));
 }
 
+static int send_huge_descriptor(ctx *c)
+{
+	static const unsigned char hdr[] = {0, 0, 0, 0, 0, 0, 0, 0x40}; /* 2^62 */
+	int fd = raw_open(c);
+	if (fd < 0 || hello(c, fd, "hugedesc") ||
+	    handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	if (tw_raw_send(fd, hdr, sizeof(hdr), errbuf, sizeof(errbuf))) {
+		notef(c, "%.250s", errbuf);
+		return -1;
+	}
+	return 0;
+}
+
 static int send_payload_mismatch(ctx *c)
 {
 	/* Descriptor{"", [Payload{8, ""}], []}, then a 9-byte payload frame */
@@ -526,73 +551,78 @@ static int send_registration_timeout(ctx *c)
 const tw_raw_case tw_raw_cases[] = {
 	{"close_before_hello", "5.4 (5.4.a)", true,
 	 "TCP connect, then close without sending anything", send_close_before_hello, NULL,
-	 "listener-dies", NULL, 0},
+	 "listener-dies", NULL, 0, NULL},
 	{"bad_type_byte", "5.2 (5.2.c)", true, "hello frame ff ff ff ff ff (no such nop type)",
-	 send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0},
+	 send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0, NULL},
 	{"bad_variant_index", "5.2 (5.2.c)", true,
 	 "hello with Packet variant index 2 (b8 02 b9 01 00)", send_bad_variant, NULL, "crash",
-	 "Unexpected Variant Type", 0},
+	 "Unexpected Variant Type", 0, NULL},
 	{"empty_variant", "3.3 (3.3.e)", true, "hello = the empty variant (b8 ff be)",
-	 send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0},
+	 send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0, NULL},
 	{"unknown_registration_id", "3.8 (3.8.b)", true,
 	 "RequestedConnection{12345}, an id never handed out", send_unknown_id,
-	 "connection-dropped", "connection-dropped", NULL, 0},
+	 "connection-dropped", "connection-dropped", NULL, 0, NULL},
 	{"truncated_hello", "5.2 (5.2.c)", true,
 	 "hello whose string length runs past the frame (b8 00 b9 01 bd 40)", send_truncated_hello,
-	 NULL, "crash", "Read Limit Reached", 0},
+	 NULL, "crash", "Read Limit Reached", 0, NULL},
 	/* Under AddressSanitizer the allocation is refused by ASan's allocator
 	 * (which aborts) before std::bad_alloc could be thrown. */
 	{"huge_length_prefix", "5.3 (5.3.a), wire.md 2.2 (2.2.b, 2.2.c)", true, "uv length prefix 2^62", send_huge_length,
 	 NULL, "crash",
 	 "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
-	 "allocation size", 0},
+	 "allocation size", 0, NULL},
 	{"silent_mid_header", "3.3 (3.3.f)", true,
 	 "4 of the 8 bytes of a frame header, then silence (connection kept open)",
-	 send_silent_mid_header, NULL, "ignored", NULL, 0},
+	 send_silent_mid_header, NULL, "ignored", NULL, 0, NULL},
 	{"silent_mid_body", "3.3 (3.3.f)", true,
 	 "a frame header announcing 64 bytes, 6 of them, then silence (connection kept open)",
-	 send_silent_mid_body, NULL, "ignored", NULL, 0},
+	 send_silent_mid_body, NULL, "ignored", NULL, 0, NULL},
 	{"trailing_junk", "1.12 (1.12.a)", true,
 	 "hello followed by 4 junk bytes in the same frame, then a normal handshake and an empty "
 	 "message",
-	 send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0},
+	 send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL},
 	{"no_common_transport", "3.5 (3.5.b)", true, "Brochure offering only ibv",
-	 send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0},
+	 send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0, NULL},
 	{"no_channels", "3.5 (3.5.c)", true, "Brochure with no channels, then an empty message",
-	 send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0},
+	 send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL},
 	{"unknown_names", "3.5 (3.5.d)", true,
 	 "Brochure with an unknown transport (zz) and channel (yy) besides uv and basic, then an "
 	 "empty message: the answer must pick uv and basic only",
-	 send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0},
+	 send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL},
 	{"reused_registration_id", "3.8 (3.8.b)", true,
 	 "after a handshake, a second connection with the descriptor-reply id already used, then "
 	 "an empty message on the first",
-	 send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0},
+	 send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL},
 	{"truncated_descriptor", "5.2 (5.2.a)", true,
 	 "after the handshake, Descriptor frame b9 03 bd 01", send_truncated_descriptor,
-	 "pipe-failed", "crash", "Read Limit Reached", 0},
+	 "pipe-failed", "crash", "Read Limit Reached", 0, "proto"},
+	{"huge_descriptor_length", "5.3 (5.3.a), wire.md 2.2 (2.2.b)", true,
+	 "after the handshake, a Descriptor frame whose length prefix says 2^62 bytes",
+	 send_huge_descriptor, "pipe-failed", "crash",
+	 "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
+	 "allocation size", 0, "proto"},
 	{"payload_length_mismatch", "5.5 (5.5.a), wire.md 3.10 (3.10.c), wire.md 2.2 (2.2.d)", true,
 	 "Descriptor announcing an 8-byte payload, then a 9-byte frame", send_payload_mismatch,
-	 "pipe-failed", "crash", "Expected readLength_", 0},
+	 "pipe-failed", "crash", "Expected readLength_", 0, "proto"},
 	{"tensor_length_mismatch", "4.2 (4.2.a)", true,
 	 "Descriptor announcing a 16-byte tensor, then a 17-byte frame on the basic channel",
-	 send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0},
+	 send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"},
 	{"descriptor_reply", "3.11 (3.11.a)", true,
 	 "Descriptor with a tensor that has a target device and one that has none: the IUT must "
 	 "answer DescriptorReply [cpu:0] on the reply connection, then receive both tensors",
-	 send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0},
+	 send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0, NULL},
 	{"close_after_answer", "5.4 (5.4.a)", true,
 	 "client closes the bootstrap connection right after the BrochureAnswer",
-	 send_close_after_answer, NULL, "pipe-pending", NULL, 0},
+	 send_close_after_answer, NULL, "pipe-pending", NULL, 0, NULL},
 	{"close_after_answer_noticed", "5.6 (5.6.b)", false,
 	 "client closes the bootstrap connection right after the BrochureAnswer: the server pipe "
 	 "should fail rather than wait forever",
-	 send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0},
+	 send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0, NULL},
 	{"registration_timeout", "3.8 (3.8.e)", false,
 	 "hello and Brochure, then nothing: the requested connections never come (the bootstrap "
 	 "connection stays open); with the IUT's handshake timeout set to 2 s the server pipe "
 	 "should fail within 5 s",
-	 send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000},
+	 send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000, NULL},
 };
 const int tw_raw_num_cases = (int)(sizeof(tw_raw_cases) / sizeof(tw_raw_cases[0]));
 
@@ -824,6 +854,9 @@ bool tw_raw_case_robust(const tw_raw_case *rc, const tw_raw_obs *o, char *why, s
 	else if (rc->robust_class && strcmp(o->klass, rc->robust_class) != 0)
 		snprintf(why, whylen, "outcome '%s', expected '%s' (accept: %s; pipe: %s)", o->klass,
 		         rc->robust_class, o->accept[0] ? o->accept : "-", o->pipe[0] ? o->pipe : "-");
+	else if (rc->robust_kind && o->pipe_kind[0] && strcmp(o->pipe_kind, rc->robust_kind) != 0)
+		snprintf(why, whylen, "the pipe failed with kind '%s', the spec asks for '%s' (%s)",
+		         o->pipe_kind, rc->robust_kind, o->pipe);
 	else
 		return true;
 	return false;

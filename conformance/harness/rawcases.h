@@ -25,6 +25,7 @@ typedef struct tw_raw_obs {
 	char stderr_line[256];/* the most telling stderr line */
 	char accept[256];     /* the first accept callback: "ok" or "error <kind>: text" */
 	char pipe[320];       /* the accepted pipe: "read_descriptor: ...; read: ..." */
+	char pipe_kind[32];   /* the error kind of its first failed operation ("proto"), or "" */
 	bool conn_dropped;    /* the server closed the raw client's first connection */
 	char listener[192];   /* "alive (...)" when a well-formed client is still accepted */
 	char klass[32];       /* crash, listener-dies, message-delivered, descriptor-delivered,
@@ -52,6 +53,10 @@ typedef struct tw_raw_case {
 	 * (spec/agent.md 6.2); the harness then watches for that long plus
 	 * 3 s, and an adapter that says it cannot honour it fails the case. */
 	int handshake_timeout_ms;
+	/* When the accepted pipe fails, the error kind its operations must
+	 * fail with ("proto" where the spec says "fails with a protocol
+	 * error"); NULL = any kind. */
+	const char *robust_kind;
 } tw_raw_case;
 
 extern const tw_raw_case tw_raw_cases[];

@@ -166,6 +166,8 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 			xml_text(f, who[w]->impl);
 			fprintf(f, "\"/>\n      <property name=\"%s.version\" value=\"", role);
 			xml_text(f, who[w]->version);
+			fprintf(f, "\"/>\n      <property name=\"%s.profile\" value=\"", role);
+			xml_text(f, who[w]->profile);
 			fprintf(f, "\"/>\n");
 		}
 		fprintf(f, "    </properties>\n");
@@ -232,7 +234,8 @@ static json_t *iut_json(const tw_iut_info *i)
 {
 	if (!i)
 		return json_null();
-	return json_pack("{s:s,s:s,s:s}", "name", i->name, "impl", i->impl, "version", i->version);
+	return json_pack("{s:s,s:s,s:s,s:s}", "name", i->name, "impl", i->impl, "version",
+	                 i->version, "profile", i->profile);
 }
 
 int tw_json_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen)
@@ -284,10 +287,14 @@ static int note_index(notes *ns, const char *s)
 
 static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 {
-	char cols[32][96];
+	char (*cols)[96] = calloc((size_t)n + 1, sizeof(*cols)); /* at most one per run */
 	int ncols = 0;
+	if (!cols) {
+		fprintf(f, "\n(no memory for the matrix)\n");
+		return;
+	}
 	for (int i = 0; i < n; i++) {
-		if (rs[i].c->pairwise != pairwise)
+		if ((rs[i].peer != NULL) != pairwise)
 			continue;
 		char t[96];
 		tw_result_target(&rs[i], t, sizeof(t));
@@ -295,17 +302,19 @@ static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 		for (k = 0; k < ncols; k++)
 			if (!strcmp(cols[k], t))
 				break;
-		if (k == ncols && ncols < 32)
+		if (k == ncols)
 			snprintf(cols[ncols++], sizeof(cols[0]), "%s", t);
 	}
-	if (ncols == 0)
+	if (ncols == 0) {
+		free(cols);
 		return;
-	fprintf(f, "\n%-36s %-6s", pairwise ? "interop case (client->server)" : "case", "level");
+	}
+	fprintf(f, "\n%-36s %-6s", pairwise ? "case (client->server)" : "case", "level");
 	for (int k = 0; k < ncols; k++)
 		fprintf(f, " %-15s", cols[k]);
 	fprintf(f, "\n");
 	for (int i = 0; i < n; i++) {
-		if (rs[i].c->pairwise != pairwise)
+		if ((rs[i].peer != NULL) != pairwise)
 			continue;
 		bool first = true;
 		for (int j = 0; j < i; j++)
@@ -334,6 +343,7 @@ static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 		}
 		fprintf(f, "\n");
 	}
+	free(cols);
 }
 
 void tw_matrix_print(FILE *f, const tw_result *rs, int n)

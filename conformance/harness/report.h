@@ -17,6 +17,7 @@ typedef struct tw_iut_info {
 	const char *cmd;
 	char impl[64];      /* from hello ("tensorwire") */
 	char version[64];
+	char profile[2048]; /* the profile files it is judged with, or "none" */
 	bool available;
 	char why[512];      /* when not available */
 } tw_iut_info;

@@ -11,6 +11,7 @@ wire.bad_type_byte            XFAIL  aborts the whole process: uncaught "Unexpec
 wire.bad_variant_index        XFAIL  aborts the whole process: uncaught "Unexpected Variant Type"  --  docs/stock-bad-input.md, wire.md 5.2 (5.2.b, 5.2.c)
 wire.truncated_hello          XFAIL  aborts the whole process: uncaught "Read Limit Reached"  --  docs/stock-bad-input.md, wire.md 5.2 (5.2.b, 5.2.c)
 wire.huge_length_prefix       XFAIL  aborts the whole process: allocates the announced 2^62 bytes (std::bad_alloc; under ASan the sanitizer's allocator refuses first)  --  docs/stock-bad-input.md, wire.md 5.3 (5.3.a), 2.2 (2.2.b)
+wire.huge_descriptor_length   XFAIL  aborts the whole process: allocates the 2^62 bytes a Descriptor frame announces (std::bad_alloc; under ASan the sanitizer's allocator refuses first)  --  docs/stock-bad-input.md, wire.md 5.3 (5.3.a), 2.2 (2.2.b)
 wire.no_common_transport      XFAIL  aborts the whole process: "Could not find a viable transport" is thrown, not reported to the pipe  --  docs/stock-bad-input.md, wire.md 3.5 (3.5.b)
 wire.truncated_descriptor     XFAIL  aborts the whole process: uncaught "Read Limit Reached" while decoding a Descriptor  --  docs/stock-bad-input.md, wire.md 5.2 (5.2.a)
 wire.payload_length_mismatch  XFAIL  aborts the whole process: debug assertion "Expected readLength_ == givenLength_" left enabled in Debian's build  --  docs/stock-bad-input.md, wire.md 5.5 (5.5.a)

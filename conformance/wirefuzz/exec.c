@@ -50,6 +50,7 @@ typedef struct drv_pipe {
 	int writes_ok, rds_ok, reads_ok;
 	bool closed;             /* the harness asked the adapter to close it */
 	char err[256];           /* the first operation that failed, or was refused */
+	char kind[32];           /* the error kind of the first failed callback */
 	char bad[320];           /* good check: what arrived wrong */
 } drv_pipe;
 
@@ -90,6 +91,7 @@ void wf_opts_default(wf_opts *o)
 	o->step_ms = 600;
 	o->settle_ms = 2000;
 	o->check_ms = 5000;
+	o->fail_wait_ms = 0;
 	o->verbose = false;
 }
 
@@ -145,6 +147,13 @@ static void event_text(const json_t *ev, char *buf, size_t len)
 	const json_t *e = json_object_get(ev, "error");
 	snprintf(buf, len, "%s: %s", json_string_value(json_object_get(e, "kind")) ?: "?",
 	         json_string_value(json_object_get(e, "text")) ?: "");
+}
+
+static void note_kind(drv_pipe *p, const json_t *ev)
+{
+	if (!p->kind[0])
+		snprintf(p->kind, sizeof(p->kind), "%s",
+		         json_string_value(json_object_get(json_object_get(ev, "error"), "kind")) ?: "?");
 }
 
 static void pipe_note(drv_pipe *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -251,6 +260,7 @@ static void drive(wf_iut *iut)
 			} else {
 				event_text(ev, t, sizeof(t));
 				pipe_note(p, "write: %s", t);
+				note_kind(p, ev);
 			}
 			json_decref(ev);
 		}
@@ -271,6 +281,7 @@ static void drive(wf_iut *iut)
 			} else {
 				event_text(ev, t, sizeof(t));
 				pipe_note(p, "read_descriptor: %s", t);
+				note_kind(p, ev);
 			}
 			json_decref(ev);
 		}
@@ -289,6 +300,7 @@ static void drive(wf_iut *iut)
 			} else {
 				event_text(ev, t, sizeof(t));
 				pipe_note(p, "read: %s", t);
+				note_kind(p, ev);
 			}
 			json_decref(ev);
 		}
@@ -1131,6 +1143,16 @@ void wf_run_input(wf_iut *iut, const wf_script *s, wf_result *r)
 	} else {
 		snprintf(r->stopped, sizeof(r->stopped), "completed");
 	}
+	/* the IUT's verdict on the input comes before the connections end */
+	long long fail_end = tw_now_ms() + iut->o.fail_wait_ms;
+	while (iut->o.fail_wait_ms > 0 && tw_now_ms() < fail_end && wf_iut_alive(iut)) {
+		bool all = true;
+		for (int i = first; i < iut->npipes; i++)
+			all &= iut->pipes[i].kind[0] != '\0';
+		if (all)
+			break;
+		run_for(iut, 10);
+	}
 	/* every raw connection closes: the IUT's operations on these pipes must end */
 	close_conns(iut);
 	long long end = tw_now_ms() + iut->o.settle_ms;
@@ -1144,6 +1166,13 @@ void wf_run_input(wf_iut *iut, const wf_script *s, wf_result *r)
 	}
 	if (crashed(iut, r))
 		goto out;
+	for (int i = first; i < iut->npipes; i++) {
+		const char *k = iut->pipes[i].kind;
+		if (k[0] && !strstr(r->kinds, k)) {
+			size_t l = strlen(r->kinds);
+			snprintf(r->kinds + l, sizeof(r->kinds) - l, "%s%s", l ? "," : "", k);
+		}
+	}
 	if (iut->unresponsive) {
 		result(r, WF_K_HANG, "hang: the adapter answers no request (the IUT blocks its caller)",
 		       "%s", iut->err);

@@ -191,6 +191,12 @@ typedef struct wf_opts {
 	int step_ms;     /* bound on each raw read / accept in an input */
 	int settle_ms;   /* after an input: bound for its pending operations to complete */
 	int check_ms;    /* bound on each wait of the good check */
+	/* > 0: after the script, and before the raw connections close, wait up
+	 * to this long for each of the input's pipes to report a failure, so an
+	 * error the IUT found in the input is not overtaken by the end of the
+	 * connections (the catalogue cases whose spec asks for a protocol
+	 * error check its kind) */
+	int fail_wait_ms;
 	bool verbose;
 } wf_opts;
 
@@ -228,6 +234,7 @@ typedef struct wf_result {
 	char detail[1024];   /* exit status, the telling stderr line, what stalled */
 	char stopped[160];   /* where the input's script stopped, and why */
 	char pending[256];   /* SHOULD-level observation (operations left pending) */
+	char kinds[128];     /* the error kinds the input's pipes first failed with ("proto,eof") */
 } wf_result;
 
 const char *wf_kind_name(wf_kind k);

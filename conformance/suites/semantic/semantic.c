@@ -1,9 +1,12 @@
 /*
  * semantic.c - the semantic suite: behaviour a user sees through the API,
  * driven through the adapters (spec/agent.md) with the IUT on both ends of
- * one pipe: per-pipe ordering, many writes in flight, both sides writing at
- * once, closing with operations pending, a peer that closes versus one that
- * is killed, and the priorities of transports and channels.
+ * one pipe, and with the reference implementation on either end (the runner
+ * runs every case as iut->iut, iut->ref and ref->iut, so a bug that both ends
+ * of one implementation share cannot pass): per-pipe ordering, many writes
+ * in flight, both sides writing at once, closing with operations pending, a
+ * peer that closes versus one that is killed, and the priorities of
+ * transports and channels.
  *
  * Every case ends with the orderly shutdown of harness/session.c, which also
  * checks that every callback fired exactly once and that the adapters exit
@@ -49,6 +52,16 @@ static int shape_ordered(int i, tw_agent_msg *m)
 	return 0;
 }
 
+/* Every other message has a tensor without a target device, so it waits for
+ * its DescriptorReply while the one behind it is ready to go. */
+static int shape_reply_gaps(int i, tw_agent_msg *m)
+{
+	if (shape_ordered(i, m))
+		return -1;
+	m->tensors[0].has_target_device = i % 2 != 0;
+	return 0;
+}
+
 static int shape_64k(int i, tw_agent_msg *m)
 {
 	if (parts(m, 0, 1))
@@ -89,10 +102,14 @@ static tw_outcome_t from_session(tw_session *s, tw_case_env *env, int rc)
 	return tw_case_result(env, TW_FAIL, "%s", s->reason);
 }
 
+/* The client is the IUT; the server is the peer the runner chose (the IUT
+ * itself, or the reference implementation for a cross run). */
 static int begin(tw_session *s, tw_case_env *env, const json_t *ctx, const json_t *urls)
 {
-	int rc = tw_session_start(s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
-	                          env->wait_ms, ctx, urls);
+	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
+	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
+	int rc = tw_session_start(s, env->iut_cmd, scmd, env->iut_name, sname, env->wait_ms, ctx,
+	                          urls);
 	if (rc == 0)
 		rc = tw_session_connect(s, NULL);
 	return rc;
@@ -138,6 +155,22 @@ static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
 		rc = tw_session_transfer(&s, false, shape_ordered, 200, true, 2000000);
 	if (rc == 0)
 		rc = tw_session_check_info(&s, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* (3.12.a) again, where a message waits for its DescriptorReply (3.11) and
+ * the messages behind it need none: their tensors must still follow its
+ * tensors on the channel, never overtake them. */
+static tw_outcome_t run_ordering_behind_reply(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_reply_gaps, 40, true, 1500000);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, false, shape_reply_gaps, 40, true, 1600000);
 	if (rc == 0)
 		rc = tw_session_finish(&s);
 	return from_session(&s, env, rc);
@@ -704,26 +737,34 @@ static const tw_case cases[] = {
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order. (3.12.c) A receiver MUST deliver "
 	                "messages to the application in the order their Descriptors arrived.",
-	 .timeout_s = 300, .run = run_ordering},
+	 .timeout_s = 300, .run = run_ordering, .cross = true},
+	{.id = "semantic.ordering_behind_reply", .suite = "semantic",
+	 .section = "wire.md 3.12 (3.12.a), wire.md 3.11 (3.11.a)", .level = TW_MUST, .needs = "",
+	 .description = "40 messages each way, every other one waiting for its DescriptorReply: "
+	                "tensors arrive in write order",
+	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
+	                "payloads1..., strictly in message order; a message that waits for its "
+	                "DescriptorReply (3.11.a) holds back the tensors of the messages behind it.",
+	 .timeout_s = 120, .run = run_ordering_behind_reply, .cross = true},
 	{.id = "semantic.writes_in_flight", .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "1000 writes of 64 KiB tensors queued before the first read",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order; with many writes in flight before "
 	                "any read (issue 3 item 5)",
-	 .timeout_s = 300, .run = run_in_flight},
+	 .timeout_s = 300, .run = run_in_flight, .cross = true},
 	{.id = "semantic.both_sides_write", .suite = "semantic", .section = "wire.md 3.1",
 	 .level = TW_MUST, .needs = "",
 	 .description = "both ends queue 8 x 4 MiB messages before either reads",
 	 .requirement = "After its first frame every connection is symmetric. (wire.md 3.1) - "
 	                "both sides writing at once (issue 3 item 5)",
-	 .timeout_s = 300, .run = run_both_write},
+	 .timeout_s = 300, .run = run_both_write, .cross = true},
 	{.id = "semantic.descriptor_then_close", .suite = "semantic", .section = "agent.md 6.10",
 	 .level = TW_MUST, .needs = "",
 	 .description = "read_descriptor without read, then close: every callback once, clean exit",
 	 .requirement = "Every callback fires exactly once, with an error if the object closes "
 	                "first. (STYLE.md)",
-	 .timeout_s = 120, .run = run_descriptor_then_close},
+	 .timeout_s = 120, .run = run_descriptor_then_close, .cross = true},
 	{.id = "semantic.close_with_pending", .suite = "semantic", .section = "agent.md 6.10",
 	 .level = TW_MUST, .needs = "",
 	 .description = "closing a pipe and a listener fails their pending write, read_descriptor "
@@ -731,7 +772,7 @@ static const tw_case cases[] = {
 	 .requirement = "When the object closes (or fails) first, each pending callback fires with "
 	                "an error (TW_ERR_CLOSED for a local close) (tensorwire.h); Every callback "
 	                "fires exactly once (STYLE.md)",
-	 .timeout_s = 120, .run = run_close_with_pending},
+	 .timeout_s = 120, .run = run_close_with_pending, .cross = true},
 	{.id = "semantic.peer_gone", .suite = "semantic", .section = "wire.md 5.6 (5.6.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "a peer that closes, and one killed with SIGKILL: the pending read fails "
@@ -739,7 +780,7 @@ static const tw_case cases[] = {
 	 .requirement = "(5.6.a) An implementation MUST treat the end of any connection of a pipe "
 	                "as the end of the pipe and fail its pending operations with an end-of-file "
 	                "or connection-reset error.",
-	 .timeout_s = 120, .run = run_peer_gone},
+	 .timeout_s = 120, .run = run_peer_gone, .cross = true},
 	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic",
 	 .section = "wire.md 5.6, wire.md 8.2 (8.2.c, 8.2.d)",
 	 .level = TW_SHOULD, .needs = "",
@@ -747,7 +788,7 @@ static const tw_case cases[] = {
 	 .requirement = "a graceful close versus a peer killed with SIGKILL (distinguishable "
 	                "errors) (issue 3 item 5); (8.2.c) end-of-file after a goodbye, (8.2.d) "
 	                "connection reset without one",
-	 .timeout_s = 120, .run = run_peer_gone, .arg = "distinct"},
+	 .timeout_s = 120, .run = run_peer_gone, .cross = true, .arg = "distinct"},
 	{.id = "semantic.delivered_after_close", .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.c)", .level = TW_MUST, .needs = "",
 	 .description = "1500 acknowledged messages, then the writer closes and exits; the reader "
@@ -755,7 +796,7 @@ static const tw_case cases[] = {
 	 .requirement = "(5.6.c) An implementation MUST hand the application every frame that "
 	                "reached it before the end of the peer's connections [...] however slowly "
 	                "the application reads: no timer may discard them.",
-	 .timeout_s = 300, .run = run_delivered_after_close},
+	 .timeout_s = 300, .run = run_delivered_after_close, .cross = true},
 	{.id = "semantic.writes_fail_at_close", .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.d)", .level = TW_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the writer closes: all "
@@ -764,7 +805,7 @@ static const tw_case cases[] = {
 	                "message was handed to the transport and every message before it "
 	                "succeeded. Once the pipe fails [...] every write whose callback has not "
 	                "run [...] MUST fail with that error.",
-	 .timeout_s = 120, .run = run_writes_fail_at_close},
+	 .timeout_s = 120, .run = run_writes_fail_at_close, .cross = true},
 	{.id = "semantic.writes_fail_at_peer_death", .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.d)", .level = TW_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the reader is killed: "
@@ -772,7 +813,7 @@ static const tw_case cases[] = {
 	 .requirement = "(5.6.d) Once the pipe fails or the peer is known to be gone, every write "
 	                "whose callback has not run, queued, partly sent, or fully sent behind one "
 	                "that was not, MUST fail with that error.",
-	 .timeout_s = 120, .run = run_writes_fail_at_peer_death},
+	 .timeout_s = 120, .run = run_writes_fail_at_peer_death, .cross = true},
 	{.id = "semantic.silent_peer_deadline", .suite = "semantic",
 	 .section = "wire.md 5.8 (5.8.c)", .level = TW_SHOULD, .needs = "",
 	 .description = "the peer is stopped (SIGSTOP); a read_descriptor under operation_timeout_ms "
@@ -781,7 +822,7 @@ static const tw_case cases[] = {
 	                "operation's deadline passes, that operation MUST fail with a timeout "
 	                "error [...] the pipe MUST then fail too, with every other pending "
 	                "operation.",
-	 .timeout_s = 120, .run = run_silent_peer_deadline},
+	 .timeout_s = 120, .run = run_silent_peer_deadline, .cross = true},
 	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",
@@ -790,7 +831,7 @@ static const tw_case cases[] = {
 	                "not already taken by a higher-priority channel [...] it records "
 	                "channelForDevicePair[(L,R)] = channel. (3.5.a) A server MUST choose the "
 	                "transport and channels as described",
-	 .timeout_s = 120, .run = run_channel_priority},
+	 .timeout_s = 120, .run = run_channel_priority, .cross = true},
 	{.id = "semantic.transport_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a), wire.md 3.6 (3.6.b), wire.md 3.7 (3.7.b)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "connected through uv, a server that also listens on uv_hi (10) moves the "
@@ -801,7 +842,7 @@ static const tw_case cases[] = {
 	                "(3.6.b) [...] a replacement descriptor connection under key 0 if and only "
 	                "if the transport changed. (3.7.b) If the transport changed, a client MUST "
 	                "open a connection to address [...]",
-	 .timeout_s = 120, .run = run_transport_priority},
+	 .timeout_s = 120, .run = run_transport_priority, .cross = true},
 };
 
 const tw_case *tw_suite_semantic(int *count_out)

@@ -117,6 +117,9 @@ static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
 	/* the runner gives each wait half the case's time; the good check needs less */
 	if (env->wait_ms > 0 && env->wait_ms / 4 < o.check_ms)
 		o.check_ms = env->wait_ms / 4;
+	/* the kind is checked below: let the IUT report before the end */
+	if (strstr(f->s.expect, "with a protocol error"))
+		o.fail_wait_ms = 3000;
 	wf_result r;
 	char err[2048];
 	snprintf(env->transport, sizeof(env->transport), "uv");
@@ -132,6 +135,14 @@ static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
 		printf("# observed: %s\n", r.detail);
 		return tw_case_result(env, TW_FAIL, "%s", r.signature);
 	}
+	/* "fails with a protocol error": the kind, not only survival. A pipe of
+	 * this input that failed must have failed with kind 'proto' (an input
+	 * refused before any pipe existed has no kind to check). */
+	printf("# pipe error kinds: %s\n", r.kinds[0] ? r.kinds : "-");
+	if (strstr(f->s.expect, "with a protocol error") && r.kinds[0] &&
+	    !strstr(r.kinds, "proto"))
+		return tw_case_result(env, TW_FAIL, "the input's pipe failed with kind '%s'; the spec "
+		                                    "asks for a protocol error ('proto')", r.kinds);
 	return tw_case_result(env, TW_PASS, "survived; only that pipe failed; a well-formed peer "
 	                      "is still served");
 }

@@ -63,6 +63,9 @@ static const struct {
 	{"truncated_descriptor", "(5.2.a) An implementation that receives a malformed packet MUST "
 	                         "fail only the connection, or the pipe the connection belongs to, "
 	                         "with a protocol error."},
+	{"huge_descriptor_length", "(5.3.a) A frame length above the receiver's limit for what it "
+	                           "expects MUST fail that connection or pipe with a protocol error, "
+	                           "before any allocation of that size."},
 	{"payload_length_mismatch", "(5.5.a) A payload or basic-channel frame whose length differs "
 	                            "from the Descriptor MUST fail the pipe with a protocol error."},
 	{"tensor_length_mismatch", "(4.2.a) A receiver MUST fail the channel (and pipe) with a "
