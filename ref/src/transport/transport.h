@@ -138,7 +138,10 @@ typedef struct tw_conn_ops {
 	/* Arms the end watch (see the rules above): end_cb runs exactly once,
 	 * when the connection fails for any reason (noticed by the watch or by
 	 * a queued operation; then after the callbacks of the operations that
-	 * failure completes) or with TW_ERR_CLOSED when it is closed first.
+	 * failure completes) or with TW_ERR_CLOSED when it is closed first. A
+	 * failure noticed but not yet reported when the owner closes the
+	 * connection is reported as TW_ERR_CLOSED too (and a pending hang-up
+	 * not at all): after close() the owner hears nothing else of it.
 	 * hangup_cb (may be NULL) runs at most once, always before end_cb, when
 	 * the peer hangs up with bytes unread; the connection still works (reads
 	 * drain what is left, then fail with TW_ERR_EOF). At most one watch per

@@ -216,10 +216,16 @@ static void tcp_fail_queue(tcp_op **head, tcp_op **tail, tw_status_t status)
 	}
 }
 
+/* A report still on its way when the owner closes the connection comes as
+ * TW_ERR_CLOSED: once the owner has let a connection go it hears nothing
+ * else of it (transport.h). */
 static void tcp_watch_deliver(void *arg)
 {
 	tcp_conn *c = arg;
-	c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
+	if (c->state == TCP_CLOSED)
+		c->watch_cb(&c->base, TW_ERR_CLOSED, "tcp transport: closed locally", c->watch_arg);
+	else
+		c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
 	tcp_conn_unref(c);
 }
 
@@ -230,7 +236,8 @@ static void tcp_hangup_deliver(void *arg)
 	tw__detail(detail, sizeof(detail),
 	           "tcp transport: connection closed by peer %s, with bytes it sent still unread",
 	           c->peer);
-	c->hup_cb(&c->base, detail, c->watch_arg);
+	if (c->state != TCP_CLOSED) /* an owner that closed hears only the end */
+		c->hup_cb(&c->base, detail, c->watch_arg);
 	tcp_conn_unref(c);
 }
 
