@@ -347,41 +347,38 @@ tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const
 	return st;
 }
 
-tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint64_t timeout_ms)
-{
-	tw__api_clear();
-	if (!ctx)
-		return tw__api_fail(TW_ERR_INVAL,
-		                    "tw_context_set_handshake_timeout: ctx must not be NULL");
-	__atomic_store_n(&ctx->handshake_timeout_ms, timeout_ms, __ATOMIC_RELAXED);
-	return TW_OK;
-}
-
-static tw_status_t tw__ctx_set_ms(tw_context *ctx, const char *fn, uint64_t *field, uint64_t ms)
+/* Stores a millisecond setting of the context (at offset `off`). */
+static tw_status_t tw__ctx_set_ms(tw_context *ctx, const char *fn, size_t off, uint64_t ms)
 {
 	tw__api_clear();
 	if (!ctx)
 		return tw__api_fail(TW_ERR_INVAL, "%s: ctx must not be NULL", fn);
-	__atomic_store_n(field, ms, __ATOMIC_RELAXED);
+	__atomic_store_n((uint64_t *)((char *)ctx + off), ms, __ATOMIC_RELAXED);
 	return TW_OK;
+}
+
+tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint64_t timeout_ms)
+{
+	return tw__ctx_set_ms(ctx, "tw_context_set_handshake_timeout",
+	                      offsetof(tw_context, handshake_timeout_ms), timeout_ms);
 }
 
 tw_status_t tw_context_set_connect_timeout(tw_context *ctx, uint64_t timeout_ms)
 {
 	return tw__ctx_set_ms(ctx, "tw_context_set_connect_timeout",
-	                      ctx ? &ctx->connect_timeout_ms : NULL, timeout_ms);
+	                      offsetof(tw_context, connect_timeout_ms), timeout_ms);
 }
 
 tw_status_t tw_context_set_liveness_timeout(tw_context *ctx, uint64_t timeout_ms)
 {
-	return tw__ctx_set_ms(ctx, "tw_context_set_liveness_timeout", ctx ? &ctx->liveness_ms : NULL,
+	return tw__ctx_set_ms(ctx, "tw_context_set_liveness_timeout", offsetof(tw_context, liveness_ms),
 	                      timeout_ms);
 }
 
 tw_status_t tw_context_set_operation_timeout(tw_context *ctx, uint64_t timeout_ms)
 {
 	return tw__ctx_set_ms(ctx, "tw_context_set_operation_timeout",
-	                      ctx ? &ctx->operation_timeout_ms : NULL, timeout_ms);
+	                      offsetof(tw_context, operation_timeout_ms), timeout_ms);
 }
 
 void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts)

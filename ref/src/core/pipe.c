@@ -1228,27 +1228,15 @@ tw_status_t tw_pipe_set_operation_timeout(tw_pipe *p, uint64_t timeout_ms)
 
 /* ---- writing messages ---------------------------------------------------------------- */
 
-#ifdef TW_MUTANTS
-/* Where a mutant's early callback leaves the real one. */
-static void tw__mutant_write_cb(tw_pipe *p, tw_status_t status, const char *detail, void *arg)
+/* Where a mutant's early callback leaves the real one (a write and a read
+ * callback have the same type). */
+static void tw__mutant_ignore_cb(tw_pipe *p, tw_status_t status, const char *detail, void *arg)
 {
 	(void)p;
 	(void)status;
 	(void)detail;
 	(void)arg;
 }
-
-static void tw__mutant_read_cb(tw_pipe *p, tw_status_t status, const char *detail, void *arg)
-{
-	(void)p;
-	(void)status;
-	(void)detail;
-	(void)arg;
-}
-#else
-#define tw__mutant_write_cb NULL
-#define tw__mutant_read_cb NULL
-#endif
 
 static void tw__pipe_deliver_write(void *arg)
 {
@@ -1356,7 +1344,7 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		if (m->tensors[i].has_target_device)
 			continue;
-		if (k >= r.num_target_devices) { /* only with descriptor_reply_unchecked */
+		if (TW_MUTANT("descriptor_reply_unchecked") && k >= r.num_target_devices) {
 			m->targets[i] = m->tensors[i].source_device;
 			continue;
 		}
@@ -1584,7 +1572,7 @@ static void tw__pipe_do_write(void *arg)
 	tw_pipe *p = m->pipe;
 	if (TW_MUTANT("write_cb_early")) {
 		m->cb(p, TW_OK, "", m->arg); /* before a byte left */
-		m->cb = tw__mutant_write_cb;
+		m->cb = tw__mutant_ignore_cb;
 	}
 	tw__list_push_back(&p->out_msgs, &m->link);
 	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
@@ -1810,7 +1798,7 @@ static void tw__pipe_do_read_descriptor(void *arg)
 {
 	tw_in_msg *m = arg;
 	tw_pipe *p = m->pipe;
-	if (p->mut_held_desc) {
+	if (TW_MUTANT("descriptor_cb_late") && p->mut_held_desc) {
 		tw_in_msg *h = p->mut_held_desc;
 		p->mut_held_desc = NULL;
 		tw__loop_defer(&p->ctx->loop, &h->desc_dfr, tw__pipe_deliver_desc, h);
@@ -1853,7 +1841,7 @@ static void tw__pipe_do_read(void *arg)
 	tw_pipe *p = m->pipe;
 	if (TW_MUTANT("read_cb_early") && p->state != TW_PIPE_FAILED) {
 		m->read_cb(p, TW_OK, "", m->read_arg); /* before the bytes are in */
-		m->read_cb = tw__mutant_read_cb;
+		m->read_cb = tw__mutant_ignore_cb;
 	}
 	m->read_requested = true;
 	m->state = TW_IN_READING;

@@ -2,7 +2,7 @@
  * mutant.c - the switch behind TW_MUTANT() (see mutant.h). TW_MUTANT is read
  * once; an unknown name aborts the process with a message naming it, so the
  * mutation suite never mistakes a typo for a surviving defect. Compiled in
- * every build (it is tiny), consulted only where TW_MUTANTS is defined.
+ * only into the test-only twin tw_ref_mutant (ref/CMakeLists.txt).
  */
 #include "platform/mutant.h"
 
@@ -71,9 +71,4 @@ bool tw__mutant(const char *name)
 {
 	pthread_once(&active_once, tw__mutant_read);
 	return active && !strcmp(active, name);
-}
-
-const char *const *tw__mutant_names(void)
-{
-	return tw__mutants;
 }

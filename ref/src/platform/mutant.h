@@ -12,7 +12,9 @@
  *
  * The list of defects, their classes and the cases expected to kill them
  * live in conformance/mutants/mutants.list, next to the suite that uses them;
- * tw__mutant_names() below must name the same set (a test compares them).
+ * the names table of mutant.c must name the same set (the unit test
+ * conformance.mutants_list_complete compares the list, the table and the
+ * TW_MUTANT() points).
  */
 #ifndef TW_PLATFORM_MUTANT_H
 #define TW_PLATFORM_MUTANT_H
@@ -27,8 +29,5 @@
 
 /* True if TW_MUTANT names `name`. Thread-safe. */
 bool tw__mutant(const char *name);
-
-/* The defects compiled in, NULL-terminated. */
-const char *const *tw__mutant_names(void);
 
 #endif /* TW_PLATFORM_MUTANT_H */
