@@ -25,8 +25,10 @@
 #include "pair_util.h"
 #include "proc_util.h"
 
-/* A's IPv6 link-local address on its link to R, e.g. "fe80::1c2:3ff:fe4:5". */
-static void link_local_of(const char *dev, char *buf, size_t len)
+/* A's IPv6 link-local address on its link to R, e.g. "fe80::1c2:3ff:fe4:5",
+ * into buf; false while the interface has none (it may take a moment to
+ * appear). */
+static bool link_local_of(const char *dev, char *buf, size_t len)
 {
 	struct ifaddrs *ifs;
 	CHECK(getifaddrs(&ifs) == 0);
@@ -39,7 +41,7 @@ static void link_local_of(const char *dev, char *buf, size_t len)
 			inet_ntop(AF_INET6, &in6->sin6_addr, buf, (socklen_t)len);
 	}
 	freeifaddrs(ifs);
-	CHECK(buf[0]);
+	return buf[0] != '\0';
 }
 
 /* The server, in A: listens on `listen_url` ("LL" = A's link-local
@@ -51,22 +53,12 @@ static void server(int from, const char *listen_url)
 	char url[160];
 	if (!strcmp(listen_url, "LL")) {
 		char ll[INET6_ADDRSTRLEN];
-		/* the link-local address may take a moment to appear */
-		for (int i = 0; i < 50; i++) {
-			struct ifaddrs *ifs;
-			CHECK(getifaddrs(&ifs) == 0);
-			bool have = false;
-			for (struct ifaddrs *a = ifs; a; a = a->ifa_next)
-				have |= a->ifa_addr && a->ifa_addr->sa_family == AF_INET6 &&
-				        !strcmp(a->ifa_name, tu_env("TW_DEV_A")) &&
-				        IN6_IS_ADDR_LINKLOCAL(
-				                &((struct sockaddr_in6 *)a->ifa_addr)->sin6_addr);
-			freeifaddrs(ifs);
-			if (have)
-				break;
+		/* the link-local address may take a moment to appear (up to 5 s) */
+		bool have = false;
+		for (int i = 0; i < 50 && !(have = link_local_of(tu_env("TW_DEV_A"), ll, sizeof(ll)));
+		     i++)
 			usleep(100 * 1000);
-		}
-		link_local_of(tu_env("TW_DEV_A"), ll, sizeof(ll));
+		CHECK(have);
 		snprintf(url, sizeof(url), "uv://[%s%%%s]:0", ll, tu_env("TW_DEV_A"));
 	} else {
 		snprintf(url, sizeof(url), "%s", listen_url);

@@ -127,13 +127,9 @@ static void case_slow_reader_after_close(void)
 static void case_slow_reader_writer_exited(void)
 {
 	int url_pipe[2];
-	CHECK(pipe(url_pipe) == 0);
-	fflush(NULL);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
+	char url[128];
+	pid_t pid = tu_fork_url_child(url_pipe, url, sizeof(url));
 	if (pid == 0) {
-		char url[128];
-		tu_url_recv(url_pipe, url, sizeof(url));
 		tw_context *c;
 		tu_ctx(&c, "writer");
 		tw_pipe *p;
@@ -149,11 +145,7 @@ static void case_slow_reader_writer_exited(void)
 	close(url_pipe[0]);
 	tw_context *s;
 	tu_ctx(&s, "reader");
-	const char *urls[] = { "uv://127.0.0.1:0" };
-	tw_listener *l;
-	CHECK_OK(tw_context_listen(s, urls, 1, &l));
-	char url[128];
-	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	tw_listener *l = tu_listen(s, NULL, url, sizeof(url));
 	tu_rec acc;
 	tu_rec_init(&acc);
 	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
@@ -190,11 +182,8 @@ static void case_fan_in(void)
 {
 	tw_context *s;
 	tu_ctx(&s, "consumer");
-	const char *urls[] = { "uv://127.0.0.1:0" };
-	tw_listener *l;
-	CHECK_OK(tw_context_listen(s, urls, 1, &l));
 	char url[128];
-	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	tw_listener *l = tu_listen(s, NULL, url, sizeof(url));
 	tw_context *wc[FAN];
 	tw_pipe *wp[FAN], *rp[FAN];
 	static uint8_t bufs[FAN][FAN_MSGS][64];
@@ -371,11 +360,8 @@ static void case_queued_peer_killed(void)
 	if (pid == 0) {
 		tw_context *s;
 		tu_ctx(&s, "reader");
-		const char *urls[] = { "uv://127.0.0.1:0" };
-		tw_listener *l;
-		CHECK_OK(tw_context_listen(s, urls, 1, &l));
 		char url[128];
-		CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+		tw_listener *l = tu_listen(s, NULL, url, sizeof(url));
 		tu_rec acc;
 		tu_rec_init(&acc);
 		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));

@@ -741,15 +741,11 @@ static void two_process(enum peer_end how, tw_status_t want, const char *substr)
 	 * URL through url_pipe, and parent and child signal each other through
 	 * cmd (parent -> child: go) and ready (child -> parent: written). */
 	int cmd[2], ready[2], url_pipe[2];
-	CHECK(pipe(cmd) == 0 && pipe(ready) == 0 && pipe(url_pipe) == 0);
-	fflush(NULL);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		char url[128];
-		tu_url_recv(url_pipe, url, sizeof(url));
+	CHECK(pipe(cmd) == 0 && pipe(ready) == 0);
+	char url[128];
+	pid_t pid = tu_fork_url_child(url_pipe, url, sizeof(url));
+	if (pid == 0)
 		child_client(url, cmd[0], ready[1], how);
-	}
 	close(url_pipe[0]);
 	server_up();
 	tu_rec acc, rd, w;

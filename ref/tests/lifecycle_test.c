@@ -217,6 +217,7 @@ static void case_sync_errors(void)
 	CHECK_STATUS(tw_context_connect(ctx, "uv://10.0.0.1", &pipe), TW_ERR_INVAL);
 	CHECK(strstr(tw_last_error(), "has no port"));
 	CHECK_STATUS(tw_context_connect(ctx, "tcp://10.0.0.1:", &pipe), TW_ERR_INVAL);
+	CHECK(strstr(tw_last_error(), "bad address '10.0.0.1:'"));
 	CHECK_STATUS(tw_context_connect(ctx, "uv://[fe80::1:80", &pipe), TW_ERR_INVAL);
 	CHECK(strstr(tw_last_error(), "bad address"));
 	const char *ok[] = { "tcp://127.0.0.1:0" }; /* "tcp" is an alias of uv */

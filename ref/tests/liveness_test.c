@@ -42,9 +42,6 @@ static uint64_t bound_ms(void)
  * for minutes. */
 #define MARGIN_MS 6000
 
-
-
-
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)
 {
@@ -90,8 +87,6 @@ typedef struct report {
 	char detail[600];
 } report;
 
-
-
 /* Commands: 'w' arm a read_descriptor on the current pipe and report its
  * outcome; 'a' accept a new pipe, read one message on it and answer;
  * 'q' quit. The first accept happens at once. */
@@ -102,12 +97,9 @@ static void server_main(peer *pp)
 	tw_context *ctx;
 	tu_ctx(&ctx, "server");
 	CHECK_OK(tw_context_set_liveness_timeout(ctx, BOUND_MS));
-	char url[128];
-	snprintf(url, sizeof(url), "uv://%s:0", tu_env("TW_ADDR_A"));
-	const char *urls[] = { url };
-	tw_listener *l;
-	CHECK_OK(tw_context_listen(ctx, urls, 1, &l));
-	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	char lurl[128], url[128];
+	snprintf(lurl, sizeof(lurl), "uv://%s:0", tu_env("TW_ADDR_A"));
+	tw_listener *l = tu_listen(ctx, lurl, url, sizeof(url));
 	tu_put(pp->from, url, sizeof(url));
 	tw_pipe *p = NULL;
 	for (;;) {
@@ -215,6 +207,14 @@ static tw_pipe *client_round(tw_context *c, peer *pp, const char *url)
 	return p;
 }
 
+/* The link works again: a new pipe carries a message each way; then both
+ * ends stop in order. */
+static void recovered_then_stop(tw_context *c, peer *pp, const char *url)
+{
+	tw_pipe_destroy(client_round(c, pp, url));
+	both_stop(pp, c);
+}
+
 static void check_within(const char *who, uint64_t since, uint64_t at, uint64_t bound)
 {
 	uint64_t took = at - since;
@@ -241,12 +241,9 @@ static void silent(enum block_how how)
 	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
 	block(how, true);
 	uint64_t t0 = tu_now_ms();
-	size_t big_len = (size_t)64 << 20;
-	uint8_t *big = calloc(1, big_len);
-	CHECK(big);
-	tw_tensor t = { .data = big, .length = big_len, .source_device = tw_device_cpu(),
-		        .has_target_device = true, .target_device = tw_device_cpu() };
-	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tw_tensor t;
+	tw_message m;
+	uint8_t *big = tu_big_message((size_t)64 << 20, &t, &m);
 	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
 	tu_wait(&d.w, 1);
 	uint64_t t_read = tu_now_ms();
@@ -266,9 +263,7 @@ static void silent(enum block_how how)
 	free(big);
 	tw_pipe_destroy(p);
 	block(how, false);
-	p = client_round(c, &pp, url);
-	tw_pipe_destroy(p);
-	both_stop(&pp, c);
+	recovered_then_stop(c, &pp, url);
 }
 
 static void case_silent_drop(void)
@@ -306,9 +301,7 @@ static void case_connect_dropped(void)
 	tu_once(&est), tu_once(&w);
 	tw_pipe_destroy(p);
 	block(BLOCK_DROP, false);
-	p = client_round(c, &pp, url);
-	tw_pipe_destroy(p);
-	both_stop(&pp, c);
+	recovered_then_stop(c, &pp, url);
 }
 
 static void case_stopped_peer(void)
@@ -323,12 +316,9 @@ static void case_stopped_peer(void)
 	uint64_t t0 = tu_now_ms();
 	/* A read nobody answers, a write too big for the socket buffers of a
 	 * peer that reads nothing, and a small write queued behind it. */
-	size_t big_len = (size_t)64 << 20;
-	uint8_t *big = calloc(1, big_len);
-	CHECK(big);
-	tw_tensor t = { .data = big, .length = big_len, .source_device = tw_device_cpu(),
-		        .has_target_device = true, .target_device = tw_device_cpu() };
-	tw_message mb = { .num_tensors = 1, .tensors = &t };
+	tw_tensor t;
+	tw_message mb;
+	uint8_t *big = tu_big_message((size_t)64 << 20, &t, &mb);
 	static const char text[] = "behind the big one";
 	tw_message ms = { .metadata = text, .metadata_length = sizeof(text) };
 	tu_rec d, wb, ws;
@@ -356,9 +346,7 @@ static void case_stopped_peer(void)
 	free(big);
 	tw_pipe_destroy(p);
 	CHECK(kill(pp.pid, SIGCONT) == 0);
-	p = client_round(c, &pp, url);
-	tw_pipe_destroy(p);
-	both_stop(&pp, c);
+	recovered_then_stop(c, &pp, url);
 }
 
 static const tu_case cases[] = {

@@ -145,6 +145,29 @@ typedef struct tu_pair {
 	char url[128];
 } tu_pair;
 
+/* A message of one zeroed CPU tensor of len bytes (cpu:0 to cpu:0) in *t
+ * and *m; returns its buffer (the caller frees it). */
+static inline uint8_t *tu_big_message(size_t len, tw_tensor *t, tw_message *m)
+{
+	uint8_t *buf = calloc(1, len);
+	CHECK(buf);
+	*t = (tw_tensor){ .data = buf, .length = len, .source_device = tw_device_cpu(),
+		          .has_target_device = true, .target_device = tw_device_cpu() };
+	*m = (tw_message){ .num_tensors = 1, .tensors = t };
+	return buf;
+}
+
+/* Listens on `lurl` (NULL: uv://127.0.0.1:0) and puts the bound URL into
+ * url. Returns the listener. */
+static inline tw_listener *tu_listen(tw_context *ctx, const char *lurl, char *url, size_t len)
+{
+	const char *urls[] = { lurl ? lurl : "uv://127.0.0.1:0" };
+	tw_listener *l;
+	CHECK_OK(tw_context_listen(ctx, urls, 1, &l));
+	CHECK_OK(tw_listener_url(l, NULL, url, len));
+	return l;
+}
+
 /* Listens on sctx (created by the caller, or with uv+basic if NULL) and
  * connects from cctx; waits until both ends are established. */
 static inline void tu_pair_open(tu_pair *p, const char *listen_url)
@@ -153,9 +176,7 @@ static inline void tu_pair_open(tu_pair *p, const char *listen_url)
 		tu_ctx(&p->sctx, "server");
 	if (!p->cctx)
 		tu_ctx(&p->cctx, "client");
-	const char *urls[] = { listen_url ? listen_url : "uv://127.0.0.1:0" };
-	CHECK_OK(tw_context_listen(p->sctx, urls, 1, &p->l));
-	CHECK_OK(tw_listener_url(p->l, NULL, p->url, sizeof(p->url)));
+	p->l = tu_listen(p->sctx, listen_url, p->url, sizeof(p->url));
 	tu_rec acc, e1, e2;
 	tu_rec_init(&acc);
 	tu_rec_init(&e1);

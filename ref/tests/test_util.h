@@ -271,6 +271,21 @@ static inline void tu_url_recv(int fds[2], char *url, size_t len)
 	CHECK(got > 0 && got < len && url[got - 1] == '\0');
 }
 
+/* Forks a peer that first learns a URL from the parent (tu_url_send on fds,
+ * which this opens). Returns the child's pid in the parent and 0 in the
+ * child, which has the URL in url by then. Fork before any context (and its
+ * thread) exists. */
+static inline pid_t tu_fork_url_child(int fds[2], char *url, size_t len)
+{
+	CHECK(pipe(fds) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0)
+		tu_url_recv(fds, url, len);
+	return pid;
+}
+
 /* The cases of a test program, run one per process: `prog <case>`. */
 typedef struct tu_case {
 	const char *name;
