@@ -33,6 +33,7 @@
 #include "mutation.h"
 #include "profile.h"
 #include "report.h"
+#include "runs.h"
 #include "session.h"
 
 #ifndef TW_IUT_OURS
@@ -427,28 +428,6 @@ static void run_one(void *ctx, tw_result *r)
 	run_child(((run_ctx *)ctx)->opt, r->c, r);
 }
 
-/* The runs of this invocation, grown as needed. */
-typedef struct runs {
-	tw_result *v;
-	int n, cap;
-	bool oom;
-} runs;
-
-static void runs_add(runs *rl, const tw_case *c, const tw_iut_info *iut, const tw_iut_info *peer)
-{
-	if (rl->n == rl->cap) {
-		int cap = rl->cap ? 2 * rl->cap : 64;
-		tw_result *v = realloc(rl->v, (size_t)cap * sizeof(*v));
-		if (!v) {
-			rl->oom = true;
-			return;
-		}
-		rl->v = v;
-		rl->cap = cap;
-	}
-	rl->v[rl->n++] = (tw_result){.c = c, .iut = iut, .peer = peer};
-}
-
 /* ---- spec coverage ------------------------------------------------------------------------- */
 
 /* Does a case's section list ("wire.md 5.2 (5.2.c), agent.md 8") cite
@@ -689,21 +668,6 @@ int main(int argc, char **argv)
 		snprintf(opt.ref.name, sizeof(opt.ref.name), "ours");
 		opt.ref.cmd = default_cmd(TW_IUT_OURS, ref_buf, sizeof(ref_buf));
 	}
-	if (!opt.no_ref) {
-		probe_iut(&opt.ref);
-		char err[512];
-		tw_profile *rp = opt.ref.available ? tw_profile_load(opt.profiles, opt.nprofiles,
-		                                                     opt.ref.impl, err, sizeof(err))
-		                                   : NULL;
-		if (opt.ref.available && !rp) {
-			fprintf(stderr, "tensorwire-conform: %s\n", err);
-			return 2;
-		}
-		snprintf(opt.ref.profile, sizeof(opt.ref.profile), "%s", tw_profile_sources(rp));
-		tw_profile_free(rp);
-		fprintf(stderr, "tensorwire-conform: reference %s: %s %s%s%s\n", opt.ref.name,
-		        opt.ref.impl, opt.ref.version, opt.ref.available ? "" : " - ", opt.ref.why);
-	}
 	if (opt.mut.list) {
 		if (!opt.mut.adapter)
 			opt.mut.adapter = default_cmd(TW_IUT_MUTANT, mut_buf, sizeof(mut_buf));
@@ -716,6 +680,8 @@ int main(int argc, char **argv)
 			printf("# mutation suite skipped: %s\n", why);
 			return EXIT_SKIP;
 		}
+		if (!opt.no_ref)
+			probe_iut(&opt.ref);
 		if (opt.no_ref || !opt.ref.available) {
 			fprintf(stderr, "tensorwire-conform: --mutants needs the unmutated reference "
 			                "(ours): %s\n", opt.no_ref ? "--reference none" : opt.ref.why);
@@ -746,6 +712,7 @@ int main(int argc, char **argv)
 			ref = &opt.iuts[i];
 	}
 	if (!opt.no_ref && !ref) {
+		probe_iut(&opt.ref);
 		ref = &opt.ref;
 		who[nwho++] = ref;
 	}
@@ -759,41 +726,15 @@ int main(int argc, char **argv)
 		}
 		snprintf(who[i]->profile, sizeof(who[i]->profile), "%s", tw_profile_sources(profiles[i]));
 		fprintf(stderr, "tensorwire-conform: %s %s: %s %s, judged with profile %s%s%s\n",
-		        who[i] == ref && i >= opt.niuts ? "reference" : "IUT", who[i]->name,
+		        i >= opt.niuts ? "reference" : "IUT", who[i]->name,
 		        who[i]->impl, who[i]->version, who[i]->profile,
 		        who[i]->available ? "" : " - ", who[i]->why);
 	}
 
-	/* the runs: each case for each IUT; pairwise cases for each ordered pair
-	 * of IUTs and, both ways, with the reference; cross cases for each IUT
-	 * with itself and, both ways, with the reference */
-	runs rl = {0};
-	for (int i = 0; i < nsel; i++) {
-		const tw_case *c = sel[i];
-		if (c->pairwise) {
-			for (int a = 0; a < opt.niuts; a++) /* mixed pairs first, then each with itself */
-				for (int b = 0; b < opt.niuts; b++)
-					if (a != b)
-						runs_add(&rl, c, &opt.iuts[a], &opt.iuts[b]);
-			for (int a = 0; ref == &opt.ref && a < opt.niuts; a++) {
-				runs_add(&rl, c, &opt.iuts[a], ref);
-				runs_add(&rl, c, ref, &opt.iuts[a]);
-			}
-			for (int a = 0; a < opt.niuts; a++)
-				runs_add(&rl, c, &opt.iuts[a], &opt.iuts[a]);
-		} else if (c->cross) {
-			for (int a = 0; a < opt.niuts; a++) {
-				runs_add(&rl, c, &opt.iuts[a], &opt.iuts[a]);
-				if (ref && ref != &opt.iuts[a]) {
-					runs_add(&rl, c, &opt.iuts[a], ref);
-					runs_add(&rl, c, ref, &opt.iuts[a]);
-				}
-			}
-		} else {
-			for (int a = 0; a < opt.niuts; a++)
-				runs_add(&rl, c, &opt.iuts[a], NULL);
-		}
-	}
+	/* the runs (runs.h) */
+	tw_runs rl = {0};
+	for (int i = 0; i < nsel; i++)
+		tw_runs_add_case(&rl, sel[i], opt.iuts, opt.niuts, ref);
 	if (rl.oom) {
 		fprintf(stderr, "tensorwire-conform: out of memory\n");
 		return 2;

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "mutation.h"
+#include "runs.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -30,29 +31,13 @@ typedef struct mutant {
 	double seconds;
 } mutant;
 
-/* One run shape of a case for IUT m: 0 = m alone, 1 = m->m, 2 = m->ref, 3 = ref->m. */
-static int shapes_of(const tw_case *c, int out[3])
+/* Where mutant m sits in run r (runs.h): 0 alone, 1 m->m, 2 m->ref, 3 ref->m. */
+static int shape_of(const tw_result *r, const tw_iut_info *m)
 {
-	if (!c->cross && !c->pairwise) {
-		out[0] = 0;
-		return 1;
-	}
-	out[0] = 1;
-	out[1] = 2;
-	out[2] = 3;
-	return 3;
+	return !r->peer ? 0 : r->iut != m ? 3 : r->peer == m ? 1 : 2;
 }
 
 static const char *const shape_names[] = {"", "mutant->mutant", "mutant->ref", "ref->mutant"};
-
-static void set_run(tw_result *r, const tw_case *c, int shape, const tw_iut_info *m,
-                    const tw_iut_info *ref)
-{
-	memset(r, 0, sizeof(*r));
-	r->c = c;
-	r->iut = shape == 3 ? ref : m;
-	r->peer = shape == 0 ? NULL : shape == 2 ? ref : m;
-}
 
 static int read_list(const char *path, mutant **out, int *n_out)
 {
@@ -125,12 +110,91 @@ static bool is_kill(tw_outcome_t o)
 	return o == TW_FAIL || o == TW_ERROR || o == TW_TIMEOUT;
 }
 
+/* A case and shape run without any mutant, once per invocation. */
 typedef struct baseline {
 	const tw_case *c;
 	int shape;
 	tw_outcome_t outcome;
 	char reason[256];
 } baseline;
+
+typedef struct baselines {
+	baseline *v;
+	int n, cap;
+	tw_iut_info iut; /* the mutant adapter with TW_MUTANT unset */
+	char cmd[4096];
+} baselines;
+
+/* Does run r, with mutant m replaced by the unmutated adapter, pass? Runs
+ * it the first time a case and shape needs it. NULL: out of memory. */
+static const baseline *baseline_of(baselines *bs, const tw_result *r, const tw_iut_info *m,
+                                   tw_run_fn run, void *ctx)
+{
+	int shape = shape_of(r, m);
+	for (int j = 0; j < bs->n; j++)
+		if (bs->v[j].c == r->c && bs->v[j].shape == shape)
+			return &bs->v[j];
+	if (bs->n == bs->cap) {
+		int cap = bs->cap ? 2 * bs->cap : 16;
+		baseline *v = realloc(bs->v, (size_t)cap * sizeof(*v));
+		if (!v)
+			return NULL;
+		bs->v = v;
+		bs->cap = cap;
+	}
+	tw_result br = {.c = r->c, .iut = r->iut == m ? &bs->iut : r->iut,
+	                .peer = r->peer == m ? &bs->iut : r->peer};
+	run(ctx, &br);
+	baseline *b = &bs->v[bs->n++];
+	*b = (baseline){.c = r->c, .shape = shape, .outcome = br.outcome};
+	snprintf(b->reason, sizeof(b->reason), "%.250s", br.reason);
+	free(br.log);
+	return b;
+}
+
+/* Runs case c against mutant m (every shape, up to the first kill unless
+ * full); records the kills. -1: out of memory. */
+static int run_case(const tw_mutation_opts *o, mutant *m, const tw_case *c,
+                    const tw_iut_info *ref, baselines *bs, tw_run_fn run, void *ctx)
+{
+	tw_runs rl = {0};
+	tw_runs_add_case(&rl, c, &m->iut, 1, ref);
+	int rc = rl.oom ? -1 : 0;
+	for (int i = 0; rc == 0 && i < rl.n && (o->full || !m->kills); i++) {
+		tw_result *r = &rl.v[i];
+		run(ctx, r);
+		m->runs++;
+		m->seconds += r->seconds;
+		const char *shape = shape_names[shape_of(r, &m->iut)];
+		bool kill = is_kill(r->outcome);
+		if (kill) {
+			/* the same case and shape without the defect must pass */
+			const baseline *b = baseline_of(bs, r, &m->iut, run, ctx);
+			if (!b)
+				rc = -1;
+			else if (b->outcome != TW_PASS)
+				fprintf(stderr, "tensorwire-conform: %s [%s] fails without a mutant too "
+				                "(%s: %s): not counted as a kill\n",
+				        c->id, shape, tw_outcome_name(b->outcome), b->reason);
+			kill = b && b->outcome == TW_PASS;
+		}
+		fprintf(stderr, "[mutant %s] %-36s %-15s %s (%.1f s)%s%.160s\n", m->name, c->id, shape,
+		        tw_outcome_name(r->outcome), r->seconds, kill ? ": KILLED: " : "",
+		        kill ? r->reason : "");
+		if (kill) {
+			if (!m->kills)
+				snprintf(m->first_reason, sizeof(m->first_reason), "%.500s", r->reason);
+			m->kills++;
+			size_t l = strlen(m->killed_by);
+			snprintf(m->killed_by + l, sizeof(m->killed_by) - l, "%s%s%s%s%s", l ? ", " : "",
+			         c->id, *shape ? " [" : "", shape, *shape ? "]" : "");
+		}
+	}
+	for (int i = 0; i < rl.n; i++)
+		free(rl.v[i].log);
+	free(rl.v);
+	return rc;
+}
 
 static void md_escape(FILE *f, const char *s)
 {
@@ -179,20 +243,16 @@ int tw_mutation_run(const tw_mutation_opts *o, const tw_case *const *sel, int ns
 	int n = 0;
 	if (read_list(o->list, &ms, &n))
 		return 2;
-	int nbase = 0, capbase = 0;
-	baseline *base = NULL;
-	tw_iut_info basei;
-	memset(&basei, 0, sizeof(basei));
-	char basecmd[4096];
-	snprintf(basecmd, sizeof(basecmd), "env -u TW_MUTANT %s", o->adapter);
-	snprintf(basei.name, sizeof(basei.name), "unmutated");
-	snprintf(basei.impl, sizeof(basei.impl), "tensorwire");
-	snprintf(basei.version, sizeof(basei.version), "mutant build, none switched on");
-	snprintf(basei.profile, sizeof(basei.profile), "none (mutation runs use no profile)");
-	basei.cmd = basecmd;
-	basei.available = true;
-	int killed = 0, considered = 0;
-	for (int i = 0; i < n; i++) {
+	baselines bs = {0};
+	snprintf(bs.cmd, sizeof(bs.cmd), "env -u TW_MUTANT %s", o->adapter);
+	snprintf(bs.iut.name, sizeof(bs.iut.name), "unmutated");
+	snprintf(bs.iut.impl, sizeof(bs.iut.impl), "tensorwire");
+	snprintf(bs.iut.version, sizeof(bs.iut.version), "mutant build, none switched on");
+	snprintf(bs.iut.profile, sizeof(bs.iut.profile), "none (mutation runs use no profile)");
+	bs.iut.cmd = bs.cmd;
+	bs.iut.available = true;
+	int killed = 0, considered = 0, rc = 0;
+	for (int i = 0; rc == 0 && i < n; i++) {
 		mutant *m = &ms[i];
 		if (o->only && !in_csv(o->only, m->name))
 			continue;
@@ -206,71 +266,10 @@ int tw_mutation_run(const tw_mutation_opts *o, const tw_case *const *sel, int ns
 		m->iut.cmd = m->cmd;
 		m->iut.available = true;
 		/* expected killers first, then the rest */
-		for (int pass = 0; pass < 2 && (o->full || !m->kills); pass++) {
-			for (int k = 0; k < nsel && (o->full || !m->kills); k++) {
-				if (expected_killer(m, sel[k]->id) != (pass == 0))
-					continue;
-				int shapes[3], ns = shapes_of(sel[k], shapes);
-				for (int s = 0; s < ns && (o->full || !m->kills); s++) {
-					tw_result r;
-					set_run(&r, sel[k], shapes[s], &m->iut, ref);
-					run(ctx, &r);
-					m->runs++;
-					m->seconds += r.seconds;
-					bool kill = is_kill(r.outcome);
-					if (kill) {
-						/* the same case and shape without the defect */
-						baseline *b = NULL;
-						for (int j = 0; j < nbase && !b; j++)
-							if (base[j].c == sel[k] && base[j].shape == shapes[s])
-								b = &base[j];
-						if (!b && nbase == capbase) {
-							capbase = capbase ? 2 * capbase : 16;
-							baseline *nb = realloc(base, (size_t)capbase * sizeof(*nb));
-							if (!nb) {
-								free(r.log);
-								free(base);
-								free(ms);
-								return 2;
-							}
-							base = nb;
-						}
-						if (!b) {
-							tw_result br;
-							set_run(&br, sel[k], shapes[s], &basei, ref);
-							run(ctx, &br);
-							b = &base[nbase++];
-							b->c = sel[k];
-							b->shape = shapes[s];
-							b->outcome = br.outcome;
-							snprintf(b->reason, sizeof(b->reason), "%.250s", br.reason);
-							free(br.log);
-						}
-						if (b->outcome != TW_PASS) {
-							kill = false;
-							fprintf(stderr, "tensorwire-conform: %s [%s] fails without a "
-							                "mutant too (%s: %s): not counted as a kill\n",
-							        sel[k]->id, shape_names[shapes[s]],
-							        tw_outcome_name(b->outcome), b->reason);
-						}
-					}
-					fprintf(stderr, "[mutant %s] %-36s %-15s %s (%.1f s)%s%.160s\n", m->name,
-					        sel[k]->id, shape_names[shapes[s]], tw_outcome_name(r.outcome),
-					        r.seconds, kill ? ": KILLED: " : "", kill ? r.reason : "");
-					if (kill) {
-						if (!m->kills)
-							snprintf(m->first_reason, sizeof(m->first_reason), "%.500s",
-							         r.reason);
-						m->kills++;
-						size_t l = strlen(m->killed_by);
-						snprintf(m->killed_by + l, sizeof(m->killed_by) - l, "%s%s%s%s%s",
-						         l ? ", " : "", sel[k]->id, shapes[s] ? " [" : "",
-						         shape_names[shapes[s]], shapes[s] ? "]" : "");
-					}
-					free(r.log);
-				}
-			}
-		}
+		for (int pass = 0; rc == 0 && pass < 2; pass++)
+			for (int k = 0; rc == 0 && k < nsel && (o->full || !m->kills); k++)
+				if (expected_killer(m, sel[k]->id) == (pass == 0))
+					rc = run_case(o, m, sel[k], ref, &bs, run, ctx);
 		killed += m->kills > 0;
 		printf("%s - mutant %s (%s): %s%s\n", m->kills ? "ok" : "not ok", m->name, m->klass,
 		       m->kills ? "killed by " : "SURVIVED every case",
@@ -283,11 +282,17 @@ int tw_mutation_run(const tw_mutation_opts *o, const tw_case *const *sel, int ns
 			       "(never weaken the mutant)\n", m->runs, m->seconds);
 		fflush(stdout);
 	}
+	if (rc) {
+		fprintf(stderr, "tensorwire-conform: --mutants: out of memory\n");
+		free(bs.v);
+		free(ms);
+		return 2;
+	}
 	printf("# mutation score: %d / %d killed\n", killed, considered);
-	int rc = killed == considered ? 0 : 1;
+	rc = killed == considered ? 0 : 1;
 	if (o->report && write_report(o->report, o, ms, n, killed, considered, nsel))
 		rc = 2;
-	free(base);
+	free(bs.v);
 	free(ms);
 	return rc;
 }

@@ -507,13 +507,23 @@ wf_role wf_scenario_role(wf_scenario sc)
 	return sc == WF_SC_CLIENT ? WF_CLIENT : WF_SERVER;
 }
 
+static int build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_expect,
+                          const char *client_name);
+
 int wf_build_base(wf_script *s, wf_role role, const char *addr, bool with_expect)
 {
-	return wf_build_scenario(s, role == WF_CLIENT ? WF_SC_CLIENT : WF_SC_SERVER, addr,
-	                         with_expect);
+	return build_scenario(s, role == WF_CLIENT ? WF_SC_CLIENT : WF_SC_SERVER, addr,
+	                      with_expect, WF_GOOD_CHECK_NAME);
 }
 
 int wf_build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_expect)
+{
+	return build_scenario(s, sc, addr, with_expect, "wirefuzz");
+}
+
+/* client_name: the context name of the raw client's hello (server role). */
+static int build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_expect,
+                          const char *client_name)
 {
 	wf_role role = wf_scenario_role(sc);
 	wf_script_init(s, role);
@@ -524,7 +534,7 @@ int wf_build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_
 		if (add_simple(s, WF_CONNECT, 0, 0))
 			goto err;
 		b_init(&b);
-		p_hello(&b, "wirefuzz");
+		p_hello(&b, client_name);
 		if (add_built(s, 0, "hello", &b))
 			goto err;
 		b_init(&b);

@@ -148,6 +148,7 @@ int wf_script_copy(wf_script *dst, const wf_script *src)
 	memcpy(dst->case_id, src->case_id, sizeof(dst->case_id));
 	memcpy(dst->spec, src->spec, sizeof(dst->spec));
 	memcpy(dst->expect, src->expect, sizeof(dst->expect));
+	memcpy(dst->fail_kind, src->fail_kind, sizeof(dst->fail_kind));
 	dst->should = src->should;
 	dst->mutated_step = src->mutated_step;
 	return 0;
@@ -237,6 +238,8 @@ int wf_script_write(const wf_script *s, FILE *f)
 		fprintf(f, "spec %s\n", s->spec);
 	if (s->expect[0])
 		fprintf(f, "expect %s\n", s->expect);
+	if (s->fail_kind[0])
+		fprintf(f, "kind %s\n", s->fail_kind);
 	if (s->should)
 		fprintf(f, "level should\n");
 	for (int i = 0; i < s->nsteps; i++) {
@@ -403,7 +406,8 @@ static int parse_line(char *l, wf_script *s, int line, char *err, size_t errlen)
 	            {"origin", s->origin, sizeof(s->origin)},
 	            {"case", s->case_id, sizeof(s->case_id)},
 	            {"spec", s->spec, sizeof(s->spec)},
-	            {"expect", s->expect, sizeof(s->expect)}};
+	            {"expect", s->expect, sizeof(s->expect)},
+	            {"kind", s->fail_kind, sizeof(s->fail_kind)}};
 	for (size_t i = 0; i < sizeof(meta) / sizeof(meta[0]); i++) {
 		if (!strcmp(verb, meta[i].key)) {
 			snprintf(meta[i].dst, meta[i].n, "%s", rest ? rest : "");

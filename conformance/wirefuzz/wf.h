@@ -119,6 +119,9 @@ typedef struct wf_script {
 	char case_id[64];
 	char spec[160];
 	char expect[320];
+	/* the error kind a failed pipe of this input must report ("proto" where
+	 * the spec says "fails with a protocol error"), or "" for any */
+	char fail_kind[32];
 	bool should;         /* "level should": a SHOULD-level case (a pending operation fails it) */
 	int mutated_step;    /* index of the step the mutation touched, or -1 */
 } wf_script;
@@ -168,7 +171,11 @@ wf_role wf_scenario_role(wf_scenario sc);
  * a $addr token). with_expect: RECV steps carry the bytes the IUT must send
  * (for the good check). */
 int wf_build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool with_expect);
-/* The plain scenario of a role (server or client). */
+/* The good check's scenario of a role (server or client): the plain one,
+ * whose hello (server role) names the context WF_GOOD_CHECK_NAME, so the
+ * driver tells the good check's pipe from a late pipe of an earlier input
+ * by what the IUT reports, never by when its accept arrives. */
+#define WF_GOOD_CHECK_NAME "wirefuzz-check"
 int wf_build_base(wf_script *s, wf_role role, const char *addr, bool with_expect);
 
 /* ---- mutations --------------------------------------------------------------------- */

@@ -142,17 +142,15 @@ static int expect_error_event(tw_session *s, tw_adapter *a, json_int_t id, const
 
 /* ---- cases ----------------------------------------------------------------------------- */
 
-/* "D carries, per direction: descriptor0, payloads0..., descriptor1,
- * payloads1..., strictly in message order. [...] Callbacks are delivered to the
- * application in message order" (wire.md 3.11) */
-static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
+/* n messages shaped by `shape` each way, all written before the first read. */
+static tw_outcome_t both_ways(tw_case_env *env, tw_shape_fn shape, int n, uint64_t seed)
 {
 	tw_session s;
 	int rc = begin(&s, env, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_ordered, 200, true, 1000);
+		rc = tw_session_transfer(&s, true, shape, n, true, seed);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape_ordered, 200, true, 2000000);
+		rc = tw_session_transfer(&s, false, shape, n, true, seed + 1999000);
 	if (rc == 0)
 		rc = tw_session_check_info(&s, NULL, NULL);
 	if (rc == 0)
@@ -160,20 +158,20 @@ static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
 	return from_session(&s, env, rc);
 }
 
+/* "D carries, per direction: descriptor0, payloads0..., descriptor1,
+ * payloads1..., strictly in message order. [...] Callbacks are delivered to the
+ * application in message order" (wire.md 3.11) */
+static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
+{
+	return both_ways(env, shape_ordered, 200, 1000);
+}
+
 /* (3.12.a) again, where a message waits for its DescriptorReply (3.11) and
  * the messages behind it need none: their tensors must still follow its
  * tensors on the channel, never overtake them. */
 static tw_outcome_t run_ordering_behind_reply(const tw_case *c, tw_case_env *env)
 {
-	tw_session s;
-	int rc = begin(&s, env, NULL, NULL);
-	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_reply_gaps, 40, true, 1500000);
-	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape_reply_gaps, 40, true, 1600000);
-	if (rc == 0)
-		rc = tw_session_finish(&s);
-	return from_session(&s, env, rc);
+	return both_ways(env, shape_reply_gaps, 40, 1500000);
 }
 
 /* "Stock sender pipelining: [...] up to several descriptors can be in flight

@@ -1,0 +1,52 @@
+/*
+ * runs.c - expanding cases into runs (see runs.h).
+ */
+#include "runs.h"
+
+#include <stdlib.h>
+
+void tw_runs_add(tw_runs *rl, const tw_case *c, const tw_iut_info *iut, const tw_iut_info *peer)
+{
+	if (rl->n == rl->cap) {
+		int cap = rl->cap ? 2 * rl->cap : 64;
+		tw_result *v = realloc(rl->v, (size_t)cap * sizeof(*v));
+		if (!v) {
+			rl->oom = true;
+			return;
+		}
+		rl->v = v;
+		rl->cap = cap;
+	}
+	rl->v[rl->n++] = (tw_result){.c = c, .iut = iut, .peer = peer};
+}
+
+void tw_runs_add_case(tw_runs *rl, const tw_case *c, const tw_iut_info *iuts, int niuts,
+                      const tw_iut_info *ref)
+{
+	bool ref_is_iut = false;
+	for (int a = 0; a < niuts; a++)
+		ref_is_iut |= ref == &iuts[a];
+	if (c->pairwise) {
+		for (int a = 0; a < niuts; a++)
+			for (int b = 0; b < niuts; b++)
+				if (a != b)
+					tw_runs_add(rl, c, &iuts[a], &iuts[b]);
+		for (int a = 0; ref && !ref_is_iut && a < niuts; a++) {
+			tw_runs_add(rl, c, &iuts[a], ref);
+			tw_runs_add(rl, c, ref, &iuts[a]);
+		}
+		for (int a = 0; a < niuts; a++)
+			tw_runs_add(rl, c, &iuts[a], &iuts[a]);
+	} else if (c->cross) {
+		for (int a = 0; a < niuts; a++) {
+			tw_runs_add(rl, c, &iuts[a], &iuts[a]);
+			if (ref && ref != &iuts[a]) {
+				tw_runs_add(rl, c, &iuts[a], ref);
+				tw_runs_add(rl, c, ref, &iuts[a]);
+			}
+		}
+	} else {
+		for (int a = 0; a < niuts; a++)
+			tw_runs_add(rl, c, &iuts[a], NULL);
+	}
+}
