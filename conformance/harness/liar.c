@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,6 +142,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (child == 0) {
+		/* The real adapter dies with its wrapper: a case that kills "the
+		 * adapter" (SIGKILL, semantic.peer_gone) kills this process, and the
+		 * peer must then see the IUT's connections reset, not closed in
+		 * order by an adapter whose stdin ended. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(1); /* the wrapper died before prctl */
 		dup2(in[0], 0);
 		dup2(out[1], 1);
 		close(in[0]);
