@@ -123,8 +123,10 @@ static void case_slow_reader_after_close(void)
 }
 
 /* The writer is another process that closes and exits once its writes said
- * TW_OK; the reader starts reading only after the writer exited. */
-static void case_slow_reader_writer_exited(void)
+ * TW_OK (with `liveness_ms` as its liveness bound unless 0); the reader
+ * starts reading only `pause_ms` after the writer exited, then sleeps
+ * `sleep_us` after each message. */
+static void reader_after_writer_exited(uint64_t liveness_ms, unsigned pause_ms, unsigned sleep_us)
 {
 	int url_pipe[2];
 	char url[128];
@@ -132,6 +134,8 @@ static void case_slow_reader_writer_exited(void)
 	if (pid == 0) {
 		tw_context *c;
 		tu_ctx(&c, "writer");
+		if (liveness_ms)
+			CHECK_OK(tw_context_set_liveness_timeout(c, liveness_ms));
 		tw_pipe *p;
 		CHECK_OK(tw_context_connect(c, url, &p));
 		slow_writer w;
@@ -154,13 +158,31 @@ static void case_slow_reader_writer_exited(void)
 	int status;
 	CHECK(waitpid(pid, &status, 0) == pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	size_t got = slow_read_all(acc.pipe, 500, TW_ERR_EOF, "the peer closed the pipe");
+	if (pause_ms) {
+		printf("   the writer exited; nothing is read for %u ms\n", pause_ms);
+		usleep(pause_ms * 1000u);
+	}
+	size_t got = slow_read_all(acc.pipe, sleep_us, TW_ERR_EOF, "the peer closed the pipe");
 	CHECK(got == SLOW_MSGS);
 	tw_pipe_destroy(acc.pipe);
 	tw_listener_destroy(l);
 	CHECK_OK(tw_context_join(s));
 	tw_context_destroy(s);
 	tu_once(&acc);
+}
+
+static void case_slow_reader_writer_exited(void)
+{
+	reader_after_writer_exited(0, 0, 500);
+}
+
+/* The writer's liveness bound is 1 s, and the reader leaves its receive
+ * window closed for 5 s after the writer exited: the bound ended with the
+ * writer's operations, so the bytes its kernel still holds arrive. (They
+ * were lost to a reset when the closed socket kept TCP_USER_TIMEOUT.) */
+static void case_stalled_reader_writer_exited(void)
+{
+	reader_after_writer_exited(1000, 5000, 0);
 }
 
 /* Fan-in: FAN writers, each its own context, write FAN_MSGS messages each
@@ -397,6 +419,7 @@ static void case_queued_peer_killed(void)
 static const tu_case cases[] = {
 	{ "slow_reader_after_close", case_slow_reader_after_close },
 	{ "slow_reader_writer_exited", case_slow_reader_writer_exited },
+	{ "stalled_reader_writer_exited", case_stalled_reader_writer_exited },
 	{ "fan_in", case_fan_in },
 	{ "queued_local_close", case_queued_local_close },
 	{ "queued_peer_close", case_queued_peer_close },

@@ -391,13 +391,14 @@ struct tw_pipe {
 	 * once D has handed over everything the peer wrote before it left and no
 	 * read is in flight, or when a read met the end (the read side cannot go
 	 * on in order), or when D neither ended, hung up nor delivered a frame
-	 * for a whole TW_PIPE_VERDICT_WAIT_MS (the peer left but keeps D open:
-	 * nothing says more is coming). Operations that failed meanwhile are
-	 * held. */
+	 * for a whole TW_PIPE_VERDICT_WAIT_MS and holds no bytes unread (the
+	 * peer left but keeps D open: nothing says more is coming). Bytes
+	 * unread wait for the application however long it takes to read them.
+	 * Operations that failed meanwhile are held. */
 	bool ending;
 	bool verdict_waited;        /* the verdict's wait ran out: take the first end */
 	bool d_hup;                 /* D's peer hung up with bytes unread: they are coming */
-	bool d_stalled;             /* D neither ended nor moved for a whole wait */
+	bool d_stalled;             /* D, empty, neither ended nor moved for a whole wait */
 	uint64_t d_frames;          /* frames D delivered (progress while ending) */
 	bool heard;                 /* established: the peer sent a frame (D or R) */
 	uint64_t d_frames_tick;     /* d_frames when the end's timer was last started */

@@ -296,7 +296,12 @@ static void tw__pipe_on_timer(uv_timer_t *t)
 	}
 	p->verdict_waited = true;
 	if (!p->d_ended && !p->d_hup) {
-		if (p->d_frames == p->d_frames_tick) {
+		/* Bytes waiting unread on D wait for the application, however
+		 * long it takes to read them (the peer's kernel may hold more
+		 * behind them, and its FIN): only an empty D that neither ends
+		 * nor delivers for a whole wait is stalled. */
+		bool unread = p->d && p->d->ops->has_unread(p->d);
+		if (!unread && p->d_frames == p->d_frames_tick) {
 			p->d_stalled = true;
 		} else {
 			p->d_frames_tick = p->d_frames;

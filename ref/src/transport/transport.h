@@ -156,6 +156,11 @@ typedef struct tw_conn_ops {
 	void (*close)(tw_conn *c);
 	/* The peer's address for details ("127.0.0.1:5555"); never NULL. */
 	const char *(*peer)(tw_conn *c);
+	/* Whether bytes the peer sent wait unread on the connection (in the
+	 * transport's buffers or the kernel's), so that only the reader's pace
+	 * holds back what may follow them. Loop thread; never fails the
+	 * connection (an error reads as false). */
+	bool (*has_unread)(tw_conn *c);
 	/* Whether the connection was ever established (a stream: its connect
 	 * completed; an accepted one always). A client may try again a connect
 	 * that failed before, never one the server may have seen bytes of. */

@@ -10,7 +10,10 @@
  * stays closed) plus keepalive probes from a third of it on (an idle
  * connection whose peer's kernel is gone). Either failure is ETIMEDOUT,
  * reported as TW_ERR_TIMEDOUT naming the bound. These are socket options:
- * the peer, stock or ours, is not affected.
+ * the peer, stock or ours, is not affected. Both are cleared just before
+ * the descriptor is closed: with no operation left to bound, what the
+ * kernel still holds for the peer is delivered however long the peer's
+ * application takes to make room for it.
  *
  * Accepting: the listen backlog asks for 4096 (the kernel caps it at
  * net.core.somaxconn), and each wake-up accepts until the queue is empty. A
@@ -319,6 +322,12 @@ static void tcp_set_liveness(int fd, uint64_t ms)
 static void tcp_on_poll_closed(uv_handle_t *h)
 {
 	tcp_conn *c = h->data;
+	/* The bound guards operations, and none is left: the bytes still in
+	 * the kernel's send buffer leave on the kernel's own terms, however
+	 * long the peer keeps its window closed (a TCP_USER_TIMEOUT would
+	 * reset the orphaned socket and lose acknowledged writes: 5.6.c). */
+	if (c->fd >= 0 && c->connected)
+		tcp_set_liveness(c->fd, 0);
 	if (c->fd >= 0)
 		tw__sys_close(c->fd);
 	c->fd = -1;
@@ -347,6 +356,16 @@ static void tcp_conn_close(tw_conn *base)
 static const char *tcp_conn_peer(tw_conn *base)
 {
 	return ((tcp_conn *)base)->peer;
+}
+
+static bool tcp_conn_has_unread(tw_conn *base)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	if (c->rend > c->rpos)
+		return true;
+	if (c->fd < 0 || c->state == TCP_FAILED || c->state == TCP_CLOSED)
+		return false;
+	return tw__sys_peek(c->fd) > 0;
 }
 
 static bool tcp_conn_was_connected(tw_conn *base)
@@ -1299,6 +1318,7 @@ static const tw_conn_ops tcp_conn_ops = {
 	.watch_end = tcp_conn_watch_end,
 	.close = tcp_conn_close,
 	.peer = tcp_conn_peer,
+	.has_unread = tcp_conn_has_unread,
 	.was_connected = tcp_conn_was_connected,
 };
 
