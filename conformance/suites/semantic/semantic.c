@@ -501,13 +501,19 @@ static tw_outcome_t end_session(tw_session *s, tw_case_env *env, int rc)
 /* "(5.6.c) An implementation MUST hand the application every frame that
  * reached it before the end of the peer's connections [...] however slowly
  * the application reads: no timer may discard them." The client writes
- * 1500 messages, waits for every write to succeed, closes its pipe and
- * exits; only then does the server read them, one at a time through the
- * adapter with 2 ms between messages (more than 3 s in all), and the read after the last one fails with an
- * end-of-file or reset error. */
+ * 600 messages of 1 KiB, waits for every write to succeed, closes its pipe
+ * and exits; the server reads nothing for 3 s more, then reads them one at
+ * a time through the adapter with 5 ms between messages (3 s in all), and
+ * the read after the last one fails with an end-of-file or reset error.
+ * Neither the pause nor the pace may cost a message. 600 KiB is more than
+ * the reader's receive window on loopback, so the writer's kernel still
+ * holds bytes (and the FIN behind them) while the server pauses, and less
+ * than the writer's send buffer holds however the writes are packed into
+ * segments: with 1500 x 1 KiB a slow adapter's trickled writes did not
+ * always fit, and the case then hung until a liveness bound ended it. */
 static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env)
 {
-	enum { N = 1500 };
+	enum { N = 600, LEN = 1024, PAUSE_MS = 3000, PACE_US = 5000 };
 	tw_session s;
 	int rc = begin(&s, env, NULL, NULL);
 	tw_agent_msg *msgs = calloc(N, sizeof(*msgs));
@@ -519,7 +525,7 @@ static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env
 			rc = tw_session_fail(&s, "harness: out of memory");
 			break;
 		}
-		msgs[i].payloads[0].data.len = 1024;
+		msgs[i].payloads[0].data.len = LEN;
 		tw_msg_assign_seeds(&msgs[i], 11000000 + (uint64_t)i * 10);
 		wids[i] = tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
 		                                                 "pipe", s.cpipe, "message",
@@ -531,6 +537,10 @@ static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env
 	if (rc == 0) {
 		printf("# %d writes succeeded; the client closes its pipe and exits\n", N);
 		rc = finish_one(&s, s.client, s.cpipe);
+	}
+	if (rc == 0) {
+		printf("# the server reads nothing for %d ms\n", PAUSE_MS);
+		usleep(PAUSE_MS * 1000);
 	}
 	int got = 0;
 	long long t0 = tw_now_ms();
@@ -552,7 +562,7 @@ static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env
 		if (rc == 0 && tw_msg_check_read(&msgs[i], ev, why, sizeof(why)))
 			rc = tw_session_fail(&s, "message %d: %s", i, why);
 		json_decref(ev);
-		usleep(2000); /* a slow reader: 3 s in all, beyond any grace period */
+		usleep(PACE_US); /* a slow reader: 3 s in all, beyond any grace period */
 	}
 	printf("# the server read %d of %d messages in %lld ms after the writer left\n", got, N,
 	       tw_now_ms() - t0);
@@ -789,8 +799,8 @@ static const tw_case cases[] = {
 	 .timeout_s = 120, .run = run_peer_gone, .cross = true, .arg = "distinct"},
 	{.id = "semantic.delivered_after_close", .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.c)", .level = TW_MUST, .needs = "",
-	 .description = "1500 acknowledged messages, then the writer closes and exits; the reader "
-	                "reads them all afterwards, slowly, then gets eof",
+	 .description = "600 acknowledged messages, then the writer closes and exits; the reader "
+	                "waits 3 s, reads them all, slowly, then gets eof",
 	 .requirement = "(5.6.c) An implementation MUST hand the application every frame that "
 	                "reached it before the end of the peer's connections [...] however slowly "
 	                "the application reads: no timer may discard them.",
