@@ -39,6 +39,10 @@ typedef enum tw_outcome {
 typedef struct tw_case_env {
 	const char *iut_name, *iut_cmd;
 	const char *peer_name, *peer_cmd;
+	const char *iut_impl, *peer_impl; /* what their adapters said in hello ("tensorpipe") */
+	/* Set by a case whose failure is not the one documented for this
+	 * implementation: no profile may excuse it (the record is stale). */
+	bool unexcused;
 	int wait_ms;                  /* bound on any single wait */
 	char reason[TW_REASON_MAX];   /* why, for anything but PASS */
 	char transport[32], channel[32];

@@ -72,6 +72,9 @@ typedef struct options {
 	int wait_ms;       /* --wait-s: bound on any single wait (0: half the case's timeout) */
 	tw_iut_info ref;   /* the reference implementation of cross and pairwise runs */
 	bool no_ref;       /* --reference none */
+	const char *pairs[MAX_SEL]; /* --pair CLIENT:SERVER */
+	int npairs;
+	const char *expect_fail;    /* --expect-fail TEXT */
 	tw_mutation_opts mut;
 } options;
 
@@ -98,6 +101,9 @@ static void usage(FILE *f)
 	"                        ours=%s\n"
 	"                        stock=%s\n"
 	"  --large             also the multi-GiB interop cases (need ~10 GiB of memory)\n"
+	"  --pair CLIENT:SERVER  of the runs with two IUTs (interop, cross), only those\n"
+	"                      with IUT CLIENT as the client and SERVER as the server;\n"
+	"                      runs of one IUT only for CLIENT or SERVER. Repeatable.\n"
 	"  --reference NAME=CMD  the reference implementation that cross cases (the\n"
 	"                      semantic suite) and pairwise cases (interop) also pair each\n"
 	"                      IUT with, in both roles; default ours (above); 'none' pairs\n"
@@ -116,6 +122,9 @@ static void usage(FILE *f)
 	"                      missing DIR or a malformed line is an error naming it.\n"
 	"  --timeout-scale X   multiply every case's timeout by X (slow machines,\n"
 	"                      sanitizer builds)\n"
+	"  --expect-fail TEXT  invert the verdict, for tests of the harness itself: exit 0\n"
+	"                      only if something ran and every run failed (FAIL, ERROR\n"
+	"                      or TIMEOUT) with TEXT in its reason\n"
 	"  --wait-s N          bound any single wait for an event to N seconds (default:\n"
 	"                      half the case's timeout); --mutants defaults to 20\n"
 	"\n"
@@ -246,7 +255,8 @@ static bool needs_met(const tw_case *c, char *why, size_t len)
 
 /* ---- running a case in a child process ------------------------------------------------------ */
 
-static int child_main(const char *id, const char *iut, const char *peer, int wait_ms)
+static int child_main(const char *id, const char *iut, const char *peer, const char *impls,
+                      int wait_ms)
 {
 	int n;
 	const tw_case *const *all = tw_cases_all(&n);
@@ -259,7 +269,14 @@ static int child_main(const char *id, const char *iut, const char *peer, int wai
 		return 0;
 	}
 	tw_case_env env = {.wait_ms = wait_ms};
-	char iname[32] = "", pname[32] = "";
+	char iname[32] = "", pname[32] = "", iimpl[64] = "", pimpl[64] = "";
+	/* impls: "IUT_IMPL" or "IUT_IMPL,PEER_IMPL" */
+	const char *comma = strchr(impls, ',');
+	snprintf(iimpl, sizeof(iimpl), "%.*s", comma ? (int)(comma - impls) : (int)strlen(impls),
+	         impls);
+	snprintf(pimpl, sizeof(pimpl), "%s", comma ? comma + 1 : "");
+	env.iut_impl = iimpl;
+	env.peer_impl = pimpl;
 	const char *eq = strchr(iut, '=');
 	snprintf(iname, sizeof(iname), "%.*s", eq ? (int)(eq - iut) : 0, iut);
 	env.iut_name = iname;
@@ -274,6 +291,8 @@ static int child_main(const char *id, const char *iut, const char *peer, int wai
 	fflush(stdout);
 	tw_outcome_t o = c->run(c, &env);
 	printf("INFO transport=%s channel=%s\n", env.transport, env.channel);
+	if (env.unexcused)
+		printf("UNEXCUSED\n");
 	char reason[TW_REASON_MAX];
 	size_t k = 0;
 	for (const char *p = env.reason; *p && k + 1 < sizeof(reason); p++)
@@ -314,7 +333,9 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 	int wait_ms = timeout_s * 1000 / 2; /* any single wait: half the case's time */
 	if (opt->wait_ms > 0 && opt->wait_ms < wait_ms)
 		wait_ms = opt->wait_ms;
-	char iutarg[4096], peerarg[4096], waitarg[32];
+	char iutarg[4096], peerarg[4096], waitarg[32], impls[160];
+	snprintf(impls, sizeof(impls), "%s%s%s", r->iut->impl, r->peer ? "," : "",
+	         r->peer ? r->peer->impl : "");
 	snprintf(iutarg, sizeof(iutarg), "%s=%s", r->iut->name, r->iut->cmd);
 	if (r->peer)
 		snprintf(peerarg, sizeof(peerarg), "%s=%s", r->peer->name, r->peer->cmd);
@@ -333,10 +354,10 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 		dup2(out[1], 2);
 		if (r->peer)
 			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-peer", peerarg,
-			      "--child-wait-ms", waitarg, (char *)NULL);
+			      "--child-impls", impls, "--child-wait-ms", waitarg, (char *)NULL);
 		else
-			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-wait-ms",
-			      waitarg, (char *)NULL);
+			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-impls", impls,
+			      "--child-wait-ms", waitarg, (char *)NULL);
 		_exit(127);
 	}
 	close(out[1]);
@@ -381,6 +402,8 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 		char *e = strchr(p, '\n');
 		if (!strncmp(p, "RESULT ", 7))
 			res = p;
+		if (!strncmp(p, "UNEXCUSED\n", 10))
+			r->unexcused = true;
 		if (!strncmp(p, "INFO ", 5)) {
 			const char *t = strstr(p, "transport="), *ch = strstr(p, "channel=");
 			if (t && ch && t < ch) {
@@ -520,6 +543,34 @@ static int uncovered(const options *opt, const tw_case *const *sel, int nsel)
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
+/* --pair: a run of two IUTs is kept when it is one of the pairs named;
+ * a run of one IUT when that IUT is named in one of them. */
+static bool pair_selected(const options *opt, const tw_result *r)
+{
+	for (int i = 0; i < opt->npairs; i++) {
+		const char *pr = opt->pairs[i], *colon = strchr(pr, ':');
+		size_t cl = (size_t)(colon - pr);
+		bool client = strlen(r->iut->name) == cl && !strncmp(r->iut->name, pr, cl);
+		if (r->peer && client && !strcmp(r->peer->name, colon + 1))
+			return true;
+		if (!r->peer && (client || !strcmp(r->iut->name, colon + 1)))
+			return true;
+	}
+	return false;
+}
+
+/* --expect-fail: the exit status of a harness self-test. */
+static int expected_failures(const char *text, int as_expected, int nruns)
+{
+	if (as_expected == nruns) {
+		printf("# expected: all %d run(s) failed with '%s'\n", nruns, text);
+		return 0;
+	}
+	printf("# NOT as expected: %d of %d run(s) failed with '%s' (--expect-fail)\n", as_expected,
+	       nruns, text);
+	return 1;
+}
+
 static bool selected(const options *opt, const tw_case *c)
 {
 	if (c->large && !opt->large) {
@@ -542,7 +593,7 @@ int main(int argc, char **argv)
 {
 	static options opt = {.timeout_scale = 1.0};
 	static char ours_buf[PATH_MAX], stock_buf[PATH_MAX];
-	const char *child = NULL, *child_iut = NULL, *child_peer = NULL;
+	const char *child = NULL, *child_iut = NULL, *child_peer = NULL, *child_impls = "";
 	int child_wait = 60000;
 	static char mut_buf[PATH_MAX], ref_buf[PATH_MAX];
 	opt.profiles[opt.nprofiles++] = TW_PROFILES_DIR;
@@ -560,6 +611,8 @@ int main(int argc, char **argv)
 			child_iut = argv[++i];
 		} else if (!strcmp(a, "--child-peer") && has) {
 			child_peer = argv[++i];
+		} else if (!strcmp(a, "--child-impls") && has) {
+			child_impls = argv[++i];
 		} else if (!strcmp(a, "--child-wait-ms") && has) {
 			child_wait = atoi(argv[++i]);
 		} else if (!strcmp(a, "--suite") && has && opt.nsuites < MAX_SEL) {
@@ -600,6 +653,16 @@ int main(int argc, char **argv)
 			opt.profiles[opt.nprofiles++] = argv[++i];
 		} else if (!strcmp(a, "--reference") && has) {
 			ref_arg = argv[++i];
+		} else if (!strcmp(a, "--pair") && has && opt.npairs < MAX_SEL) {
+			const char *pr = argv[++i];
+			const char *colon = strchr(pr, ':');
+			if (!colon || colon == pr || !colon[1]) {
+				fprintf(stderr, "tensorwire-conform: --pair wants CLIENT:SERVER (IUT names)\n");
+				return 2;
+			}
+			opt.pairs[opt.npairs++] = pr;
+		} else if (!strcmp(a, "--expect-fail") && has) {
+			opt.expect_fail = argv[++i];
 		} else if (!strcmp(a, "--wait-s") && has) {
 			opt.wait_ms = atoi(argv[++i]) * 1000;
 			if (opt.wait_ms <= 0) {
@@ -629,7 +692,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (child)
-		return child_main(child, child_iut ? child_iut : "", child_peer, child_wait);
+		return child_main(child, child_iut ? child_iut : "", child_peer, child_impls,
+		                  child_wait);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	int nall;
@@ -739,13 +803,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tensorwire-conform: out of memory\n");
 		return 2;
 	}
+	if (opt.npairs > 0) {
+		int kept = 0;
+		for (int i = 0; i < rl.n; i++)
+			if (pair_selected(&opt, &rl.v[i]))
+				rl.v[kept++] = rl.v[i];
+		rl.n = kept;
+	}
 	tw_result *rs = rl.v;
 	int nruns = rl.n;
 	tw_tap_plan(stdout, nruns);
 	for (int i = 0; i < nwho; i++)
 		printf("# %s %s: %s %s; profile: %s\n", i >= opt.niuts ? "reference" : "IUT",
 		       who[i]->name, who[i]->impl, who[i]->version, who[i]->profile);
-	int ran = 0, required_failures = 0;
+	int ran = 0, required_failures = 0, fails_as_expected = 0;
 	run_ctx rctx = {.opt = &opt};
 	for (int i = 0; i < nruns; i++) {
 		tw_result *r = &rs[i];
@@ -763,7 +834,13 @@ int main(int argc, char **argv)
 			ran++;
 		}
 		/* profiles: a known failure of either implementation involved becomes XFAIL */
-		if (r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT) {
+		if (r->unexcused) {
+			size_t used = strlen(r->reason);
+			snprintf(r->reason + used, sizeof(r->reason) - used,
+			         " [not the failure recorded for this implementation: no profile "
+			         "excuses it]");
+		} else if (r->outcome == TW_FAIL || r->outcome == TW_ERROR ||
+		           r->outcome == TW_TIMEOUT) {
 			for (int p = 0; p < nwho; p++) {
 				if (who[p] != r->iut && who[p] != r->peer)
 					continue;
@@ -795,6 +872,10 @@ int main(int argc, char **argv)
 			bad = false;
 		r->required_failure = bad && r->c->level == TW_MUST;
 		required_failures += r->required_failure;
+		if (opt.expect_fail &&
+		    (r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT) &&
+		    strstr(r->reason, opt.expect_fail))
+			fails_as_expected++;
 		tw_tap_result(stdout, i + 1, r, opt.verbose);
 		char target[96];
 		tw_result_target(r, target, sizeof(target));
@@ -838,5 +919,7 @@ int main(int argc, char **argv)
 		printf("# nothing could run\n");
 		return EXIT_SKIP;
 	}
+	if (opt.expect_fail)
+		return expected_failures(opt.expect_fail, fails_as_expected, nruns);
 	return required_failures ? 1 : 0;
 }

@@ -1,9 +1,9 @@
 /*
  * liar.c - tw-agent-liar, a harness self-test tool: runs a real adapter and
  * relays its agent-protocol lines (spec/agent.md) unchanged, except for one
- * deliberate lie. The harness tests (harness.selftest.*) run interop cases
- * through it and expect them to FAIL with the matching reason, which proves
- * the checks of tw-interop can fail.
+ * deliberate lie. The harness tests (harness.selftest.*) run an interop case
+ * through it (tensorwire-conform --expect-fail) and expect it to FAIL with the
+ * matching reason, which proves the interop checks can fail.
  *
  *   tw-agent-liar FAULT CMD...
  *

@@ -31,6 +31,7 @@ typedef struct tw_result {
 	double seconds;
 	char transport[32], channel[32];
 	bool required_failure;    /* counts against the exit status */
+	bool unexcused;           /* the case said no profile may excuse this failure */
 	char *log;                /* what the case printed (owned) */
 } tw_result;
 

@@ -273,7 +273,7 @@ static int scenario_t18(const opts *o, const char *case_id)
 {
 	const tw_interop_case *c = tw_interop_case_find(case_id);
 	if (!c) {
-		fprintf(stderr, "tw-faults: no interop case '%s' (tw-interop list)\n", case_id);
+		fprintf(stderr, "tw-faults: no interop case '%s' (tensorwire-conform --list --suite interop)\n", case_id);
 		return 2;
 	}
 	const char *why;

@@ -12,8 +12,12 @@
 static tw_outcome_t run_interop(const tw_case *c, tw_case_env *env)
 {
 	const tw_interop_case *ic = c->arg;
+	/* the case's own bound on each wait, or the runner's if that is shorter */
+	int wait_s = env->wait_ms > 0 ? (env->wait_ms + 999) / 1000 : ic->wait_s;
+	if (wait_s > ic->wait_s)
+		wait_s = ic->wait_s;
 	int rc = tw_interop_run_case(ic, env->iut_cmd, env->peer_cmd, env->iut_name, env->peer_name,
-	                             0, env->reason, sizeof(env->reason), env->transport,
+	                             wait_s, env->reason, sizeof(env->reason), env->transport,
 	                             env->channel);
 	return rc == 0 ? TW_PASS : rc == 77 ? TW_SKIP : TW_FAIL;
 }

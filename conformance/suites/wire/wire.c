@@ -110,6 +110,19 @@ static tw_outcome_t run_raw(const tw_case *c, tw_case_env *env)
 	char why[1024];
 	if (tw_raw_case_robust(rc, &o, why, sizeof(why)))
 		return tw_case_result(env, TW_PASS, "%s", o.klass);
+	/* Stock TensorPipe's failure here is recorded (docs/stock-bad-input.md)
+	 * and excused by its profile; a different failure is news, and the
+	 * record is stale: no profile may excuse it. */
+	if (rc->stock_class && env->iut_impl && !strcmp(env->iut_impl, "tensorpipe") &&
+	    !tw_raw_case_as_stock(rc, &o)) {
+		env->unexcused = true;
+		return tw_case_result(env, TW_FAIL,
+		                      "%s; docs/stock-bad-input.md records stock's outcome as '%s'%s%s, "
+		                      "observed '%s' (stderr: %s)",
+		                      why, rc->stock_class, rc->stock_stderr ? " with stderr " : "",
+		                      rc->stock_stderr ? rc->stock_stderr : "", o.klass,
+		                      o.stderr_line[0] ? o.stderr_line : "-");
+	}
 	return tw_case_result(env, TW_FAIL, "%s", why);
 }
 
