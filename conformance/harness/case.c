@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 const char *tw_outcome_name(tw_outcome_t o)
 {
@@ -21,22 +22,29 @@ tw_outcome_t tw_case_result(tw_case_env *env, tw_outcome_t o, const char *fmt, .
 	return o;
 }
 
-const tw_case *const *tw_cases_all(int *count_out)
+const tw_case **tw_cases_collect(const tw_suite *suites, size_t nsuites, int *count_out)
 {
-	static const tw_case *all[256];
-	static int n = -1;
-	if (n < 0) {
-		const tw_case *(*suites[])(int *) = {tw_suite_wire, tw_suite_wire_client,
-		                                       tw_suite_wire_fuzz, tw_suite_semantic,
-		                                       tw_suite_interop};
-		n = 0;
-		for (size_t s = 0; s < sizeof(suites) / sizeof(suites[0]); s++) {
-			int k;
-			const tw_case *cs = suites[s](&k);
-			for (int i = 0; i < k && n < 256; i++)
-				all[n++] = &cs[i];
+	const tw_case **all = NULL;
+	int n = 0, cap = 0;
+	for (size_t s = 0; s < nsuites; s++) {
+		int k;
+		const tw_case *cs = suites[s].cases(&k);
+		if (n + k + 1 > cap) {
+			cap = 2 * (n + k + 1);
+			const tw_case **grown = realloc(all, (size_t)cap * sizeof(*grown));
+			if (!grown) {
+				free(all);
+				return NULL;
+			}
+			all = grown;
 		}
+		for (int i = 0; i < k; i++)
+			all[n++] = &cs[i];
 	}
+	if (!all)
+		all = calloc(1, sizeof(*all));
+	else
+		all[n] = NULL;
 	*count_out = n;
 	return all;
 }

@@ -68,15 +68,16 @@ struct tw_case {
 	const void *arg;         /* case-specific data */
 };
 
-/* Every case of every suite; built once by tw_cases_all(). */
-const tw_case *const *tw_cases_all(int *count_out);
+/* A table of cases of one suite. The suites live in suites/ and are handed
+ * to the runner by its main (suites/suites.c): the harness knows none. */
+typedef struct tw_suite {
+	const char *name;                        /* "wire", "semantic", "interop" */
+	const tw_case *(*cases)(int *count_out); /* its cases (built once) */
+} tw_suite;
 
-/* Each suite's declarations (suites/<suite>/). Return their cases. */
-const tw_case *tw_suite_wire(int *count_out);
-const tw_case *tw_suite_wire_client(int *count_out);
-const tw_case *tw_suite_wire_fuzz(int *count_out);
-const tw_case *tw_suite_semantic(int *count_out);
-const tw_case *tw_suite_interop(int *count_out);
+/* Every case of `suites`, in order, in a new NULL-terminated array (free
+ * it); NULL when out of memory. */
+const tw_case **tw_cases_collect(const tw_suite *suites, size_t nsuites, int *count_out);
 
 const char *tw_outcome_name(tw_outcome_t o);
 

@@ -29,12 +29,39 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "case.h"
+#include "conform.h"
 #include "mutation.h"
 #include "profile.h"
 #include "report.h"
 #include "runs.h"
 #include "session.h"
+
+/* The suites the runner's main handed over (tw_conform_main), and every
+ * case of them, freed at exit. */
+static const tw_suite *g_suites;
+static size_t g_nsuites;
+static const tw_case **g_all;
+
+static void free_cases(void)
+{
+	free(g_all);
+	g_all = NULL;
+}
+
+static const tw_case **all_cases(int *count_out)
+{
+	if (!g_all) {
+		g_all = tw_cases_collect(g_suites, g_nsuites, count_out);
+		if (g_all)
+			atexit(free_cases);
+		return g_all;
+	}
+	int n = 0;
+	while (g_all[n])
+		n++;
+	*count_out = n;
+	return g_all;
+}
 
 #ifndef TW_IUT_OURS
 #define TW_IUT_OURS "unavailable:built without the tensorwire adapter"
@@ -259,7 +286,11 @@ static int child_main(const char *id, const char *iut, const char *peer, const c
                       int wait_ms)
 {
 	int n;
-	const tw_case *const *all = tw_cases_all(&n);
+	const tw_case **all = all_cases(&n);
+	if (!all) {
+		printf("RESULT ERROR out of memory\n");
+		return 0;
+	}
 	const tw_case *c = NULL;
 	for (int i = 0; i < n; i++)
 		if (!strcmp(all[i]->id, id))
@@ -589,8 +620,10 @@ static bool selected(const options *opt, const tw_case *c)
 	return suite_ok && case_ok;
 }
 
-int main(int argc, char **argv)
+int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuites)
 {
+	g_suites = suites;
+	g_nsuites = nsuites;
 	static options opt = {.timeout_scale = 1.0};
 	static char ours_buf[PATH_MAX], stock_buf[PATH_MAX];
 	const char *child = NULL, *child_iut = NULL, *child_peer = NULL, *child_impls = "";
@@ -617,9 +650,15 @@ int main(int argc, char **argv)
 			child_wait = atoi(argv[++i]);
 		} else if (!strcmp(a, "--suite") && has && opt.nsuites < MAX_SEL) {
 			const char *s = argv[++i];
-			if (strcmp(s, "wire") && strcmp(s, "semantic") && strcmp(s, "interop")) {
-				fprintf(stderr, "tensorwire-conform: unknown suite '%s' (wire, semantic, "
-				                "interop)\n", s);
+			bool known = false;
+			for (size_t k = 0; k < nsuites; k++)
+				known |= !strcmp(suites[k].name, s);
+			if (!known) {
+				fprintf(stderr, "tensorwire-conform: unknown suite '%s' (", s);
+				for (size_t k = 0; k < nsuites; k++)
+					if (k == 0 || strcmp(suites[k].name, suites[k - 1].name))
+						fprintf(stderr, "%s%s", k ? ", " : "", suites[k].name);
+				fprintf(stderr, ")\n");
 				return 2;
 			}
 			opt.suites[opt.nsuites++] = s;
@@ -697,7 +736,11 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	int nall;
-	const tw_case *const *all = tw_cases_all(&nall);
+	const tw_case **all = all_cases(&nall);
+	if (!all) {
+		fprintf(stderr, "tensorwire-conform: out of memory\n");
+		return 2;
+	}
 	const tw_case **sel = calloc((size_t)nall + 1, sizeof(*sel));
 	int nsel = 0;
 	if (!sel)
@@ -707,7 +750,9 @@ int main(int argc, char **argv)
 			sel[nsel++] = all[i];
 	if (opt.uncovered) {
 		/* coverage is about the whole catalogue, not the selection */
-		return uncovered(&opt, all, nall);
+		int st = uncovered(&opt, all, nall);
+		free(sel);
+		return st;
 	}
 	if (opt.list) {
 		for (int i = 0; i < nsel; i++)
@@ -715,6 +760,7 @@ int main(int argc, char **argv)
 			       sel[i]->level == TW_MUST ? "MUST" : "SHOULD", sel[i]->section,
 			       sel[i]->pairwise ? "[pairs] " : "", sel[i]->description);
 		printf("%d case(s)\n", nsel);
+		free(sel);
 		return 0;
 	}
 	/* the reference of cross and pairwise runs */

@@ -269,8 +269,10 @@ int tw_json_write(const char *path, const tw_result *rs, int n, char *err, size_
 
 /* ---- matrix ---------------------------------------------------------------------------------- */
 
+/* Every distinct non-PASS reason of the matrix, numbered; at most one per
+ * run, so the matrix gets room for all of them up front. */
 typedef struct notes {
-	char text[128][320];
+	char (*text)[320];
 	int n;
 } notes;
 
@@ -279,8 +281,6 @@ static int note_index(notes *ns, const char *s)
 	for (int i = 0; i < ns->n; i++)
 		if (!strncmp(ns->text[i], s, sizeof(ns->text[0]) - 1))
 			return i + 1;
-	if (ns->n == 128)
-		return 0;
 	snprintf(ns->text[ns->n], sizeof(ns->text[0]), "%.319s", s);
 	return ++ns->n;
 }
@@ -348,8 +348,11 @@ static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 
 void tw_matrix_print(FILE *f, const tw_result *rs, int n)
 {
-	static notes ns;
-	ns.n = 0;
+	notes ns = {calloc((size_t)n + 1, sizeof(*ns.text)), 0};
+	if (!ns.text) {
+		fprintf(f, "\n(no memory for the matrix)\n");
+		return;
+	}
 	int tot[TW_OUTCOME_COUNT] = {0};
 	for (int i = 0; i < n; i++)
 		tot[rs[i].outcome]++;
@@ -360,6 +363,7 @@ void tw_matrix_print(FILE *f, const tw_result *rs, int n)
 		fprintf(f, "\nnotes:\n");
 	for (int i = 0; i < ns.n; i++)
 		fprintf(f, "  [%d] %s\n", i + 1, ns.text[i]);
+	free(ns.text);
 	fprintf(f, "\n%d run(s): %d PASS, %d FAIL, %d XFAIL, %d SKIP, %d ERROR, %d TIMEOUT\n", n,
 	        tot[TW_PASS], tot[TW_FAIL], tot[TW_XFAIL], tot[TW_SKIP], tot[TW_ERROR],
 	        tot[TW_TIMEOUT]);

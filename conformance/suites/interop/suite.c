@@ -4,9 +4,11 @@
  * first one connects, the second accepts; messages go both ways).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "case.h"
+#include "suites.h"
 #include "cases.h"
 
 static tw_outcome_t run_interop(const tw_case *c, tw_case_env *env)
@@ -26,12 +28,21 @@ static tw_outcome_t run_interop(const tw_case *c, tw_case_env *env)
  * Data is compared by checksum." (tensorwire issue 2 item 8; spec/agent.md 8) */
 const tw_case *tw_suite_interop(int *count_out)
 {
-	static tw_case cases[32];
-	static char ids[32][64], descs[32][160], secs[32][96];
+	static tw_case *cases;
+	static char (*ids)[64], (*descs)[160], (*secs)[96];
 	static int n = -1;
 	if (n < 0) {
 		n = 0;
-		for (int i = 0; i < tw_interop_num_cases && n < 32; i++) {
+		size_t k = (size_t)tw_interop_num_cases + 1;
+		cases = calloc(k, sizeof(*cases));
+		ids = calloc(k, sizeof(*ids));
+		descs = calloc(k, sizeof(*descs));
+		secs = calloc(k, sizeof(*secs));
+		if (!cases || !ids || !descs || !secs) {
+			fprintf(stderr, "tensorwire-conform: out of memory\n");
+			exit(2);
+		}
+		for (int i = 0; i < tw_interop_num_cases; i++) {
 			const tw_interop_case *ic = &tw_interop_cases[i];
 			snprintf(ids[n], sizeof(ids[n]), "interop.%s", ic->id);
 			snprintf(descs[n], sizeof(descs[n]), "%s, both directions over one pipe", ic->title);

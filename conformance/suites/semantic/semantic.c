@@ -20,6 +20,7 @@
 
 #include "adapter_proc.h"
 #include "case.h"
+#include "suites.h"
 #include "session.h"
 
 /* ---- message shapes -------------------------------------------------------------- */

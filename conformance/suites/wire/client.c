@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "case.h"
+#include "suites.h"
 #include "rawpeer.h"
 #include "session.h"
 

@@ -22,13 +22,12 @@
 #include <string.h>
 
 #include "case.h"
+#include "suites.h"
 #include "wf.h"
 
 #ifndef TW_WIREFUZZ_FINDINGS_DIR
 #define TW_WIREFUZZ_FINDINGS_DIR "conformance/wirefuzz/findings"
 #endif
-
-#define MAX_FINDINGS 128
 
 /* The requirements a catalogued failure breaks, quoted from spec/wire.md. */
 static const struct {
@@ -83,9 +82,8 @@ static const struct {
 typedef struct finding {
 	char path[1024];
 	wf_script s;
+	char section[200], desc[800], req[2048]; /* its case's */
 } finding;
-
-static finding *findings[MAX_FINDINGS];
 
 static void add_quotes(const char *spec, char *out, size_t len)
 {
@@ -168,9 +166,7 @@ static int by_path(const void *a, const void *b)
 
 const tw_case *tw_suite_wire_fuzz(int *count_out)
 {
-	static tw_case cases[MAX_FINDINGS];
-	static char sections[MAX_FINDINGS][200], descs[MAX_FINDINGS][800],
-	        reqs[MAX_FINDINGS][2048];
+	static tw_case *cases;
 	static int n = -1;
 	if (n >= 0) {
 		*count_out = n;
@@ -182,8 +178,9 @@ const tw_case *tw_suite_wire_fuzz(int *count_out)
 		dir = TW_WIREFUZZ_FINDINGS_DIR;
 	DIR *d = opendir(dir);
 	struct dirent *de;
-	int nf = 0;
-	while (d && (de = readdir(d)) && nf < MAX_FINDINGS) {
+	finding **findings = NULL;
+	int nf = 0, cap = 0;
+	while (d && (de = readdir(d))) {
 		size_t l = strlen(de->d_name);
 		if (l < 5 || strcmp(de->d_name + l - 4, ".twr") != 0)
 			continue;
@@ -198,27 +195,42 @@ const tw_case *tw_suite_wire_fuzz(int *count_out)
 			free(f);
 			continue;
 		}
+		if (nf == cap) {
+			cap = cap ? 2 * cap : 64;
+			finding **grown = realloc(findings, (size_t)cap * sizeof(*grown));
+			if (!grown) {
+				fprintf(stderr, "tensorwire-conform: out of memory loading %s\n", dir);
+				exit(2);
+			}
+			findings = grown;
+		}
 		findings[nf++] = f;
 	}
 	if (d)
 		closedir(d);
-	qsort(findings, (size_t)nf, sizeof(findings[0]), by_path);
+	if (nf > 0)
+		qsort(findings, (size_t)nf, sizeof(findings[0]), by_path);
+	cases = calloc((size_t)nf + 1, sizeof(*cases));
+	if (!cases) {
+		fprintf(stderr, "tensorwire-conform: out of memory loading %s\n", dir);
+		exit(2);
+	}
 	for (int i = 0; i < nf; i++) {
-		const finding *f = findings[i];
-		snprintf(sections[n], sizeof(sections[n]), "%s", f->s.spec[0] ? f->s.spec
-		                                                              : "wire.md 5.2 (5.2.b)");
-		snprintf(descs[n], sizeof(descs[n]), "fuzzer reproducer (IUT as %s), %s: %s",
+		finding *f = findings[i];
+		snprintf(f->section, sizeof(f->section), "%s", f->s.spec[0] ? f->s.spec
+		                                                          : "wire.md 5.2 (5.2.b)");
+		snprintf(f->desc, sizeof(f->desc), "fuzzer reproducer (IUT as %s), %s: %s",
 		         f->s.role == WF_SERVER ? "server" : "client", f->s.klass,
 		         f->s.expect[0] ? f->s.expect : "the IUT survives and keeps serving");
-		add_quotes(sections[n], reqs[n], sizeof(reqs[n]));
+		add_quotes(f->section, f->req, sizeof(f->req));
 		cases[n] = (tw_case){
 			.id = f->s.case_id,
 			.suite = "wire",
-			.section = sections[n],
+			.section = f->section,
 			.level = f->s.should ? TW_SHOULD : TW_MUST,
 			.needs = "",
-			.description = descs[n],
-			.requirement = reqs[n],
+			.description = f->desc,
+			.requirement = f->req,
 			.accepts = 0,
 			.timeout_s = 60,
 			.run = run_finding,
@@ -226,6 +238,7 @@ const tw_case *tw_suite_wire_fuzz(int *count_out)
 		};
 		n++;
 	}
+	free(findings);
 	*count_out = n;
 	return cases;
 }

@@ -1,105 +1,327 @@
 /*
- * wire.c - the wire-level suite: the harness itself is the raw TCP peer
- * (harness/rawcases.c) of an IUT listener driven through its adapter. Every
- * case checks that the IUT fails only the offending connection or pipe, keeps
- * running and keeps accepting well-formed clients, plus the case's own rule
- * (what the BrochureAnswer chose, the DescriptorReply bytes, data intact).
+ * wire.c - the wire suite's server-side cases: the harness itself is the raw
+ * TCP client (harness/rawserver.h) of an IUT listener driven through its
+ * adapter. Every case checks that the IUT fails only the offending
+ * connection or pipe, keeps running and keeps accepting well-formed clients,
+ * plus the case's own rule (what the BrochureAnswer chose, the
+ * DescriptorReply bytes, data intact, the error kind the spec names).
  *
  * Sections cite spec/wire.md with the numbered requirement checked
- * ("wire.md 5.2 (5.2.c)").
+ * ("wire.md 5.2 (5.2.c)"); each requirement is quoted from there. Every case
+ * also checks ALWAYS below.
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "case.h"
-#include "rawcases.h"
+#include "rawserver.h"
+#include "suites.h"
 
-/* The requirement each raw case checks, quoted from spec/wire.md. Every case
- * also checks (5.2.b) "It MUST NOT terminate the process, and MUST NOT disturb
- * other pipes of the same context" and (3.3.f) "A listener MUST keep accepting
- * after any of these, and after any error on one accepted connection". */
-static const struct {
-	const char *id;
-	const char *requirement;
-} quotes[] = {
-	{"*", "(5.2.b) It MUST NOT terminate the process, and MUST NOT disturb other pipes of "
-	      "the same context. (3.3.f) A listener MUST keep accepting after any of these, and "
-	      "after any error on one accepted connection."},
-	{"close_before_hello", "(5.4.a) A connection that closes, or sends a malformed hello, "
-	                       "before its hello is complete MUST be dropped without affecting the "
-	                       "listener."},
-	{"bad_type_byte", "(5.2.c) A listener that receives a malformed hello MUST close that "
-	                  "connection and keep accepting."},
-	{"bad_variant_index", "(5.2.c) A listener that receives a malformed hello MUST close that "
-	                      "connection and keep accepting."},
-	{"truncated_hello", "(5.2.c) A listener that receives a malformed hello MUST close that "
-	                    "connection and keep accepting."},
-	{"empty_variant", "(3.3.e) On the empty variant a listener MUST close that connection and "
-	                  "keep listening."},
-	{"unknown_registration_id", "(3.8.b) A listener MUST close a connection whose "
-	                            "RequestedConnection names an id that is not registered (never "
-	                            "was, or was already used, or its pipe closed)."},
-	{"reused_registration_id", "(3.8.b) A listener MUST close a connection whose "
-	                           "RequestedConnection names an id that is not registered (never "
-	                           "was, or was already used, or its pipe closed)."},
-	{"huge_length_prefix", "(5.3.a) A frame length above the receiver's limit for what it "
-	                       "expects MUST fail that connection or pipe with a protocol error, "
-	                       "before any allocation of that size."},
-	{"silent_mid_header", "(3.3.f) A listener MUST keep accepting after any of these, and after "
-	                      "any error on one accepted connection. (issue 3 item 4: a peer that "
-	                      "goes silent mid-frame)"},
-	{"silent_mid_body", "(3.3.f) A listener MUST keep accepting after any of these, and after "
-	                    "any error on one accepted connection. (issue 3 item 4: a peer that "
-	                    "goes silent mid-frame)"},
-	{"trailing_junk", "(1.12.a) A decoder MUST ignore bytes left in a frame after the packet's "
-	                  "value ends."},
-	{"no_common_transport", "(3.5.b) If no transport qualifies, a server MUST fail only that "
-	                        "pipe (closing the bootstrap connection) with a protocol error, and "
-	                        "keep its listener accepting."},
-	{"no_channels", "(3.5.c) A brochure with no common channel MUST still yield a pipe; "
-	                "messages without tensors then work."},
-	{"unknown_names", "(3.5.d) A server MUST ignore transport and channel names it does not "
-	                  "know."},
-	{"truncated_descriptor", "(5.2.a) An implementation that receives a malformed packet MUST "
-	                         "fail only the connection, or the pipe the connection belongs to, "
-	                         "with a protocol error."},
-	{"huge_descriptor_length", "(5.3.a) A frame length above the receiver's limit for what it "
-	                           "expects MUST fail that connection or pipe with a protocol error, "
-	                           "before any allocation of that size."},
-	{"payload_length_mismatch", "(5.5.a) A payload or basic-channel frame whose length differs "
-	                            "from the Descriptor MUST fail the pipe with a protocol error."},
-	{"tensor_length_mismatch", "(4.2.a) A receiver MUST fail the channel (and pipe) with a "
-	                           "protocol error if the frame's length differs from the tensor's "
-	                           "length. (issue 3 item 4: a peer that sends more bytes than "
-	                           "announced)"},
-	{"descriptor_reply", "(3.11.a) A receiver MUST send exactly one DescriptorReply per message "
-	                     "that has at least one tensor without a target device [...] (3.11.b) "
-	                     "Its targetDevices MUST hold one Device per tensor that lacked a target "
-	                     "device, in tensor order."},
-	{"close_after_answer", "(5.4.a) A connection that closes [...] before its hello is complete "
-	                       "MUST be dropped without affecting the listener; here the handshake "
-	                       "is abandoned later, after the BrochureAnswer."},
-	{"close_after_answer_noticed", "(5.6.b) An implementation SHOULD notice a peer's close even "
-	                               "when no read is pending. (3.8.e) A server SHOULD fail a pipe "
-	                               "whose registered connections do not all arrive within a "
-	                               "bounded time."},
-	{"registration_timeout", "(3.8.e) A server SHOULD fail a pipe whose registered connections "
-	                         "do not all arrive within a bounded time."},
-};
+typedef tw_raw_ctx ctx;
 
-static const char *quote_for(const char *id)
+static const unsigned char empty_descriptor[] = {0xb9, 0x03, 0xbd, 0x00, 0xba, 0x00, 0xba, 0x00};
+/* ---- what the raw client sends -------------------------------------------------------------------------- */
+
+static int send_close_before_hello(ctx *c)
 {
-	for (size_t i = 1; i < sizeof(quotes) / sizeof(quotes[0]); i++)
-		if (!strcmp(quotes[i].id, id))
-			return quotes[i].requirement;
-	return quotes[0].requirement;
+	int fd = tw_raw_open(c);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	c->nfds--;
+	return 0;
 }
+
+static int send_frame_only(ctx *c, const unsigned char *b, size_t n)
+{
+	int fd = tw_raw_open(c);
+	return fd < 0 ? -1 : tw_raw_frame(c, fd, b, n);
+}
+
+static int send_bad_type_byte(ctx *c)
+{
+	static const unsigned char b[] = {0xff, 0xff, 0xff, 0xff, 0xff};
+	return send_frame_only(c, b, sizeof(b));
+}
+
+static int send_bad_variant(ctx *c)
+{
+	static const unsigned char b[] = {0xb8, 0x02, 0xb9, 0x01, 0x00};
+	return send_frame_only(c, b, sizeof(b));
+}
+
+static int send_empty_variant(ctx *c)
+{
+	static const unsigned char b[] = {0xb8, 0xff, 0xbe};
+	return send_frame_only(c, b, sizeof(b));
+}
+
+static int send_unknown_id(ctx *c)
+{
+	unsigned char b[16];
+	return send_frame_only(c, b, tw_raw_requested(12345, b, sizeof(b)));
+}
+
+static int send_truncated_hello(ctx *c)
+{
+	static const unsigned char b[] = {0xb8, 0x00, 0xb9, 0x01, 0xbd, 0x40};
+	return send_frame_only(c, b, sizeof(b));
+}
+
+static int send_huge_length(ctx *c)
+{
+	static const unsigned char hdr[] = {0, 0, 0, 0, 0, 0, 0, 0x40}; /* 2^62 */
+	int fd = tw_raw_open(c);
+	if (fd < 0)
+		return -1;
+	if (tw_raw_send(fd, hdr, sizeof(hdr), c->err, sizeof(c->err))) {
+		tw_raw_note(c, "%.250s", c->err);
+		return -1;
+	}
+	return 0;
+}
+
+static int send_silent_mid_header(ctx *c)
+{
+	static const unsigned char half[] = {0x09, 0x00, 0x00, 0x00}; /* 4 of 8 header bytes */
+	int fd = tw_raw_open(c);
+	if (fd < 0)
+		return -1;
+	if (tw_raw_send(fd, half, sizeof(half), c->err, sizeof(c->err))) {
+		tw_raw_note(c, "%.250s", c->err);
+		return -1;
+	}
+	return 0; /* and stay connected, silent, while the listener is probed */
+}
+
+static int send_silent_mid_body(ctx *c)
+{
+	/* header announces 64 bytes; only the 6 of a hello follow */
+	static const unsigned char b[] = {0x40, 0, 0, 0, 0, 0, 0, 0, 0xb8, 0x00, 0xb9, 0x01, 0xbd,
+	                                  0x00};
+	int fd = tw_raw_open(c);
+	if (fd < 0)
+		return -1;
+	if (tw_raw_send(fd, b, sizeof(b), c->err, sizeof(c->err))) {
+		tw_raw_note(c, "%.250s", c->err);
+		return -1;
+	}
+	return 0;
+}
+
+static int send_trailing_junk(ctx *c)
+{
+	unsigned char b[64];
+	int fd = tw_raw_open(c);
+	if (fd < 0)
+		return -1;
+	size_t n = tw_raw_hello("junk", b, sizeof(b));
+	memcpy(b + n, "\xde\xad\xbe\xef", 4);
+	if (tw_raw_frame(c, fd, b, n + 4) ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	return tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+}
+
+static int send_no_common_transport(ctx *c)
+{
+	/* {ibv: "ibv:*"}, {basic: {cpu:0: "any"}} */
+	static const unsigned char br[] = {
+		0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x03, 'i', 'b', 'v', 0xbd, 0x05, 'i', 'b', 'v', ':', '*',
+		0xbb, 0x01, 0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01, 0xb9, 0x02, 0xbd,
+		0x03, 'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y'};
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "nocommon") || tw_raw_frame(c, fd, br, sizeof(br)))
+		return -1;
+	return 0;
+}
+
+static int send_no_channels(ctx *c)
+{
+	/* {uv: "uv:*"}, {} */
+	static const unsigned char br[] = {0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v',
+	                                   0xbd, 0x04, 'u', 'v', ':', '*', 0xbb, 0x00};
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "nochan") || tw_raw_handshake(c, fd, br, sizeof(br), true))
+		return -1;
+	return tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+}
+
+static int send_unknown_names(ctx *c)
+{
+	/* {uv: "uv:*", zz: "zz:*"}, {basic: {cpu:0: "any"}, yy: {cpu:0: "any"}} */
+	static const unsigned char br[] = {
+		0xb9, 0x02,
+		0xbb, 0x02, 0xbd, 0x02, 'u', 'v', 0xbd, 0x04, 'u', 'v', ':', '*',
+		0xbd, 0x02, 'z', 'z', 0xbd, 0x04, 'z', 'z', ':', '*',
+		0xbb, 0x02, 0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03,
+		'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y',
+		0xbd, 0x02, 'y', 'y', 0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00, 0xbd,
+		0x03, 'a', 'n', 'y'};
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "names") || tw_raw_handshake(c, fd, br, sizeof(br), true))
+		return -1;
+	if (strcmp(c->ans.transport, "uv") != 0)
+		tw_raw_check(c, "the answer chose transport '%s', not 'uv'", c->ans.transport);
+	if (strcmp(c->ans.channels, "basic") != 0)
+		tw_raw_check(c, "the answer selected channels '%s', not just 'basic'", c->ans.channels);
+	return tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+}
+
+static int send_reused_registration_id(ctx *c)
+{
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "reuse") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	/* a second connection claiming the descriptor-reply id again */
+	int dup = tw_raw_open_requested(c, "duplicate", c->ans.reply_id);
+	if (dup < 0)
+		return -1;
+	if (tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor)))
+		return -1;
+	if (tw_raw_wait_closed(dup, 1000) != 1)
+		tw_raw_check(c, "a connection reusing registration id %llu was not closed within 1 s",
+		       (unsigned long long)c->ans.reply_id);
+	return 0;
+}
+
+static int send_truncated_descriptor(ctx *c)
+{
+	static const unsigned char d[] = {0xb9, 0x03, 0xbd, 0x01};
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "truncdesc") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	return tw_raw_frame(c, fd, d, sizeof(d));
+}
+
+static int send_huge_descriptor(ctx *c)
+{
+	static const unsigned char hdr[] = {0, 0, 0, 0, 0, 0, 0, 0x40}; /* 2^62 */
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "hugedesc") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	if (tw_raw_send(fd, hdr, sizeof(hdr), c->err, sizeof(c->err))) {
+		tw_raw_note(c, "%.250s", c->err);
+		return -1;
+	}
+	return 0;
+}
+
+static int send_payload_mismatch(ctx *c)
+{
+	/* Descriptor{"", [Payload{8, ""}], []}, then a 9-byte payload frame */
+	static const unsigned char d[] = {0xb9, 0x03, 0xbd, 0x00, 0xba, 0x01, 0xb9,
+	                                  0x02, 0x08, 0xbd, 0x00, 0xba, 0x00};
+	c->want_read = true;
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "mismatch") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	return tw_raw_frame(c, fd, d, sizeof(d)) || tw_raw_frame(c, fd, "123456789", 9) ? -1 : 0;
+}
+
+/* Descriptor{"", [], [Tensor{16, cpu:0, cpu:0, ""}]} */
+static const unsigned char one_tensor_descriptor[] = {
+	0xb9, 0x03, 0xbd, 0x00, 0xba, 0x00, 0xba, 0x01, 0xb9, 0x04, 0x10,
+	0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00,
+	0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00, 0xbd, 0x00};
+
+static int send_tensor_mismatch(ctx *c)
+{
+	unsigned char t[17];
+	c->want_read = true;
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "tmismatch") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+		return -1;
+	if (c->basic_fd <= 0) {
+		tw_raw_note(c, "the answer selected no basic channel");
+		return -1;
+	}
+	tw_agent_gen_fill(t, sizeof(t), 5);
+	return tw_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
+	       tw_raw_frame(c, c->basic_fd, t, sizeof(t)) ? -1 : 0;
+}
+
+static int send_descriptor_reply(ctx *c)
+{
+	/* Descriptor{"", [], [Tensor{16, cpu:0, cpu:0, ""}, Tensor{8, cpu:0, none, ""}]} */
+	static const unsigned char d[] = {
+		0xb9, 0x03, 0xbd, 0x00, 0xba, 0x00, 0xba, 0x02,
+		0xb9, 0x04, 0x10, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00,
+		0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00, 0xbd, 0x00,
+		0xb9, 0x04, 0x08, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00, 0xbe, 0xbd, 0x00};
+	/* DescriptorReply{[cpu:0]}: one device, for the one tensor without a target */
+	static const unsigned char want[] = {0xb9, 0x01, 0xba, 0x01, 0xb9, 0x02, 0xbd,
+	                                     0x03, 'c', 'p', 'u', 0x00};
+	unsigned char t0[16], t1[8], reply[256];
+	c->want_read = true;
+	c->nexpect = 2;
+	c->expect[0] = (tw_agent_buf){.len = 16, .seed = 70};
+	c->expect[1] = (tw_agent_buf){.len = 8, .seed = 71};
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "reply") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true) ||
+	    tw_raw_frame(c, fd, d, sizeof(d)))
+		return -1;
+	if (c->basic_fd <= 0) {
+		tw_raw_note(c, "the answer selected no basic channel");
+		return -1;
+	}
+	/* The IUT sends its DescriptorReply once the application reads. */
+	tw_raw_observe(c, 3000, true);
+	long n = tw_raw_recv_frame(c->reply_fd, reply, sizeof(reply), 3000, c->err, sizeof(c->err));
+	if (n < 0) {
+		tw_raw_check(c, "no DescriptorReply on the descriptor-reply connection: %.150s",
+		       n == -2 ? "closed" : c->err);
+		return -1;
+	}
+	if ((size_t)n != sizeof(want) || memcmp(reply, want, sizeof(want)) != 0) {
+		char hex[3 * 64 + 1] = "";
+		for (long i = 0; i < n && i < 64; i++)
+			snprintf(hex + 3 * i, 4, "%02x ", reply[i]);
+		tw_raw_check(c, "DescriptorReply is %s, expected b9 01 ba 01 b9 02 bd 03 63 70 75 00", hex);
+	}
+	tw_agent_gen_fill(t0, sizeof(t0), 70);
+	tw_agent_gen_fill(t1, sizeof(t1), 71);
+	return tw_raw_frame(c, c->basic_fd, t0, sizeof(t0)) || tw_raw_frame(c, c->basic_fd, t1, sizeof(t1)) ? -1
+	                                                                                       : 0;
+}
+
+static int send_close_after_answer(ctx *c)
+{
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "quitter") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, false))
+		return -1;
+	close(fd);
+	c->nfds--;
+	return 0;
+}
+
+/* Stays connected and silent after the answer: only a handshake timeout
+ * can end the server pipe (the case asks the IUT for one, 3.8.e). */
+static int send_registration_timeout(ctx *c)
+{
+	int fd = tw_raw_open(c);
+	if (fd < 0 || tw_raw_say_hello(c, fd, "dawdler") ||
+	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, false))
+		return -1;
+	return 0;
+}
+
+/* Sections: spec/wire.md, with the numbered requirement checked. */
+/* ---- running and judging ------------------------------------------------------------- */
 
 static tw_outcome_t run_raw(const tw_case *c, tw_case_env *env)
 {
-	const tw_raw_case *rc = c->arg;
+	const tw_raw_input *in = c->arg;
 	tw_raw_obs o;
-	if (tw_raw_case_run(env->iut_cmd, rc, 1500, &o) != 0)
+	if (tw_raw_run(env->iut_cmd, c->id, in, 1500, &o) != 0)
 		return tw_case_result(env, TW_ERROR, "%s", o.note);
 	printf("# process: %s\n# stderr: %s\n# accept: %s\n# pipe: %s\n# listener: %s\n"
 	       "# class: %s\n",
@@ -108,58 +330,191 @@ static tw_outcome_t run_raw(const tw_case *c, tw_case_env *env)
 	snprintf(env->transport, sizeof(env->transport), "uv");
 	snprintf(env->channel, sizeof(env->channel), "basic");
 	char why[1024];
-	if (tw_raw_case_robust(rc, &o, why, sizeof(why)))
+	if (tw_raw_robust(in, &o, why, sizeof(why)))
 		return tw_case_result(env, TW_PASS, "%s", o.klass);
 	/* Stock TensorPipe's failure here is recorded (docs/stock-bad-input.md)
 	 * and excused by its profile; a different failure is news, and the
 	 * record is stale: no profile may excuse it. */
-	if (rc->stock_class && env->iut_impl && !strcmp(env->iut_impl, "tensorpipe") &&
-	    !tw_raw_case_as_stock(rc, &o)) {
+	if (in->stock_class && env->iut_impl && !strcmp(env->iut_impl, "tensorpipe") &&
+	    !tw_raw_as_stock(in, &o)) {
 		env->unexcused = true;
 		return tw_case_result(env, TW_FAIL,
 		                      "%s; docs/stock-bad-input.md records stock's outcome as '%s'%s%s, "
 		                      "observed '%s' (stderr: %s)",
-		                      why, rc->stock_class, rc->stock_stderr ? " with stderr " : "",
-		                      rc->stock_stderr ? rc->stock_stderr : "", o.klass,
+		                      why, in->stock_class, in->stock_stderr ? " with stderr " : "",
+		                      in->stock_stderr ? in->stock_stderr : "", o.klass,
 		                      o.stderr_line[0] ? o.stderr_line : "-");
 	}
 	return tw_case_result(env, TW_FAIL, "%s", why);
 }
 
+/* ---- the cases -------------------------------------------------------------------------- */
+
+/* (5.2.b) and (3.3.f), checked by every case. */
+#define ALWAYS                                                                                   \
+	"(5.2.b) It MUST NOT terminate the process, and MUST NOT disturb other pipes of the same "  \
+	"context. (3.3.f) A listener MUST keep accepting after any of these, and after any error " \
+	"on one accepted connection."
+
+/* A raw-client case: id, section, level, the input in words, the
+ * requirement quoted, then the tw_raw_input (send, robust class, stock's
+ * class and stderr, handshake timeout, error kind). */
+#define RAW(id_, sec_, level_, what_, req_, ...)                                                \
+	{                                                                                       \
+		.id = "wire." id_, .suite = "wire", .section = "wire.md " sec_, .level = level_, \
+		.needs = "", .description = "raw client: " what_, .requirement = req_,          \
+		.timeout_s = 60, .run = run_raw, .arg = &(const tw_raw_input){__VA_ARGS__},      \
+	}
+
+static const tw_case cases[] = {
+	RAW("close_before_hello", "5.4 (5.4.a)", TW_MUST,
+	    "TCP connect, then close without sending anything",
+	    "(5.4.a) A connection that closes, or sends a malformed hello, before its hello is complete "
+	    "MUST be dropped without affecting the listener. And always: "
+	    ALWAYS,
+	    send_close_before_hello, NULL, "listener-dies", NULL, 0, NULL),
+	RAW("bad_type_byte", "5.2 (5.2.c)", TW_MUST,
+	    "hello frame ff ff ff ff ff (no such nop type)",
+	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
+	    "accepting. And always: "
+	    ALWAYS,
+	    send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0, NULL),
+	RAW("bad_variant_index", "5.2 (5.2.c)", TW_MUST,
+	    "hello with Packet variant index 2 (b8 02 b9 01 00)",
+	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
+	    "accepting. And always: "
+	    ALWAYS,
+	    send_bad_variant, NULL, "crash", "Unexpected Variant Type", 0, NULL),
+	RAW("empty_variant", "3.3 (3.3.e)", TW_MUST,
+	    "hello = the empty variant (b8 ff be)",
+	    "(3.3.e) On the empty variant a listener MUST close that connection and keep listening. And "
+	    "always: "
+	    ALWAYS,
+	    send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0, NULL),
+	RAW("unknown_registration_id", "3.8 (3.8.b)", TW_MUST,
+	    "RequestedConnection{12345}, an id never handed out",
+	    "(3.8.b) A listener MUST close a connection whose RequestedConnection names an id that is "
+	    "not registered (never was, or was already used, or its pipe closed). And always: "
+	    ALWAYS,
+	    send_unknown_id, "connection-dropped", "connection-dropped", NULL, 0, NULL),
+	RAW("truncated_hello", "5.2 (5.2.c)", TW_MUST,
+	    "hello whose string length runs past the frame (b8 00 b9 01 bd 40)",
+	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
+	    "accepting. And always: "
+	    ALWAYS,
+	    send_truncated_hello, NULL, "crash", "Read Limit Reached", 0, NULL),
+	RAW("huge_length_prefix", "5.3 (5.3.a), wire.md 2.2 (2.2.b, 2.2.c)", TW_MUST,
+	    "uv length prefix 2^62",
+	    "(5.3.a) A frame length above the receiver's limit for what it expects MUST fail that "
+	    "connection or pipe with a protocol error, before any allocation of that size. And always: "
+	    ALWAYS,
+	    send_huge_length, NULL, "crash", "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
+	    "allocation size", 0, NULL),
+	RAW("silent_mid_header", "3.3 (3.3.f)", TW_MUST,
+	    "4 of the 8 bytes of a frame header, then silence (connection kept open)",
+	    "(3.3.f) A listener MUST keep accepting after any of these, and after any error on one "
+	    "accepted connection. (issue 3 item 4: a peer that goes silent mid-frame) And always: "
+	    ALWAYS,
+	    send_silent_mid_header, NULL, "ignored", NULL, 0, NULL),
+	RAW("silent_mid_body", "3.3 (3.3.f)", TW_MUST,
+	    "a frame header announcing 64 bytes, 6 of them, then silence (connection kept open)",
+	    "(3.3.f) A listener MUST keep accepting after any of these, and after any error on one "
+	    "accepted connection. (issue 3 item 4: a peer that goes silent mid-frame) And always: "
+	    ALWAYS,
+	    send_silent_mid_body, NULL, "ignored", NULL, 0, NULL),
+	RAW("trailing_junk", "1.12 (1.12.a)", TW_MUST,
+	    "hello followed by 4 junk bytes in the same frame, then a normal handshake and an empty "
+	    "message",
+	    "(1.12.a) A decoder MUST ignore bytes left in a frame after the packet's value ends. And "
+	    "always: "
+	    ALWAYS,
+	    send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	RAW("no_common_transport", "3.5 (3.5.b)", TW_MUST,
+	    "Brochure offering only ibv",
+	    "(3.5.b) If no transport qualifies, a server MUST fail only that pipe (closing the "
+	    "bootstrap connection) with a protocol error, and keep its listener accepting. And always: "
+	    ALWAYS,
+	    send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0, NULL),
+	RAW("no_channels", "3.5 (3.5.c)", TW_MUST,
+	    "Brochure with no channels, then an empty message",
+	    "(3.5.c) A brochure with no common channel MUST still yield a pipe; messages without "
+	    "tensors then work. And always: "
+	    ALWAYS,
+	    send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	RAW("unknown_names", "3.5 (3.5.d)", TW_MUST,
+	    "Brochure with an unknown transport (zz) and channel (yy) besides uv and basic, then an "
+	    "empty message: the answer must pick uv and basic only",
+	    "(3.5.d) A server MUST ignore transport and channel names it does not know. And always: "
+	    ALWAYS,
+	    send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	RAW("reused_registration_id", "3.8 (3.8.b)", TW_MUST,
+	    "after a handshake, a second connection with the descriptor-reply id already used, then an "
+	    "empty message on the first",
+	    "(3.8.b) A listener MUST close a connection whose RequestedConnection names an id that is "
+	    "not registered (never was, or was already used, or its pipe closed). And always: "
+	    ALWAYS,
+	    send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	RAW("truncated_descriptor", "5.2 (5.2.a)", TW_MUST,
+	    "after the handshake, Descriptor frame b9 03 bd 01",
+	    "(5.2.a) An implementation that receives a malformed packet MUST fail only the connection, "
+	    "or the pipe the connection belongs to, with a protocol error. And always: "
+	    ALWAYS,
+	    send_truncated_descriptor, "pipe-failed", "crash", "Read Limit Reached", 0, "proto"),
+	RAW("huge_descriptor_length", "5.3 (5.3.a), wire.md 2.2 (2.2.b)", TW_MUST,
+	    "after the handshake, a Descriptor frame whose length prefix says 2^62 bytes",
+	    "(5.3.a) A frame length above the receiver's limit for what it expects MUST fail that "
+	    "connection or pipe with a protocol error, before any allocation of that size. And always: "
+	    ALWAYS,
+	    send_huge_descriptor, "pipe-failed", "crash", "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
+	    "allocation size", 0, "proto"),
+	RAW("payload_length_mismatch", "5.5 (5.5.a), wire.md 3.10 (3.10.c), wire.md 2.2 (2.2.d)", TW_MUST,
+	    "Descriptor announcing an 8-byte payload, then a 9-byte frame",
+	    "(5.5.a) A payload or basic-channel frame whose length differs from the Descriptor MUST "
+	    "fail the pipe with a protocol error. And always: "
+	    ALWAYS,
+	    send_payload_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"),
+	RAW("tensor_length_mismatch", "4.2 (4.2.a)", TW_MUST,
+	    "Descriptor announcing a 16-byte tensor, then a 17-byte frame on the basic channel",
+	    "(4.2.a) A receiver MUST fail the channel (and pipe) with a protocol error if the frame's "
+	    "length differs from the tensor's length. (issue 3 item 4: a peer that sends more bytes "
+	    "than announced) And always: "
+	    ALWAYS,
+	    send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"),
+	RAW("descriptor_reply", "3.11 (3.11.a)", TW_MUST,
+	    "Descriptor with a tensor that has a target device and one that has none: the IUT must "
+	    "answer DescriptorReply [cpu:0] on the reply connection, then receive both tensors",
+	    "(3.11.a) A receiver MUST send exactly one DescriptorReply per message that has at least "
+	    "one tensor without a target device [...] (3.11.b) Its targetDevices MUST hold one Device "
+	    "per tensor that lacked a target device, in tensor order. And always: "
+	    ALWAYS,
+	    send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0, NULL),
+	RAW("close_after_answer", "5.4 (5.4.a)", TW_MUST,
+	    "client closes the bootstrap connection right after the BrochureAnswer",
+	    "(5.4.a) A connection that closes [...] before its hello is complete MUST be dropped "
+	    "without affecting the listener; here the handshake is abandoned later, after the "
+	    "BrochureAnswer. And always: "
+	    ALWAYS,
+	    send_close_after_answer, NULL, "pipe-pending", NULL, 0, NULL),
+	RAW("close_after_answer_noticed", "5.6 (5.6.b)", TW_SHOULD,
+	    "client closes the bootstrap connection right after the BrochureAnswer: the server pipe "
+	    "should fail rather than wait forever",
+	    "(5.6.b) An implementation SHOULD notice a peer's close even when no read is pending. "
+	    "(3.8.e) A server SHOULD fail a pipe whose registered connections do not all arrive within "
+	    "a bounded time. And always: "
+	    ALWAYS,
+	    send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0, NULL),
+	RAW("registration_timeout", "3.8 (3.8.e)", TW_SHOULD,
+	    "hello and Brochure, then nothing: the requested connections never come (the bootstrap "
+	    "connection stays open); with the IUT's handshake timeout set to 2 s the server pipe should "
+	    "fail within 5 s",
+	    "(3.8.e) A server SHOULD fail a pipe whose registered connections do not all arrive within "
+	    "a bounded time. And always: "
+	    ALWAYS,
+	    send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000, NULL),
+};
+
 const tw_case *tw_suite_wire(int *count_out)
 {
-	static tw_case cases[64];
-	static char ids[64][64], sections[64][48], descs[64][320], reqs[64][1024];
-	static int n = -1;
-	if (n < 0) {
-		n = 0;
-		for (int i = 0; i < tw_raw_num_cases && n < 64; i++) {
-			const tw_raw_case *rc = &tw_raw_cases[i];
-			snprintf(ids[n], sizeof(ids[n]), "wire.%s", rc->id);
-			snprintf(sections[n], sizeof(sections[n]), "wire.md %s", rc->section);
-			snprintf(descs[n], sizeof(descs[n]), "raw client: %s", rc->what);
-			const char *own = quote_for(rc->id);
-			if (own == quotes[0].requirement)
-				snprintf(reqs[n], sizeof(reqs[n]), "%s", own);
-			else
-				snprintf(reqs[n], sizeof(reqs[n]), "%s And always: %s", own,
-				         quotes[0].requirement);
-			cases[n] = (tw_case){
-				.id = ids[n],
-				.suite = "wire",
-				.section = sections[n],
-				.level = rc->must ? TW_MUST : TW_SHOULD,
-				.needs = "",
-				.description = descs[n],
-				.requirement = reqs[n],
-				.accepts = 0,
-				.timeout_s = 60,
-				.run = run_raw,
-				.arg = rc,
-			};
-			n++;
-		}
-	}
-	*count_out = n;
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
 	return cases;
 }

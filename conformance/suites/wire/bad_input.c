@@ -1,6 +1,6 @@
 /*
  * bad_input.c - tw-bad-input: the recorder behind docs/stock-bad-input.md.
- * It sends each raw-peer wire case of harness/rawcases.c (the malformed
+ * It sends each raw-client case of the wire suite (wire.c: the malformed
  * inputs of reference §5.3 and the other wire rules a raw client can probe)
  * to a listener of an implementation driven through its adapter
  * (spec/agent.md), and records what happened: did the process survive (exit
@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rawcases.h"
+#include "rawserver.h"
+#include "suites.h"
 
 #define EXIT_SKIP 77
 
@@ -38,39 +39,55 @@ static void md_escape(const char *s, char *out, size_t len)
 	out[k] = '\0';
 }
 
-int main(int argc, char **argv)
+/* "close_before_hello" for "wire.close_before_hello", as the document names it */
+static const char *short_id(const tw_case *c)
+{
+	return strncmp(c->id, "wire.", 5) ? c->id : c->id + 5;
+}
+
+/* the input in words: the description without its "raw client: " */
+static const char *what(const tw_case *c)
+{
+	static const char prefix[] = "raw client: ";
+	return strncmp(c->description, prefix, sizeof(prefix) - 1)
+	           ? c->description
+	           : c->description + sizeof(prefix) - 1;
+}
+
+static int find_case(const tw_case *cases, int n, const char *id)
+{
+	for (int k = 0; k < n; k++)
+		if (!strcmp(cases[k].id, id) || !strcmp(short_id(&cases[k]), id))
+			return k;
+	return -1;
+}
+
+static int run(int argc, char **argv, const tw_case *cases, int ncases, bool *want,
+               tw_raw_obs *results, bool *did)
 {
 	const char *cmd = NULL;
 	int window_ms = 1500;
 	bool markdown = false;
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	bool *want = calloc((size_t)tw_raw_num_cases, sizeof(*want));
-	tw_raw_obs *results = calloc((size_t)tw_raw_num_cases, sizeof(*results));
-	bool *did = calloc((size_t)tw_raw_num_cases, sizeof(*did));
-	if (!want || !results || !did) {
-		fprintf(stderr, "tw-bad-input: out of memory\n");
-		return 2;
-	}
 	bool some = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--iut") && i + 1 < argc) {
 			cmd = argv[++i];
 		} else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
 			const char *id = argv[++i];
-			const tw_raw_case *rc = tw_raw_case_find(id);
-			if (!rc) {
+			int k = find_case(cases, ncases, id);
+			if (k < 0) {
 				fprintf(stderr, "tw-bad-input: no raw case '%s' (--list)\n", id);
 				return 2;
 			}
-			want[rc - tw_raw_cases] = some = true;
+			want[k] = some = true;
 		} else if (!strcmp(argv[i], "--window-ms") && i + 1 < argc) {
 			window_ms = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--markdown")) {
 			markdown = true;
 		} else if (!strcmp(argv[i], "--list")) {
-			for (int k = 0; k < tw_raw_num_cases; k++)
-				printf("%-24s %-5s %s\n", tw_raw_cases[k].id, tw_raw_cases[k].section,
-				       tw_raw_cases[k].what);
+			for (int k = 0; k < ncases; k++)
+				printf("%-32s %-14s %s\n", short_id(&cases[k]), cases[k].section,
+				       what(&cases[k]));
 			return 0;
 		} else {
 			fprintf(stderr, "usage: tw-bad-input --iut CMD [--case ID]... [--markdown] "
@@ -88,20 +105,20 @@ int main(int argc, char **argv)
 		return EXIT_SKIP;
 	}
 	int failures = 0;
-	for (int k = 0; k < tw_raw_num_cases; k++) {
-		const tw_raw_case *rc = &tw_raw_cases[k];
+	for (int k = 0; k < ncases; k++) {
+		const tw_case *rc = &cases[k];
 		if (some && !want[k])
 			continue;
 		tw_raw_obs *o = &results[k];
 		did[k] = true;
-		if (tw_raw_case_run(cmd, rc, window_ms, o) != 0) {
-			printf("ERROR %s: %s\n", rc->id, o->note);
+		if (tw_raw_run(cmd, rc->id, rc->arg, window_ms, o) != 0) {
+			printf("ERROR %s: %s\n", short_id(rc), o->note);
 			failures++;
 			continue;
 		}
 		printf("# %s: %s\n#   process: %s\n#   stderr: %s\n#   accept: %s\n#   pipe: %s\n"
 		       "#   connection dropped: %s\n#   listener: %s\n#   class: %s%s%s%s%s\n",
-		       rc->id, rc->what, o->process, o->stderr_line[0] ? o->stderr_line : "-",
+		       short_id(rc), what(rc), o->process, o->stderr_line[0] ? o->stderr_line : "-",
 		       o->accept[0] ? o->accept : "-", o->pipe[0] ? o->pipe : "-",
 		       o->conn_dropped ? "yes" : "no", o->listener, o->klass,
 		       o->check[0] ? "\n#   check: " : "", o->check, o->note[0] ? "\n#   note: " : "",
@@ -111,23 +128,39 @@ int main(int argc, char **argv)
 		printf("\n| case | input | process | stderr (telling line) | accept callback | "
 		       "pipe (read_descriptor/read) | connection dropped | listener afterwards | class |\n"
 		       "|---|---|---|---|---|---|---|---|---|\n");
-		for (int k = 0; k < tw_raw_num_cases; k++) {
+		for (int k = 0; k < ncases; k++) {
 			if (!did[k])
 				continue;
-			const tw_raw_case *rc = &tw_raw_cases[k];
+			const tw_case *rc = &cases[k];
 			tw_raw_obs *o = &results[k];
 			char e1[320], e2[320], e3[320];
 			md_escape(o->stderr_line[0] ? o->stderr_line : "-", e1, sizeof(e1));
 			md_escape(o->accept[0] ? o->accept : "-", e2, sizeof(e2));
 			md_escape(o->pipe[0] ? o->pipe : "-", e3, sizeof(e3));
-			printf("| `%s` | %s | %s | `%s` | %s | %s | %s | %s | **%s** |\n", rc->id,
-			       rc->what, o->process, e1, e2, e3, o->conn_dropped ? "yes" : "no",
+			printf("| `%s` | %s | %s | `%s` | %s | %s | %s | %s | **%s** |\n", short_id(rc),
+			       what(rc), o->process, e1, e2, e3, o->conn_dropped ? "yes" : "no",
 			       o->listener, o->klass);
 		}
 	}
+	printf("%d case(s) could not be run\n", failures);
+	return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int ncases;
+	const tw_case *cases = tw_suite_wire(&ncases);
+	bool *want = calloc((size_t)ncases + 1, sizeof(*want));
+	tw_raw_obs *results = calloc((size_t)ncases + 1, sizeof(*results));
+	bool *did = calloc((size_t)ncases + 1, sizeof(*did));
+	int st = 2;
+	if (want && results && did)
+		st = run(argc, argv, cases, ncases, want, results, did);
+	else
+		fprintf(stderr, "tw-bad-input: out of memory\n");
 	free(want);
 	free(results);
 	free(did);
-	printf("%d case(s) could not be run\n", failures);
-	return failures ? 1 : 0;
+	return st;
 }
