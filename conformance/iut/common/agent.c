@@ -360,3 +360,131 @@ json_t *tw_agent_read_request(void)
 		return req;
 	}
 }
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static int parse_backends(const json_t *arr, const char *what, const tw_agent_backend *dflt,
+                          tw_agent_backend **out, size_t *n, char *err, size_t errlen)
+{
+	*out = NULL;
+	*n = 0;
+	if (!arr || json_is_null(arr)) {
+		arr = NULL; /* the default (6.2): absent or null */
+	} else if (!json_is_array(arr)) {
+		snprintf(err, errlen, "context: '%s' must be an array (or absent for the default)", what);
+		return -1;
+	}
+	size_t k = arr ? json_array_size(arr) : 1;
+	*out = calloc(k + 1, sizeof(**out));
+	if (!*out) {
+		snprintf(err, errlen, "context: out of memory");
+		return -1;
+	}
+	if (!arr) {
+		(*out)[0] = *dflt;
+		*n = 1;
+		return 0;
+	}
+	for (size_t i = 0; i < k; i++) {
+		const json_t *e = json_array_get(arr, i);
+		const json_t *name = json_object_get(e, "name"), *kind = json_object_get(e, "kind");
+		const json_t *prio = json_object_get(e, "priority"), *opts = json_object_get(e, "options");
+		const char *bad = !json_is_object(e)                                   ? "an object"
+		                  : !json_is_string(name) || !json_string_length(name) ? "a 'name' string"
+		                  : kind && !json_is_null(kind) && !json_is_string(kind) ? "a string 'kind'"
+		                  : prio && !json_is_integer(prio) ? "an integer 'priority'"
+		                  : opts && !json_is_null(opts) && !json_is_object(opts)
+		                          ? "an object 'options'"
+		                          : NULL;
+		if (bad) {
+			snprintf(err, errlen, "context: %s[%zu] must be %s", what, i, bad);
+			free(*out);
+			*out = NULL;
+			return -1;
+		}
+		tw_agent_backend *b = &(*out)[i];
+		b->name = json_string_value(name);
+		b->kind = json_is_string(kind) ? json_string_value(kind) : b->name;
+		b->priority = prio ? json_integer_value(prio) : 0;
+		b->options = json_is_object(opts) ? opts : NULL;
+	}
+	*n = k;
+	return 0;
+}
+
+static int parse_bound(const json_t *req, const char *key, bool *has, uint64_t *ms, char *err,
+                       size_t errlen)
+{
+	const json_t *v = json_object_get(req, key);
+	*has = v != NULL;
+	*ms = 0;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0) {
+		snprintf(err, errlen, "context: '%s' must be a non-negative integer", key);
+		return -1;
+	}
+	*ms = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+int tw_agent_parse_context(const json_t *req, tw_agent_context_req *out, char *err,
+                           size_t errlen)
+{
+	static const tw_agent_backend uv = {"uv", "uv", 0, NULL}, basic = {"basic", "basic", 0, NULL};
+	memset(out, 0, sizeof(*out));
+	const json_t *name = json_object_get(req, "name");
+	if (name && !json_is_string(name)) {
+		snprintf(err, errlen, "context: 'name' must be a string");
+		return -1;
+	}
+	out->name = name ? json_string_value(name) : "";
+	if (parse_bound(req, "handshake_timeout_ms", &out->has_handshake_timeout,
+	                &out->handshake_timeout_ms, err, errlen) ||
+	    parse_bound(req, "operation_timeout_ms", &out->has_operation_timeout,
+	                &out->operation_timeout_ms, err, errlen) ||
+	    parse_backends(json_object_get(req, "transports"), "transports", &uv, &out->transports,
+	                   &out->num_transports, err, errlen) ||
+	    parse_backends(json_object_get(req, "channels"), "channels", &basic, &out->channels,
+	                   &out->num_channels, err, errlen)) {
+		tw_agent_context_req_clear(out);
+		return -1;
+	}
+	return 0;
+}
+
+void tw_agent_context_req_clear(tw_agent_context_req *r)
+{
+	free(r->transports);
+	free(r->channels);
+	memset(r, 0, sizeof(*r));
+}
+
+int tw_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char *err,
+                        size_t errlen)
+{
+	const json_t *us = json_object_get(req, "urls");
+	*urls = NULL;
+	*n = 0;
+	if (!json_is_array(us) || json_array_size(us) == 0) {
+		snprintf(err, errlen, "listen: 'urls' must list URLs");
+		return -1;
+	}
+	size_t k = json_array_size(us);
+	const char **v = calloc(k, sizeof(*v));
+	if (!v) {
+		snprintf(err, errlen, "listen: out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < k; i++) {
+		v[i] = json_string_value(json_array_get(us, i));
+		if (!v[i]) {
+			snprintf(err, errlen, "listen: urls[%zu] must be a string", i);
+			free(v);
+			return -1;
+		}
+	}
+	*urls = v;
+	*n = k;
+	return 0;
+}

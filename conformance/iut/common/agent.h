@@ -92,6 +92,38 @@ void *tw_agent_buf_make(const tw_agent_buf *b, bool *failed);
 /* {"len": n, "xxh3": "<hex>"} of received bytes. */
 json_t *tw_agent_sum_json(const void *data, size_t len);
 
+/* ---- requests (spec/agent.md 6): parsed once, for every adapter ------------- */
+
+/* One entry of a context request's "transports" or "channels". */
+typedef struct tw_agent_backend {
+	const char *name;      /* the wire name */
+	const char *kind;      /* the implementation; the name when absent */
+	json_int_t priority;   /* 0 when absent */
+	const json_t *options; /* an object, or NULL */
+} tw_agent_backend;
+
+/* A "context" request (6.2). Strings point into the request. */
+typedef struct tw_agent_context_req {
+	const char *name;                 /* "" when absent */
+	tw_agent_backend *transports;     /* absent or null: the default, uv */
+	size_t num_transports;
+	tw_agent_backend *channels;       /* absent or null: the default, basic */
+	size_t num_channels;
+	bool has_handshake_timeout, has_operation_timeout;
+	uint64_t handshake_timeout_ms, operation_timeout_ms;
+} tw_agent_context_req;
+
+/* Parses and checks a "context" request. On failure returns -1 with a
+ * reason naming the member (the adapter answers inval / bad_request). */
+int tw_agent_parse_context(const json_t *req, tw_agent_context_req *out, char *err,
+                           size_t errlen);
+void tw_agent_context_req_clear(tw_agent_context_req *r);
+
+/* "urls" of a "listen" request (6.3): a non-empty array of strings, into a
+ * new array (free it; the strings point into the request). */
+int tw_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char *err,
+                        size_t errlen);
+
 /* ---- JSON lines ------------------------------------------------------------- */
 
 /* Reads one request line from stdin. Returns the parsed object, or NULL at

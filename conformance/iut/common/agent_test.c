@@ -1,7 +1,8 @@
 /*
  * agent_test.c - unit test of the generator and checksum rules of
  * spec/agent.md section 4, against the golden values printed there (the
- * splitmix64 values are the published reference outputs for seed 0).
+ * splitmix64 values are the published reference outputs for seed 0), and of
+ * the request parsing every adapter shares (section 6).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -88,6 +89,51 @@ int main(void)
 	j = json_loads("{\"payloads\":[{\"len\":-1}]}", 0, NULL);
 	CHECK(tw_agent_msg_parse(j, &m, err, sizeof(err)) != 0 && strstr(err, "payloads[0].len"),
 	      "negative length rejected: %s", err);
+	json_decref(j);
+
+	/* context requests (spec/agent.md 6.2), parsed the same for every adapter */
+	tw_agent_context_req r;
+	j = json_loads("{\"cmd\":\"context\",\"name\":\"c\"}", 0, NULL);
+	CHECK(tw_agent_parse_context(j, &r, err, sizeof(err)) == 0, "context: %s", err);
+	CHECK(r.num_transports == 1 && !strcmp(r.transports[0].name, "uv") &&
+	              r.num_channels == 1 && !strcmp(r.channels[0].kind, "basic") &&
+	              !r.has_handshake_timeout && !strcmp(r.name, "c"),
+	      "absent lists mean the defaults uv and basic");
+	tw_agent_context_req_clear(&r);
+	json_decref(j);
+	j = json_loads("{\"transports\":[],\"channels\":[{\"name\":\"mpt_uv\",\"kind\":\"mpt\","
+	               "\"priority\":10,\"options\":{\"lanes\":2}}],\"operation_timeout_ms\":0}",
+	               0, NULL);
+	CHECK(tw_agent_parse_context(j, &r, err, sizeof(err)) == 0, "context: %s", err);
+	CHECK(r.num_transports == 0 && r.num_channels == 1 && r.channels[0].priority == 10 &&
+	              !strcmp(r.channels[0].kind, "mpt") && r.channels[0].options &&
+	              r.has_operation_timeout && r.operation_timeout_ms == 0,
+	      "an empty list means none; kind, priority and options are kept");
+	tw_agent_context_req_clear(&r);
+	json_decref(j);
+	static const struct {
+		const char *json, *want;
+	} bad[] = {
+		{"{\"transports\":{}}", "'transports' must be an array"},
+		{"{\"channels\":[{\"kind\":\"basic\"}]}", "channels[0] must be a 'name' string"},
+		{"{\"channels\":[{\"name\":\"b\",\"priority\":\"hi\"}]}", "an integer 'priority'"},
+		{"{\"handshake_timeout_ms\":-1}", "'handshake_timeout_ms' must be a non-negative"},
+		{"{\"name\":7}", "'name' must be a string"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		j = json_loads(bad[i].json, 0, NULL);
+		err[0] = '\0';
+		CHECK(j && tw_agent_parse_context(j, &r, err, sizeof(err)) != 0 &&
+		              strstr(err, bad[i].want),
+		      "%s rejected naming %s: %s", bad[i].json, bad[i].want, err);
+		json_decref(j);
+	}
+	const char **urls;
+	size_t nurls;
+	j = json_loads("{\"urls\":[\"uv://127.0.0.1:0\",3]}", 0, NULL);
+	CHECK(tw_agent_parse_urls(j, &urls, &nurls, err, sizeof(err)) != 0 &&
+	              strstr(err, "urls[1] must be a string"),
+	      "a non-string URL is named: %s", err);
 	json_decref(j);
 
 	printf("%s\n", failures ? "FAIL" : "PASS");

@@ -282,78 +282,68 @@ void cmd_context(json_int_t id, const json_t *req)
 		                     "context: this adapter already has a context");
 		return;
 	}
-	const json_t *ts = json_object_get(req, "transports");
-	const json_t *cs = json_object_get(req, "channels");
-	if (!json_is_array(ts) || !json_is_array(cs)) {
-		tw_agent_respond_err(id, "inval", "bad_request",
-		                     "context: 'transports' and 'channels' must be arrays");
+	tw_agent_context_req r;
+	char err[256];
+	if (tw_agent_parse_context(req, &r, err, sizeof(err))) {
+		tw_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
-	auto ctx = std::make_shared<tp::Context>(tp::ContextOptions().name(str_field(req, "name")));
+	auto ctx = std::make_shared<tp::Context>(tp::ContextOptions().name(r.name));
 	json_t *skipped = json_array();
-	size_t i;
-	json_t *t;
-	json_array_foreach(ts, i, t) {
-		std::string name = str_field(t, "name");
-		std::string kind = str_field(t, "kind");
-		if (kind.empty())
-			kind = name;
-		const json_t *prio = json_object_get(t, "priority");
-		auto tctx = make_transport(kind);
+	auto fail = [&](const std::string &text) {
+		json_decref(skipped);
+		tw_agent_context_req_clear(&r);
+		ctx->close();
+		ctx->join();
+		tw_agent_respond_err(id, "unsupported", "unknown_kind", ("context: " + text).c_str());
+	};
+	for (size_t i = 0; i < r.num_transports; i++) {
+		const tw_agent_backend &b = r.transports[i];
+		auto tctx = make_transport(b.kind);
 		if (!tctx) {
-			json_decref(skipped);
-			ctx->close();
-			ctx->join();
-			tw_agent_respond_err(id, "unsupported", "unknown_kind",
-			                     ("context: unknown transport kind '" + kind + "'").c_str());
+			fail(std::string("unknown transport kind '") + b.kind + "'");
 			return;
 		}
 		if (!tctx->isViable()) {
 			json_array_append_new(skipped,
-			                      json_pack("{s:s,s:s}", "name", name.c_str(), "reason",
+			                      json_pack("{s:s,s:s}", "name", b.name, "reason",
 			                                "transport context reports isViable() = false"));
 			tctx->close();
 			tctx->join();
 			continue;
 		}
-		ctx->registerTransport(json_integer_value(prio), name, tctx);
+		ctx->registerTransport(b.priority, b.name, tctx);
 	}
-	json_array_foreach(cs, i, t) {
-		std::string name = str_field(t, "name");
-		std::string kind = str_field(t, "kind");
-		if (kind.empty())
-			kind = name;
-		const json_t *prio = json_object_get(t, "priority");
+	for (size_t i = 0; i < r.num_channels; i++) {
+		const tw_agent_backend &b = r.channels[i];
 		std::string why;
-		auto cctx = make_channel(kind, json_object_get(t, "options"), why);
+		auto cctx = make_channel(b.kind, b.options, why);
 		if (!cctx) {
-			json_decref(skipped);
-			ctx->close();
-			ctx->join();
-			tw_agent_respond_err(id, "unsupported", "unknown_kind",
-			                     ("context: " + why).c_str());
+			fail(why);
 			return;
 		}
 		if (!cctx->isViable()) {
 			json_array_append_new(skipped,
-			                      json_pack("{s:s,s:s}", "name", name.c_str(), "reason",
+			                      json_pack("{s:s,s:s}", "name", b.name, "reason",
 			                                "channel context reports isViable() = false"));
 			cctx->close();
 			cctx->join();
 			continue;
 		}
-		ctx->registerChannel(json_integer_value(prio), name, cctx);
+		ctx->registerChannel(b.priority, b.name, cctx);
 	}
+	bool hs = r.has_handshake_timeout, ot = r.has_operation_timeout;
+	tw_agent_context_req_clear(&r);
 	g_ctx = ctx;
 	json_t *resp = json_pack("{s:o}", "skipped", skipped);
 	json_t *unhonoured = json_array();
-	if (json_object_get(req, "handshake_timeout_ms"))
+	if (hs)
 		json_array_append_new(unhonoured,
 		                      json_pack("{s:s,s:s}", "name", "handshake_timeout_ms", "reason",
 		                                "stock TensorPipe has no handshake timeout: a server "
 		                                "pipe waits for its requested connections until it is "
 		                                "closed"));
-	if (json_object_get(req, "operation_timeout_ms"))
+	if (ot)
 		json_array_append_new(unhonoured,
 		                      json_pack("{s:s,s:s}", "name", "operation_timeout_ms", "reason",
 		                                "stock TensorPipe has no operation deadline: a pending "
@@ -379,18 +369,15 @@ void cmd_listen(json_int_t id, const json_t *req)
 {
 	if (!need_ctx(id))
 		return;
-	const json_t *us = json_object_get(req, "urls");
-	std::vector<std::string> urls;
-	size_t i;
-	json_t *u;
-	json_array_foreach(us, i, u) {
-		if (json_is_string(u))
-			urls.emplace_back(json_string_value(u));
-	}
-	if (urls.empty()) {
-		tw_agent_respond_err(id, "inval", "bad_request", "listen: 'urls' must list URLs");
+	const char **us;
+	size_t n;
+	char err[256];
+	if (tw_agent_parse_urls(req, &us, &n, err, sizeof(err))) {
+		tw_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
+	std::vector<std::string> urls(us, us + n);
+	free(us);
 	std::shared_ptr<tp::Listener> l;
 	try {
 		l = g_ctx->listen(urls);

@@ -222,66 +222,49 @@ static void cmd_context(json_int_t id, const json_t *req)
 		                     "context: this adapter already has a context");
 		return;
 	}
-	const json_t *ts = json_object_get(req, "transports");
-	const json_t *cs = json_object_get(req, "channels");
-	if (!json_is_array(ts) || !json_is_array(cs)) {
-		tw_agent_respond_err(id, "inval", "bad_request",
-		                     "context: 'transports' and 'channels' must be arrays");
+	tw_agent_context_req r;
+	char err[256];
+	if (tw_agent_parse_context(req, &r, err, sizeof(err))) {
+		tw_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
-	const json_t *hs = json_object_get(req, "handshake_timeout_ms");
-	const json_t *ot = json_object_get(req, "operation_timeout_ms");
-	if ((hs && (!json_is_integer(hs) || json_integer_value(hs) < 0)) ||
-	    (ot && (!json_is_integer(ot) || json_integer_value(ot) < 0))) {
-		tw_agent_respond_err(id, "inval", "bad_request",
-		                     "context: 'handshake_timeout_ms' and 'operation_timeout_ms' must "
-		                     "be non-negative integers");
-		return;
+	tw_context *ctx = NULL;
+	tw_status_t st = tw_context_create(r.name, &ctx);
+	const char *fn = "tw_context_create";
+	if (st == TW_OK && r.has_handshake_timeout) {
+		st = tw_context_set_handshake_timeout(ctx, r.handshake_timeout_ms);
+		fn = "tw_context_set_handshake_timeout";
 	}
-	tw_context *ctx;
-	tw_status_t st = tw_context_create(json_string_value(json_object_get(req, "name")), &ctx);
-	if (st != TW_OK) {
-		respond_status(id, st, "tw_context_create");
-		return;
-	}
-	if (hs && (st = tw_context_set_handshake_timeout(ctx, (uint64_t)json_integer_value(hs))) !=
-	                  TW_OK) {
-		respond_status(id, st, "tw_context_set_handshake_timeout");
-		tw_context_destroy(ctx);
-		return;
-	}
-	if (ot && (st = tw_context_set_operation_timeout(ctx, (uint64_t)json_integer_value(ot))) !=
-	                  TW_OK) {
-		respond_status(id, st, "tw_context_set_operation_timeout");
-		tw_context_destroy(ctx);
-		return;
+	if (st == TW_OK && r.has_operation_timeout) {
+		st = tw_context_set_operation_timeout(ctx, r.operation_timeout_ms);
+		fn = "tw_context_set_operation_timeout";
 	}
 	json_t *skipped = json_array();
-	for (int pass = 0; pass < 2; pass++) {
-		const json_t *arr = pass ? cs : ts;
-		size_t i;
-		json_t *t;
-		json_array_foreach(arr, i, t) {
-			const char *name = json_string_value(json_object_get(t, "name"));
-			const char *kind = json_string_value(json_object_get(t, "kind"));
-			json_int_t prio = json_integer_value(json_object_get(t, "priority"));
-			char *opts = options_string(json_object_get(t, "options"));
-			if (!kind)
-				kind = name;
-			st = pass ? tw_context_register_channel(ctx, kind ? kind : "", name, prio, opts)
-			          : tw_context_register_transport(ctx, kind ? kind : "", name, prio, opts);
+	for (int pass = 0; pass < 2 && st == TW_OK; pass++) {
+		const tw_agent_backend *bs = pass ? r.channels : r.transports;
+		size_t n = pass ? r.num_channels : r.num_transports;
+		for (size_t i = 0; i < n && st == TW_OK; i++) {
+			char *opts = options_string(bs[i].options);
+			st = pass ? tw_context_register_channel(ctx, bs[i].kind, bs[i].name,
+			                                        (int64_t)bs[i].priority, opts)
+			          : tw_context_register_transport(ctx, bs[i].kind, bs[i].name,
+			                                          (int64_t)bs[i].priority, opts);
 			free(opts);
+			fn = pass ? "tw_context_register_channel" : "tw_context_register_transport";
 			if (st == TW_ERR_UNSUPPORTED) {
-				json_array_append_new(skipped, json_pack("{s:s,s:s}", "name", name ? name : "",
+				json_array_append_new(skipped, json_pack("{s:s,s:s}", "name", bs[i].name,
 				                                         "reason", tw_last_error()));
-			} else if (st != TW_OK) {
-				respond_status(id, st, pass ? "tw_context_register_channel"
-				                            : "tw_context_register_transport");
-				json_decref(skipped);
-				tw_context_destroy(ctx);
-				return;
+				st = TW_OK;
 			}
 		}
+	}
+	tw_agent_context_req_clear(&r);
+	if (st != TW_OK) {
+		respond_status(id, st, fn);
+		json_decref(skipped);
+		if (ctx)
+			tw_context_destroy(ctx);
+		return;
 	}
 	g_ctx = ctx;
 	tw_agent_respond_ok(id, json_pack("{s:o}", "skipped", skipped));
@@ -301,21 +284,12 @@ static void cmd_listen(json_int_t id, const json_t *req)
 {
 	if (!need_ctx(id))
 		return;
-	const json_t *us = json_object_get(req, "urls");
-	size_t n = json_array_size(us);
-	const char **urls = n ? calloc(n, sizeof(*urls)) : NULL;
-	if (!n || !urls) {
-		free(urls);
-		tw_agent_respond_err(id, "inval", "bad_request", "listen: 'urls' must list URLs");
+	const char **urls;
+	size_t n;
+	char err[256];
+	if (tw_agent_parse_urls(req, &urls, &n, err, sizeof(err))) {
+		tw_agent_respond_err(id, "inval", "bad_request", err);
 		return;
-	}
-	for (size_t i = 0; i < n; i++) {
-		urls[i] = json_string_value(json_array_get(us, i));
-		if (!urls[i]) {
-			free(urls);
-			tw_agent_respond_err(id, "inval", "bad_request", "listen: URLs must be strings");
-			return;
-		}
 	}
 	tw_listener *l;
 	tw_status_t st = tw_context_listen(g_ctx, urls, n, &l);
