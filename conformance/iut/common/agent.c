@@ -5,11 +5,14 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -487,4 +490,100 @@ int tw_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char *
 	*urls = v;
 	*n = k;
 	return 0;
+}
+
+/* ---- fds: a process short of descriptors --------------------------------------------------- */
+
+static int *held_fds;
+static size_t num_held;
+static struct rlimit saved_limit;
+static bool limit_saved;
+
+static void release_fds(void)
+{
+	for (size_t i = 0; i < num_held; i++)
+		close(held_fds[i]);
+	free(held_fds);
+	held_fds = NULL;
+	num_held = 0;
+	if (limit_saved)
+		(void)setrlimit(RLIMIT_NOFILE, &saved_limit);
+	limit_saved = false;
+}
+
+/* Opens /dev/null until the process is out of descriptors, then closes
+ * `free_count` of them. The soft limit is first brought down to the highest
+ * descriptor in use plus a margin, so that this takes hundreds of opens, not
+ * a million. */
+static int hold_fds(json_int_t free_count, char *err, size_t errlen)
+{
+	release_fds();
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		snprintf(err, errlen, "fds: getrlimit: %s", strerror(errno));
+		return -1;
+	}
+	int top = 0;
+	for (int fd = 0; fd < 65536 && (rlim_t)fd < rl.rlim_cur; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			top = fd;
+	rlim_t want = (rlim_t)top + 1 + 256 + (rlim_t)free_count;
+	if (want < rl.rlim_cur) {
+		saved_limit = rl;
+		limit_saved = true;
+		struct rlimit lower = {want, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &lower) != 0) {
+			snprintf(err, errlen, "fds: setrlimit(%llu): %s", (unsigned long long)want,
+			         strerror(errno));
+			release_fds();
+			return -1;
+		}
+	}
+	size_t cap = 0;
+	for (;;) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				break;
+			snprintf(err, errlen, "fds: open /dev/null: %s", strerror(errno));
+			release_fds();
+			return -1;
+		}
+		if (num_held == cap) {
+			cap = cap ? 2 * cap : 256;
+			int *grown = realloc(held_fds, cap * sizeof(*grown));
+			if (!grown) {
+				close(fd);
+				snprintf(err, errlen, "fds: out of memory");
+				release_fds();
+				return -1;
+			}
+			held_fds = grown;
+		}
+		held_fds[num_held++] = fd;
+	}
+	for (json_int_t i = 0; i < free_count && num_held > 0; i++)
+		close(held_fds[--num_held]);
+	return (int)num_held;
+}
+
+void tw_agent_cmd_fds(json_int_t id, const json_t *req)
+{
+	const json_t *f = json_object_get(req, "free");
+	if (json_is_null(f)) {
+		release_fds();
+		tw_agent_respond_ok(id, json_pack("{s:i}", "held", 0));
+		return;
+	}
+	if (!json_is_integer(f) || json_integer_value(f) < 0 || json_integer_value(f) > 4096) {
+		tw_agent_respond_err(id, "inval", "bad_request",
+		                     "fds: 'free' must be null or an integer 0..4096");
+		return;
+	}
+	char err[256];
+	int held = hold_fds(json_integer_value(f), err, sizeof(err));
+	if (held < 0)
+		tw_agent_respond_err(id, "sys", "fds", err);
+	else
+		tw_agent_respond_ok(id, json_pack("{s:i}", "held", held));
 }

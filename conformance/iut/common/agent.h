@@ -124,6 +124,12 @@ void tw_agent_context_req_clear(tw_agent_context_req *r);
 int tw_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char *err,
                         size_t errlen);
 
+/* The "fds" command (6.12), the same in every adapter: it acts on the
+ * adapter process, not on the IUT. {"free": N} holds descriptors so that
+ * at most N more can be opened; {"free": null} releases them. Answers the
+ * request itself. */
+void tw_agent_cmd_fds(json_int_t id, const json_t *req);
+
 /* ---- JSON lines ------------------------------------------------------------- */
 
 /* Reads one request line from stdin. Returns the parsed object, or NULL at

@@ -753,6 +753,8 @@ int main()
 			cmd_info(id, req);
 		} else if (cmd == "close") {
 			cmd_close(id, req);
+		} else if (cmd == "fds") {
+			tw_agent_cmd_fds(id, req);
 		} else if (cmd == "shutdown") {
 			shutdown_context();
 			tw_agent_respond_ok(id, nullptr);

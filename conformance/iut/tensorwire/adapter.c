@@ -768,6 +768,8 @@ int main(void)
 			cmd_info(id, req);
 		else if (!strcmp(cmd, "close"))
 			cmd_close(id, req);
+		else if (!strcmp(cmd, "fds"))
+			tw_agent_cmd_fds(id, req);
 		else if (!strcmp(cmd, "shutdown")) {
 			tw_status_t st = shutdown_context();
 			if (st != TW_OK)

@@ -737,6 +737,105 @@ static tw_outcome_t run_silent_peer_deadline(const tw_case *c, tw_case_env *env)
 	return from_session(&s, env, rc);
 }
 
+/* "(5.8.d) A listener that cannot take a connection for want of a file
+ * descriptor SHOULD refuse it promptly [...] and MUST keep serving the pipes
+ * it has and accept again once descriptors are free." The server adapter
+ * holds every free descriptor (spec/agent.md 6.12); a second client pipe
+ * must then fail within REFUSE_MS (it must not wait in the listen queue or
+ * for a handshake timeout), the first pipe must still carry messages both
+ * ways, and once the descriptors are released a third client pipe must be
+ * accepted and carry messages. */
+#define REFUSE_MS 10000
+static int fds_call(tw_session *s, json_t *free_count, bool *unsupported)
+{
+	char err[512];
+	json_t *r = tw_adapter_request(s->server, json_pack("{s:s,s:o}", "cmd", "fds", "free",
+	                                                    free_count),
+	                               s->wait_ms, err, sizeof(err));
+	if (!r)
+		return tw_session_fail(s, "fds: %s", err);
+	int rc = 0;
+	if (!json_is_true(json_object_get(r, "ok"))) {
+		const char *kind = json_string_value(json_object_get(json_object_get(r, "error"),
+		                                                     "kind"));
+		*unsupported = kind && !strcmp(kind, "unsupported");
+		rc = tw_session_fail(s, "fds: %s", tw_event_error_text(r));
+	} else {
+		printf("# server adapter holds %" JSON_INTEGER_FORMAT " descriptors\n",
+		       json_integer_value(json_object_get(r, "held")));
+	}
+	json_decref(r);
+	return rc;
+}
+
+static tw_outcome_t run_listener_out_of_fds(const tw_case *c, tw_case_env *env)
+{
+	tw_session s;
+	bool unsupported = false;
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0)
+		rc = fds_call(&s, json_integer(0), &unsupported);
+	if (unsupported) {
+		snprintf(env->transport, sizeof(env->transport), "uv");
+		tw_session_destroy(&s);
+		return tw_case_result(env, TW_SKIP, "the server's adapter has no 'fds' command");
+	}
+	/* a second client pipe while the server has no descriptor to spare */
+	char p2[64] = "";
+	json_t *r = rc ? NULL : tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	                                                                 "connect", "url", s.url));
+	if (r)
+		snprintf(p2, sizeof(p2), "%s", json_string_value(json_object_get(r, "pipe")) ?: "");
+	json_decref(r);
+	rc = rc || !r ? -1 : 0;
+	json_int_t rd = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	                                                                "read_descriptor", "pipe",
+	                                                                p2));
+	long long t0 = tw_now_ms();
+	char err[512];
+	json_t *ev = rd < 0 ? NULL
+	                    : tw_adapter_event(s.client, rd, "read_descriptor", REFUSE_MS, err,
+	                                       sizeof(err));
+	if (rd >= 0 && !ev)
+		rc = tw_session_fail(&s, "a client pipe to a server out of descriptors was still "
+		                         "pending after %d ms (it must be refused promptly): %s",
+		                     REFUSE_MS, err);
+	else if (ev && json_is_true(json_object_get(ev, "ok")))
+		rc = tw_session_fail(&s, "a read_descriptor on a pipe the server could not take "
+		                         "succeeded");
+	else if (ev)
+		printf("# the second client pipe failed after %lld ms: %s: %s\n", tw_now_ms() - t0,
+		       tw_event_error_kind(ev) ?: "?", tw_event_error_text(ev) ?: "");
+	json_decref(ev);
+	/* the pipe the server has is still served, while it is short */
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_small, 2, false, 14000000);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, false, shape_small, 2, false, 14100000);
+	if (rc == 0)
+		rc = fds_call(&s, json_null(), &unsupported);
+	/* descriptors are free again: a new client pipe is accepted and works */
+	if (rc == 0) {
+		json_t *cr = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+		                                                     "pipe", s.cpipe));
+		json_t *sr = cr ? tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		                                                          "close", "pipe", s.spipe))
+		                : NULL;
+		rc = cr && sr ? 0 : -1;
+		json_decref(cr);
+		json_decref(sr);
+	}
+	if (rc == 0)
+		rc = tw_session_connect(&s, NULL);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, true, shape_small, 2, false, 14200000);
+	if (rc == 0)
+		rc = tw_session_transfer(&s, false, shape_small, 2, false, 14300000);
+	if (rc == 0)
+		rc = tw_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
 /* ---- declarations ---------------------------------------------------------------------- */
 
 static const tw_case cases[] = {
@@ -832,6 +931,15 @@ static const tw_case cases[] = {
 	                "error [...] the pipe MUST then fail too, with every other pending "
 	                "operation.",
 	 .timeout_s = 120, .run = run_silent_peer_deadline, .cross = true},
+	{.id = "semantic.listener_out_of_fds", .suite = "semantic",
+	 .section = "wire.md 5.8 (5.8.d)", .level = TW_MUST, .needs = "",
+	 .description = "the server holds every free descriptor: a new client pipe fails within "
+	                "10 s, the existing pipe still works, and after the release a new pipe is "
+	                "accepted",
+	 .requirement = "(5.8.d) A listener that cannot take a connection for want of a file "
+	                "descriptor SHOULD refuse it promptly [...] and MUST keep serving the pipes "
+	                "it has and accept again once descriptors are free.",
+	 .timeout_s = 120, .run = run_listener_out_of_fds, .cross = true},
 	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
 	 .level = TW_MUST, .needs = "",
 	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",
