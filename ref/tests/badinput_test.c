@@ -418,22 +418,13 @@ static void case_bad_reply(void)
 
 static void answer_case(const uint8_t *answer, size_t n, const char *substr)
 {
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	CHECK(lfd >= 0);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	CHECK(listen(lfd, 4) == 0);
-	socklen_t sl = sizeof(a);
-	CHECK(getsockname(lfd, (struct sockaddr *)&a, &sl) == 0);
+	int port;
+	int lfd = raw_listen(&port);
 	char url[64];
-	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", ntohs(a.sin_port));
+	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", port);
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(S.good, url, &p));
-	int fd = accept(lfd, NULL, NULL);
-	CHECK(fd >= 0);
+	int fd = raw_accept(lfd);
 	size_t len;
 	free(raw_recv_frame(fd, &len)); /* hello */
 	free(raw_recv_frame(fd, &len)); /* Brochure */

@@ -1,19 +1,18 @@
 /*
- * raw_util.h - a hand-written TensorPipe peer for tests: blocking TCP
- * sockets that send and receive uv frames (u64le length + bytes) and the
- * packets our codec encodes, so a test can play a stock-like or a broken
- * client or server byte by byte. Header-only; tests only.
+ * raw_util.h - a hand-written TensorPipe peer for tests: the raw uv peer
+ * the conformance harness uses too (conformance/rawpeer, tw_rawpeer), with
+ * every failure ending the test, plus the packets our codec encodes, so a
+ * test can play a stock-like or a broken client or server byte by byte.
+ * Tests only.
  */
 #ifndef TW_TESTS_RAW_UTIL_H
 #define TW_TESTS_RAW_UTIL_H
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
+#include <string.h>
+#include <sys/socket.h> /* shutdown(), for tests that half-close */
 
+#include "rawpeer.h"
 #include "test_util.h"
 #include "wire/packets.h"
 
@@ -26,41 +25,32 @@ static const uint8_t raw_brochure_uv_basic[] = {
 	0x02, 0xbd, 0x03, 0x63, 0x70, 0x75, 0x00, 0xbd, 0x03, 0x61, 0x6e, 0x79,
 };
 
-/* ---- raw socket helpers --------------------------------------------------------- */
+/* ---- raw socket helpers: tw_rawpeer (conformance/rawpeer), asserting ---------------- */
+
+/* Waits long enough for anything a test does; the watchdog bounds the rest. */
+#define RAW_WAIT_MS 30000
 
 static inline int raw_connect(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char addr[32], err[256];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	int fd = tw_raw_connect(addr, RAW_WAIT_MS, err, sizeof(err));
+	if (fd < 0)
+		fprintf(stderr, "%s\n", err);
 	CHECK(fd >= 0);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
 }
 
 static inline void raw_send(int fd, const void *p, size_t n)
 {
-	const uint8_t *b = p;
-	while (n > 0) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-		CHECK(w > 0);
-		b += w;
-		n -= (size_t)w;
-	}
+	char err[256];
+	CHECK(tw_raw_send(fd, p, n, err, sizeof(err)) == 0);
 }
 
 static inline void raw_send_frame(int fd, const void *p, size_t n)
 {
-	uint8_t h[8];
-	for (int i = 0; i < 8; i++)
-		h[i] = (uint8_t)((uint64_t)n >> (8 * i));
-	raw_send(fd, h, 8);
-	raw_send(fd, p, n);
+	char err[256];
+	CHECK(tw_raw_send_frame(fd, p, n, err, sizeof(err)) == 0);
 }
 
 static inline void raw_send_header(int fd, uint64_t n)
@@ -71,49 +61,53 @@ static inline void raw_send_header(int fd, uint64_t n)
 	raw_send(fd, h, 8);
 }
 
-/* Reads exactly n bytes; false on EOF. */
+/* Reads exactly n bytes; false on EOF or reset. */
 static inline bool raw_recv(int fd, void *p, size_t n)
 {
-	uint8_t *b = p;
-	while (n > 0) {
-		ssize_t r = recv(fd, b, n, 0);
-		if (r <= 0)
-			return false;
-		b += r;
-		n -= (size_t)r;
-	}
-	return true;
+	char err[256];
+	return tw_raw_recv_exact(fd, p, n, RAW_WAIT_MS, err, sizeof(err)) == 0;
 }
 
-/* One frame into a malloc'd buffer. */
-static inline uint8_t *raw_recv_frame(int fd, size_t *len)
+/* One frame (below 16 MiB) into a malloc'd buffer; 1 and the frame, 0 for an
+ * end of file before the next frame, -1 for a reset (anything else ends the
+ * test). */
+static inline int raw_try_recv_frame(int fd, uint8_t **buf_out, size_t *len_out)
 {
 	uint8_t h[8];
-	CHECK(raw_recv(fd, h, 8));
+	char err[256];
+	int rc = tw_raw_recv_exact(fd, h, 8, RAW_WAIT_MS, err, sizeof(err));
+	if (rc == -2)
+		return 0;
+	if (rc != 0 && strstr(err, strerror(ECONNRESET)))
+		return -1;
+	if (rc != 0)
+		fprintf(stderr, "%s\n", err);
+	CHECK(rc == 0);
 	uint64_t n = 0;
 	for (int i = 7; i >= 0; i--)
 		n = (n << 8) | h[i];
-	CHECK(n < (1u << 20));
+	CHECK(n < (1u << 24));
 	uint8_t *b = malloc(n ? n : 1);
 	CHECK(b);
-	CHECK(raw_recv(fd, b, n));
-	*len = n;
+	CHECK(n == 0 || tw_raw_recv_exact(fd, b, n, RAW_WAIT_MS, err, sizeof(err)) == 0);
+	*buf_out = b;
+	*len_out = n;
+	return 1;
+}
+
+/* One frame (below 1 MiB) into a malloc'd buffer. */
+static inline uint8_t *raw_recv_frame(int fd, size_t *len)
+{
+	uint8_t *b = NULL;
+	CHECK(raw_try_recv_frame(fd, &b, len) == 1);
+	CHECK(*len < (1u << 20));
 	return b;
 }
 
 /* True if our side closed the connection (EOF or reset) within 5 s. */
 static inline bool raw_closed_by_peer(int fd)
 {
-	for (int i = 0; i < 50; i++) {
-		struct pollfd pfd = { fd, POLLIN, 0 };
-		if (poll(&pfd, 1, 100) > 0) {
-			uint8_t b[256];
-			ssize_t r = recv(fd, b, sizeof(b), 0);
-			if (r == 0 || (r < 0 && errno == ECONNRESET))
-				return true;
-		}
-	}
-	return false;
+	return tw_raw_wait_closed(fd, 5000) == 1;
 }
 
 static inline void encode_send(int fd, tw_nop_writer *w)
@@ -165,53 +159,19 @@ static inline void raw_handshake_ids(int fd, uint64_t *id_r, uint64_t *id_basic)
 /* A listening socket on 127.0.0.1 (the harness side of a raw server). */
 static inline int raw_listen(int *port_out)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char err[256];
+	int fd = tw_raw_listen(port_out, err, sizeof(err));
 	CHECK(fd >= 0);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	CHECK(listen(fd, 16) == 0);
-	socklen_t sl = sizeof(a);
-	CHECK(getsockname(fd, (struct sockaddr *)&a, &sl) == 0);
-	*port_out = ntohs(a.sin_port);
 	return fd;
 }
 
-/* Accepts one connection (the watchdog catches one that never comes). */
+/* Accepts one connection. */
 static inline int raw_accept(int lfd)
 {
-	int fd = accept(lfd, NULL, NULL);
+	char err[256];
+	int fd = tw_raw_accept(lfd, RAW_WAIT_MS, err, sizeof(err));
 	CHECK(fd >= 0);
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
-}
-
-/* One frame, or the end of the connection: 1 and a malloc'd frame, 0 for an
- * end of file before the next frame, -1 for a reset. */
-static inline int raw_try_recv_frame(int fd, uint8_t **buf_out, size_t *len_out)
-{
-	uint8_t h[8];
-	ssize_t r = recv(fd, h, 1, 0);
-	if (r == 0)
-		return 0;
-	if (r < 0) {
-		CHECK(errno == ECONNRESET);
-		return -1;
-	}
-	CHECK(raw_recv(fd, h + 1, 7));
-	uint64_t n = 0;
-	for (int i = 7; i >= 0; i--)
-		n = (n << 8) | h[i];
-	CHECK(n < (1u << 24));
-	uint8_t *b = malloc(n ? n : 1);
-	CHECK(b);
-	CHECK(raw_recv(fd, b, n));
-	*buf_out = b;
-	*len_out = n;
-	return 1;
 }
 
 #endif /* TW_TESTS_RAW_UTIL_H */

@@ -1,5 +1,6 @@
 /*
- * rawpeer.c - the harness as a raw uv peer (see rawpeer.h).
+ * rawpeer.c - a raw uv peer for the harness and the library's tests (see
+ * rawpeer.h).
  */
 #define _GNU_SOURCE
 #include "rawpeer.h"
@@ -125,7 +126,6 @@ int tw_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t er
 	return tw_raw_send(fd, body, len, err, errlen);
 }
 
-/* Reads exactly n bytes before the deadline. 0, -1 (error), -2 (EOF at start). */
 static int recv_exact(int fd, unsigned char *buf, size_t n, long long deadline, char *err,
                       size_t errlen)
 {
@@ -150,6 +150,11 @@ static int recv_exact(int fd, unsigned char *buf, size_t n, long long deadline, 
 		got += (size_t)r;
 	}
 	return 0;
+}
+
+int tw_raw_recv_exact(int fd, void *buf, size_t n, int timeout_ms, char *err, size_t errlen)
+{
+	return recv_exact(fd, buf, n, now_ms() + timeout_ms, err, errlen);
 }
 
 long tw_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, char *err,

@@ -1,15 +1,17 @@
 /*
- * rawpeer.h - the harness as a raw TCP peer of the uv transport: framed
- * writes and reads (u64le length + bytes, spec/wire.md / reference §2.2),
- * hand-built packets, and a minimal reader of the nop encoding, enough to
- * pull the address and registration ids out of a BrochureAnswer.
+ * rawpeer.h - a raw TCP peer of the uv transport, the one that the
+ * conformance harness and the library's own tests (ref/tests/raw_util.h)
+ * share: framed writes and reads (u64le length + bytes, spec/wire.md /
+ * reference §2.2), hand-built packets, and a minimal reader of the nop
+ * encoding, enough to pull the address and registration ids out of a
+ * BrochureAnswer.
  *
  * Deliberately independent of ref/src/wire: the harness must not judge an
  * implementation with that implementation's own codec. Blocking sockets with
- * timeouts; single-threaded.
+ * timeouts; single-threaded; libc only (library tw_rawpeer).
  */
-#ifndef TW_HARNESS_RAWPEER_H
-#define TW_HARNESS_RAWPEER_H
+#ifndef TW_RAWPEER_RAWPEER_H
+#define TW_RAWPEER_RAWPEER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +31,10 @@ int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen);
 
 /* Sends one uv frame: u64le(len) followed by the bytes. */
 int tw_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t errlen);
+
+/* Reads exactly n bytes within timeout_ms: 0, -1 on error or timeout (err),
+ * -2 on a clean EOF before any byte. */
+int tw_raw_recv_exact(int fd, void *buf, size_t n, int timeout_ms, char *err, size_t errlen);
 
 /* Reads one uv frame (at most `cap` bytes of body) within timeout_ms.
  * Returns the body length, -1 on error/timeout (err), -2 on a clean EOF
@@ -65,4 +71,4 @@ size_t tw_raw_hello(const char *name, unsigned char *buf, size_t cap);
 /* Builds Packet{RequestedConnection{id}} into buf; returns its length. */
 size_t tw_raw_requested(uint64_t id, unsigned char *buf, size_t cap);
 
-#endif /* TW_HARNESS_RAWPEER_H */
+#endif /* TW_RAWPEER_RAWPEER_H */
