@@ -21,7 +21,7 @@
 #define TW_ADAPTERS_MAX 16
 #define TW_STDERR_TAIL 16384
 
-struct tw_adapter {
+struct twc_adapter {
 	char label[64];
 	pid_t pid;
 	int in_fd, out_fd, err_fd;
@@ -40,9 +40,9 @@ struct tw_adapter {
 	int wstatus;
 };
 
-static tw_adapter *live[TW_ADAPTERS_MAX];
+static twc_adapter *live[TW_ADAPTERS_MAX];
 
-long long tw_now_ms(void)
+long long twc_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -57,17 +57,17 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-const char *tw_adapter_label(const tw_adapter *a)
+const char *twc_adapter_label(const twc_adapter *a)
 {
 	return a->label;
 }
 
-const char *tw_adapter_stderr(const tw_adapter *a)
+const char *twc_adapter_stderr(const twc_adapter *a)
 {
 	return a->errtail;
 }
 
-void tw_adapter_describe_status(int status, char *buf, size_t buflen)
+void twc_adapter_describe_status(int status, char *buf, size_t buflen)
 {
 	if (WIFEXITED(status))
 		snprintf(buf, buflen, "exit %d", WEXITSTATUS(status));
@@ -78,7 +78,7 @@ void tw_adapter_describe_status(int status, char *buf, size_t buflen)
 		snprintf(buf, buflen, "status 0x%x", status);
 }
 
-tw_adapter *tw_adapter_spawn(const char *cmd, const char *label, char *err, size_t errlen)
+twc_adapter *twc_adapter_spawn(const char *cmd, const char *label, char *err, size_t errlen)
 {
 	int in[2], out[2], errp[2];
 	int slot = -1;
@@ -119,7 +119,7 @@ tw_adapter *tw_adapter_spawn(const char *cmd, const char *label, char *err, size
 	close(in[0]);
 	close(out[1]);
 	close(errp[1]);
-	tw_adapter *a = calloc(1, sizeof(*a));
+	twc_adapter *a = calloc(1, sizeof(*a));
 	if (!a) {
 		set_err(err, errlen, "spawn %s: out of memory", label);
 		close(in[1]);
@@ -163,7 +163,7 @@ static void id_key(json_int_t id, char key[32])
 	snprintf(key, 32, "%" JSON_INTEGER_FORMAT, id);
 }
 
-static void handle_line(tw_adapter *a, char *line)
+static void handle_line(twc_adapter *a, char *line)
 {
 	if (line[0] == '\0')
 		return;
@@ -192,7 +192,7 @@ static void handle_line(tw_adapter *a, char *line)
 	json_array_append_new(a->inbox, msg);
 }
 
-static void read_out(tw_adapter *a)
+static void read_out(twc_adapter *a)
 {
 	if (a->rcap - a->rlen < 65536) {
 		size_t ncap = a->rcap ? a->rcap * 2 : 131072;
@@ -232,7 +232,7 @@ static void read_out(tw_adapter *a)
 	a->rlen -= start;
 }
 
-static void read_err(tw_adapter *a)
+static void read_err(twc_adapter *a)
 {
 	char buf[4096];
 	ssize_t n = read(a->err_fd, buf, sizeof(buf));
@@ -257,7 +257,7 @@ static void read_err(tw_adapter *a)
 	a->errtail[a->errlen] = '\0';
 }
 
-static void write_in(tw_adapter *a)
+static void write_in(twc_adapter *a)
 {
 	while (a->wlen > 0) {
 		ssize_t n = write(a->in_fd, a->wbuf, a->wlen);
@@ -273,7 +273,7 @@ static void write_in(tw_adapter *a)
 	}
 }
 
-static void reap(tw_adapter *a)
+static void reap(twc_adapter *a)
 {
 	if (a->exited)
 		return;
@@ -285,14 +285,14 @@ static void reap(tw_adapter *a)
 	}
 }
 
-void tw_adapter_pump(int timeout_ms)
+void twc_adapter_pump(int timeout_ms)
 {
 	struct pollfd pfd[3 * TW_ADAPTERS_MAX];
-	tw_adapter *owner[3 * TW_ADAPTERS_MAX];
+	twc_adapter *owner[3 * TW_ADAPTERS_MAX];
 	int kind[3 * TW_ADAPTERS_MAX];
 	int n = 0;
 	for (int i = 0; i < TW_ADAPTERS_MAX; i++) {
-		tw_adapter *a = live[i];
+		twc_adapter *a = live[i];
 		if (!a)
 			continue;
 		if (!a->out_eof) {
@@ -332,7 +332,7 @@ void tw_adapter_pump(int timeout_ms)
 	}
 }
 
-json_int_t tw_adapter_send(tw_adapter *a, json_t *req, char *err, size_t errlen)
+json_int_t twc_adapter_send(twc_adapter *a, json_t *req, char *err, size_t errlen)
 {
 	json_int_t id = a->next_id++;
 	json_object_set_new(req, "id", json_integer(id));
@@ -369,7 +369,7 @@ json_int_t tw_adapter_send(tw_adapter *a, json_t *req, char *err, size_t errlen)
 
 /* Takes the first inbox line that is (event != NULL: the named event of) /
  * (event == NULL: the response to) request id. */
-static json_t *take(tw_adapter *a, json_int_t id, bool want_event)
+static json_t *take(twc_adapter *a, json_int_t id, bool want_event)
 {
 	size_t i;
 	json_t *m;
@@ -385,15 +385,15 @@ static json_t *take(tw_adapter *a, json_int_t id, bool want_event)
 	return NULL;
 }
 
-static void describe_gone(tw_adapter *a, char *err, size_t errlen, const char *waiting)
+static void describe_gone(twc_adapter *a, char *err, size_t errlen, const char *waiting)
 {
 	char st[64] = "still running";
 	for (int i = 0; i < 50 && !a->exited; i++) {
-		tw_adapter_pump(10);
+		twc_adapter_pump(10);
 		reap(a);
 	}
 	if (a->exited)
-		tw_adapter_describe_status(a->wstatus, st, sizeof(st));
+		twc_adapter_describe_status(a->wstatus, st, sizeof(st));
 	const char *tail = a->errtail;
 	size_t tl = strlen(tail);
 	if (tl > 600)
@@ -402,10 +402,10 @@ static void describe_gone(tw_adapter *a, char *err, size_t errlen, const char *w
 	        waiting, st, tail[0] ? tail : "(empty)");
 }
 
-static json_t *wait_for(tw_adapter *a, json_int_t id, bool want_event, int timeout_ms,
+static json_t *wait_for(twc_adapter *a, json_int_t id, bool want_event, int timeout_ms,
                         char *err, size_t errlen)
 {
-	long long deadline = tw_now_ms() + timeout_ms;
+	long long deadline = twc_now_ms() + timeout_ms;
 	for (;;) {
 		json_t *m = take(a, id, want_event);
 		if (m)
@@ -417,23 +417,23 @@ static json_t *wait_for(tw_adapter *a, json_int_t id, bool want_event, int timeo
 			describe_gone(a, err, errlen, what);
 			return NULL;
 		}
-		long long left = deadline - tw_now_ms();
+		long long left = deadline - twc_now_ms();
 		if (left <= 0) {
 			set_err(err, errlen, "%s: timed out after %d ms: %s", a->label, timeout_ms, what);
 			return NULL;
 		}
-		tw_adapter_pump(left > 200 ? 200 : (int)left);
+		twc_adapter_pump(left > 200 ? 200 : (int)left);
 	}
 }
 
-json_t *tw_adapter_response(tw_adapter *a, json_int_t id, int timeout_ms, char *err,
+json_t *twc_adapter_response(twc_adapter *a, json_int_t id, int timeout_ms, char *err,
                             size_t errlen)
 {
 	json_t *r = wait_for(a, id, false, timeout_ms, err, errlen);
 	return r;
 }
 
-static void arm_if_needed(tw_adapter *a, const char *cmd, json_int_t id, const json_t *resp)
+static void arm_if_needed(twc_adapter *a, const char *cmd, json_int_t id, const json_t *resp)
 {
 	static const char *const armers[] = {"accept", "write", "read_descriptor", "read"};
 	if (!json_is_true(json_object_get(resp, "ok")))
@@ -447,12 +447,12 @@ static void arm_if_needed(tw_adapter *a, const char *cmd, json_int_t id, const j
 	}
 }
 
-json_t *tw_adapter_request(tw_adapter *a, json_t *req, int timeout_ms, char *err, size_t errlen)
+json_t *twc_adapter_request(twc_adapter *a, json_t *req, int timeout_ms, char *err, size_t errlen)
 {
 	const json_t *c = json_object_get(req, "cmd");
 	char cmd[32];
 	snprintf(cmd, sizeof(cmd), "%s", json_is_string(c) ? json_string_value(c) : "");
-	json_int_t id = tw_adapter_send(a, req, err, errlen);
+	json_int_t id = twc_adapter_send(a, req, err, errlen);
 	if (id < 0)
 		return NULL;
 	json_t *r = wait_for(a, id, false, timeout_ms, err, errlen);
@@ -461,12 +461,12 @@ json_t *tw_adapter_request(tw_adapter *a, json_t *req, int timeout_ms, char *err
 	return r;
 }
 
-json_t *tw_adapter_call(tw_adapter *a, json_t *req, int timeout_ms, char *err, size_t errlen)
+json_t *twc_adapter_call(twc_adapter *a, json_t *req, int timeout_ms, char *err, size_t errlen)
 {
 	char cmd[32];
 	const json_t *c = json_object_get(req, "cmd");
 	snprintf(cmd, sizeof(cmd), "%s", json_is_string(c) ? json_string_value(c) : "?");
-	json_t *r = tw_adapter_request(a, req, timeout_ms, err, errlen);
+	json_t *r = twc_adapter_request(a, req, timeout_ms, err, errlen);
 	if (!r)
 		return NULL;
 	if (!json_is_true(json_object_get(r, "ok"))) {
@@ -481,7 +481,7 @@ json_t *tw_adapter_call(tw_adapter *a, json_t *req, int timeout_ms, char *err, s
 	return r;
 }
 
-json_t *tw_adapter_event(tw_adapter *a, json_int_t id, const char *name, int timeout_ms,
+json_t *twc_adapter_event(twc_adapter *a, json_int_t id, const char *name, int timeout_ms,
                          char *err, size_t errlen)
 {
 	json_t *e = wait_for(a, id, true, timeout_ms, err, errlen);
@@ -497,14 +497,14 @@ json_t *tw_adapter_event(tw_adapter *a, json_int_t id, const char *name, int tim
 	return e;
 }
 
-int tw_adapter_events_seen(tw_adapter *a, json_int_t id)
+int twc_adapter_events_seen(twc_adapter *a, json_int_t id)
 {
 	char key[32];
 	id_key(id, key);
 	return (int)json_integer_value(json_object_get(a->seen, key));
 }
 
-bool tw_adapter_exited(tw_adapter *a, int *status_out)
+bool twc_adapter_exited(twc_adapter *a, int *status_out)
 {
 	reap(a);
 	if (a->exited && status_out)
@@ -512,17 +512,17 @@ bool tw_adapter_exited(tw_adapter *a, int *status_out)
 	return a->exited;
 }
 
-int tw_adapter_finish(tw_adapter *a, int timeout_ms, char *err, size_t errlen)
+int twc_adapter_finish(twc_adapter *a, int timeout_ms, char *err, size_t errlen)
 {
-	long long deadline = tw_now_ms() + timeout_ms;
-	while (a->wlen > 0 && !a->out_eof && tw_now_ms() < deadline)
-		tw_adapter_pump(50);
+	long long deadline = twc_now_ms() + timeout_ms;
+	while (a->wlen > 0 && !a->out_eof && twc_now_ms() < deadline)
+		twc_adapter_pump(50);
 	if (a->in_fd >= 0) {
 		close(a->in_fd);
 		a->in_fd = -1;
 	}
-	while (!(a->out_eof && a->err_eof && a->exited) && tw_now_ms() < deadline) {
-		tw_adapter_pump(50);
+	while (!(a->out_eof && a->err_eof && a->exited) && twc_now_ms() < deadline) {
+		twc_adapter_pump(50);
 		if (a->out_eof && a->err_eof)
 			reap(a);
 	}
@@ -536,7 +536,7 @@ int tw_adapter_finish(tw_adapter *a, int timeout_ms, char *err, size_t errlen)
 	}
 	if (!WIFEXITED(a->wstatus) || WEXITSTATUS(a->wstatus) != 0) {
 		char st[64];
-		tw_adapter_describe_status(a->wstatus, st, sizeof(st));
+		twc_adapter_describe_status(a->wstatus, st, sizeof(st));
 		const char *tail = a->errtail;
 		size_t tl = strlen(tail);
 		if (tl > 600)
@@ -548,7 +548,7 @@ int tw_adapter_finish(tw_adapter *a, int timeout_ms, char *err, size_t errlen)
 	return 0;
 }
 
-int tw_adapter_check_callbacks(tw_adapter *a, char *err, size_t errlen)
+int twc_adapter_check_callbacks(twc_adapter *a, char *err, size_t errlen)
 {
 	int bad = 0;
 	size_t used = 0;
@@ -585,18 +585,18 @@ int tw_adapter_check_callbacks(tw_adapter *a, char *err, size_t errlen)
 	return bad;
 }
 
-void tw_adapter_kill(tw_adapter *a)
+void twc_adapter_kill(twc_adapter *a)
 {
 	if (!a->exited)
 		kill(a->pid, SIGKILL);
 }
 
-int tw_adapter_signal(tw_adapter *a, int sig)
+int twc_adapter_signal(twc_adapter *a, int sig)
 {
 	return a->exited ? -1 : kill(a->pid, sig);
 }
 
-void tw_adapter_destroy(tw_adapter *a)
+void twc_adapter_destroy(twc_adapter *a)
 {
 	if (!a)
 		return;

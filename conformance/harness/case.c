@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-const char *tw_outcome_name(tw_outcome_t o)
+const char *twc_outcome_name(twc_outcome_t o)
 {
 	static const char *const names[] = {"PASS", "FAIL", "SKIP", "XFAIL", "ERROR", "TIMEOUT"};
-	return (unsigned)o < TW_OUTCOME_COUNT ? names[o] : "?";
+	return (unsigned)o < TWC_OUTCOME_COUNT ? names[o] : "?";
 }
 
-tw_outcome_t tw_case_result(tw_case_env *env, tw_outcome_t o, const char *fmt, ...)
+twc_outcome_t twc_case_result(twc_case_env *env, twc_outcome_t o, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -22,16 +22,16 @@ tw_outcome_t tw_case_result(tw_case_env *env, tw_outcome_t o, const char *fmt, .
 	return o;
 }
 
-const tw_case **tw_cases_collect(const tw_suite *suites, size_t nsuites, int *count_out)
+const twc_case **twc_cases_collect(const twc_suite *suites, size_t nsuites, int *count_out)
 {
-	const tw_case **all = NULL;
+	const twc_case **all = NULL;
 	int n = 0, cap = 0;
 	for (size_t s = 0; s < nsuites; s++) {
 		int k;
-		const tw_case *cs = suites[s].cases(&k);
+		const twc_case *cs = suites[s].cases(&k);
 		if (n + k + 1 > cap) {
 			cap = 2 * (n + k + 1);
-			const tw_case **grown = realloc(all, (size_t)cap * sizeof(*grown));
+			const twc_case **grown = realloc(all, (size_t)cap * sizeof(*grown));
 			if (!grown) {
 				free(all);
 				return NULL;

@@ -13,30 +13,30 @@
  * A case function must only report what it saw; levels, profiles and strict
  * mode are the runner's business.
  */
-#ifndef TW_HARNESS_CASE_H
-#define TW_HARNESS_CASE_H
+#ifndef TWC_HARNESS_CASE_H
+#define TWC_HARNESS_CASE_H
 
 #include <stdbool.h>
 
 #include "session.h"
 
-typedef enum tw_level { TW_MUST, TW_SHOULD } tw_level_t;
+typedef enum twc_level { TWC_MUST, TWC_SHOULD } twc_level_t;
 
-typedef enum tw_outcome {
-	TW_PASS = 0,
-	TW_FAIL,
-	TW_SKIP,
-	TW_XFAIL,
-	TW_ERROR,   /* the harness could not carry the case out */
-	TW_TIMEOUT,
-	TW_OUTCOME_COUNT
-} tw_outcome_t;
+typedef enum twc_outcome {
+	TWC_PASS = 0,
+	TWC_FAIL,
+	TWC_SKIP,
+	TWC_XFAIL,
+	TWC_ERROR,   /* the harness could not carry the case out */
+	TWC_TIMEOUT,
+	TWC_OUTCOME_COUNT
+} twc_outcome_t;
 
-#define TW_ACCEPTS(o) (1u << (o))
+#define TWC_ACCEPTS(o) (1u << (o))
 
 /* What one run of a case gets: the IUT (for pairwise cases the client side)
  * and, for pairwise cases, the peer (the server side). */
-typedef struct tw_case_env {
+typedef struct twc_case_env {
 	const char *iut_name, *iut_cmd;
 	const char *peer_name, *peer_cmd;
 	const char *iut_impl, *peer_impl; /* what their adapters said in hello ("tensorpipe") */
@@ -44,45 +44,45 @@ typedef struct tw_case_env {
 	 * implementation: no profile may excuse it (the record is stale). */
 	bool unexcused;
 	int wait_ms;                  /* bound on any single wait */
-	char reason[TW_REASON_MAX];   /* why, for anything but PASS */
+	char reason[TWC_REASON_MAX];   /* why, for anything but PASS */
 	char transport[32], channel[32];
-} tw_case_env;
+} twc_case_env;
 
-typedef struct tw_case tw_case;
-struct tw_case {
+typedef struct twc_case twc_case;
+struct twc_case {
 	const char *id;          /* "wire.bad_type_byte" */
 	const char *suite;       /* "wire", "semantic", "interop" */
 	const char *section;     /* "wire.md 5.3": file under spec/ and section number */
-	tw_level_t level;
+	twc_level_t level;
 	const char *needs;       /* capabilities, comma-separated ("" = none) */
 	const char *description; /* one line */
 	const char *requirement; /* the requirement, quoted */
-	unsigned accepts;        /* outcomes accepted besides PASS (TW_ACCEPTS(TW_SKIP)...) */
+	unsigned accepts;        /* outcomes accepted besides PASS (TWC_ACCEPTS(TWC_SKIP)...) */
 	int timeout_s;
 	bool pairwise;           /* run for every ordered pair of IUTs */
 	bool cross;              /* also with the reference implementation as the peer, in
 	                            both roles (iut->iut, iut->ref, ref->iut); the case
 	                            reads env->peer_cmd for the server side */
 	bool large;              /* only with --large (multi-GiB) */
-	tw_outcome_t (*run)(const tw_case *c, tw_case_env *env);
+	twc_outcome_t (*run)(const twc_case *c, twc_case_env *env);
 	const void *arg;         /* case-specific data */
 };
 
 /* A table of cases of one suite. The suites live in suites/ and are handed
  * to the runner by its main (suites/suites.c): the harness knows none. */
-typedef struct tw_suite {
+typedef struct twc_suite {
 	const char *name;                        /* "wire", "semantic", "interop" */
-	const tw_case *(*cases)(int *count_out); /* its cases (built once) */
-} tw_suite;
+	const twc_case *(*cases)(int *count_out); /* its cases (built once) */
+} twc_suite;
 
 /* Every case of `suites`, in order, in a new NULL-terminated array (free
  * it); NULL when out of memory. */
-const tw_case **tw_cases_collect(const tw_suite *suites, size_t nsuites, int *count_out);
+const twc_case **twc_cases_collect(const twc_suite *suites, size_t nsuites, int *count_out);
 
-const char *tw_outcome_name(tw_outcome_t o);
+const char *twc_outcome_name(twc_outcome_t o);
 
 /* Sets env->reason and returns the outcome, for one-line returns. */
-tw_outcome_t tw_case_result(tw_case_env *env, tw_outcome_t o, const char *fmt, ...)
+twc_outcome_t twc_case_result(twc_case_env *env, twc_outcome_t o, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
-#endif /* TW_HARNESS_CASE_H */
+#endif /* TWC_HARNESS_CASE_H */

@@ -36,11 +36,11 @@
 #include "runs.h"
 #include "session.h"
 
-/* The suites the runner's main handed over (tw_conform_main), and every
+/* The suites the runner's main handed over (twc_conform_main), and every
  * case of them, freed at exit. */
-static const tw_suite *g_suites;
+static const twc_suite *g_suites;
 static size_t g_nsuites;
-static const tw_case **g_all;
+static const twc_case **g_all;
 
 static void free_cases(void)
 {
@@ -48,10 +48,10 @@ static void free_cases(void)
 	g_all = NULL;
 }
 
-static const tw_case **all_cases(int *count_out)
+static const twc_case **all_cases(int *count_out)
 {
 	if (!g_all) {
-		g_all = tw_cases_collect(g_suites, g_nsuites, count_out);
+		g_all = twc_cases_collect(g_suites, g_nsuites, count_out);
 		if (g_all)
 			atexit(free_cases);
 		return g_all;
@@ -88,7 +88,7 @@ typedef struct options {
 	int nsuites;
 	const char *cases[MAX_SEL];
 	int ncases;
-	tw_iut_info iuts[MAX_IUTS];
+	twc_iut_info iuts[MAX_IUTS];
 	int niuts;
 	bool strict, large, verbose, list, uncovered;
 	const char *junit, *json;
@@ -97,12 +97,12 @@ typedef struct options {
 	const char *spec;
 	double timeout_scale;
 	int wait_ms;       /* --wait-s: bound on any single wait (0: half the case's timeout) */
-	tw_iut_info ref;   /* the reference implementation of cross and pairwise runs */
+	twc_iut_info ref;   /* the reference implementation of cross and pairwise runs */
 	bool no_ref;       /* --reference none */
 	const char *pairs[MAX_SEL]; /* --pair CLIENT:SERVER */
 	int npairs;
 	const char *expect_fail;    /* --expect-fail TEXT */
-	tw_mutation_opts mut;
+	twc_mutation_opts mut;
 } options;
 
 static void usage(FILE *f)
@@ -193,10 +193,10 @@ static void usage(FILE *f)
 
 /* ---- IUTs ------------------------------------------------------------------------------- */
 
-static void probe_iut(tw_iut_info *i)
+static void probe_iut(twc_iut_info *i)
 {
 	const char *why;
-	if (tw_cmd_unavailable(i->cmd, &why)) {
+	if (twc_cmd_unavailable(i->cmd, &why)) {
 		i->available = false;
 		snprintf(i->why, sizeof(i->why), "%s", why);
 		snprintf(i->impl, sizeof(i->impl), "unavailable");
@@ -204,8 +204,8 @@ static void probe_iut(tw_iut_info *i)
 		return;
 	}
 	char err[2048];
-	tw_adapter *a = tw_adapter_spawn(i->cmd, i->name, err, sizeof(err));
-	json_t *r = a ? tw_adapter_call(a, json_pack("{s:s}", "cmd", "hello"), 15000, err, sizeof(err))
+	twc_adapter *a = twc_adapter_spawn(i->cmd, i->name, err, sizeof(err));
+	json_t *r = a ? twc_adapter_call(a, json_pack("{s:s}", "cmd", "hello"), 15000, err, sizeof(err))
 	              : NULL;
 	if (!r) {
 		i->available = false;
@@ -221,15 +221,15 @@ static void probe_iut(tw_iut_info *i)
 		json_decref(r);
 	}
 	if (a)
-		(void)tw_adapter_finish(a, 10000, err, sizeof(err));
-	tw_adapter_destroy(a);
+		(void)twc_adapter_finish(a, 10000, err, sizeof(err));
+	twc_adapter_destroy(a);
 }
 
 /* Resolves a built-in default: the compiled path, or the same file name next
  * to this executable (an installed runner). */
 static const char *default_cmd(const char *compiled, char *buf, size_t len)
 {
-	if (tw_cmd_unavailable(compiled, NULL) || access(compiled, X_OK) == 0)
+	if (twc_cmd_unavailable(compiled, NULL) || access(compiled, X_OK) == 0)
 		return compiled;
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -270,7 +270,7 @@ static bool have_capability(const char *cap, char *why, size_t len)
 	return false;
 }
 
-static bool needs_met(const tw_case *c, char *why, size_t len)
+static bool needs_met(const twc_case *c, char *why, size_t len)
 {
 	char buf[256];
 	snprintf(buf, sizeof(buf), "%s", c->needs ? c->needs : "");
@@ -286,12 +286,12 @@ static int child_main(const char *id, const char *iut, const char *peer, const c
                       int wait_ms)
 {
 	int n;
-	const tw_case **all = all_cases(&n);
+	const twc_case **all = all_cases(&n);
 	if (!all) {
 		printf("RESULT ERROR out of memory\n");
 		return 0;
 	}
-	const tw_case *c = NULL;
+	const twc_case *c = NULL;
 	for (int i = 0; i < n; i++)
 		if (!strcmp(all[i]->id, id))
 			c = all[i];
@@ -299,7 +299,7 @@ static int child_main(const char *id, const char *iut, const char *peer, const c
 		printf("RESULT ERROR no case '%s'\n", id);
 		return 0;
 	}
-	tw_case_env env = {.wait_ms = wait_ms};
+	twc_case_env env = {.wait_ms = wait_ms};
 	char iname[32] = "", pname[32] = "", iimpl[64] = "", pimpl[64] = "";
 	/* impls: "IUT_IMPL" or "IUT_IMPL,PEER_IMPL" */
 	const char *comma = strchr(impls, ',');
@@ -320,16 +320,16 @@ static int child_main(const char *id, const char *iut, const char *peer, const c
 	}
 	printf("# %s: %s\n# %s\n", c->id, c->description, c->section);
 	fflush(stdout);
-	tw_outcome_t o = c->run(c, &env);
+	twc_outcome_t o = c->run(c, &env);
 	printf("INFO transport=%s channel=%s\n", env.transport, env.channel);
 	if (env.unexcused)
 		printf("UNEXCUSED\n");
-	char reason[TW_REASON_MAX];
+	char reason[TWC_REASON_MAX];
 	size_t k = 0;
 	for (const char *p = env.reason; *p && k + 1 < sizeof(reason); p++)
 		reason[k++] = *p == '\n' ? ' ' : *p;
 	reason[k] = '\0';
-	printf("RESULT %s %s\n", tw_outcome_name(o), reason);
+	printf("RESULT %s %s\n", twc_outcome_name(o), reason);
 	fflush(stdout);
 	return 0;
 }
@@ -350,12 +350,12 @@ static char *append(char *buf, size_t *len, size_t *cap, const char *data, size_
 	return buf;
 }
 
-static void run_child(const options *opt, const tw_case *c, tw_result *r)
+static void run_child(const options *opt, const twc_case *c, twc_result *r)
 {
 	char self[PATH_MAX];
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (sl < 0) {
-		r->outcome = TW_ERROR;
+		r->outcome = TWC_ERROR;
 		snprintf(r->reason, sizeof(r->reason), "readlink /proc/self/exe: %s", strerror(errno));
 		return;
 	}
@@ -373,11 +373,11 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 	snprintf(waitarg, sizeof(waitarg), "%d", wait_ms);
 	int out[2];
 	if (pipe2(out, O_CLOEXEC) != 0) {
-		r->outcome = TW_ERROR;
+		r->outcome = TWC_ERROR;
 		snprintf(r->reason, sizeof(r->reason), "pipe2: %s", strerror(errno));
 		return;
 	}
-	long long t0 = tw_now_ms();
+	long long t0 = twc_now_ms();
 	pid_t pid = fork();
 	if (pid == 0) {
 		setpgid(0, 0); /* its adapters share the group, so a timeout kills them too */
@@ -394,7 +394,7 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 	close(out[1]);
 	if (pid < 0) {
 		close(out[0]);
-		r->outcome = TW_ERROR;
+		r->outcome = TWC_ERROR;
 		snprintf(r->reason, sizeof(r->reason), "fork: %s", strerror(errno));
 		return;
 	}
@@ -404,7 +404,7 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 	bool timed_out = false;
 	long long deadline = t0 + (long long)timeout_s * 1000;
 	for (;;) {
-		long long left = deadline - tw_now_ms();
+		long long left = deadline - twc_now_ms();
 		if (left <= 0) {
 			timed_out = true;
 			kill(-pid, SIGKILL);
@@ -426,7 +426,7 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 	int st;
 	waitpid(pid, &st, 0);
 	kill(-pid, SIGKILL); /* stray adapters of a child that died */
-	r->seconds = (double)(tw_now_ms() - t0) / 1000.0;
+	r->seconds = (double)(twc_now_ms() - t0) / 1000.0;
 	/* the verdict: the last RESULT line; INFO for transport and channel */
 	char *res = NULL;
 	for (char *p = log; p && *p;) {
@@ -449,12 +449,12 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 		p = e + 1;
 	}
 	if (timed_out) {
-		r->outcome = TW_TIMEOUT;
+		r->outcome = TWC_TIMEOUT;
 		snprintf(r->reason, sizeof(r->reason), "no verdict within %d s", timeout_s);
 	} else if (!res) {
 		char st_txt[64];
-		tw_adapter_describe_status(st, st_txt, sizeof(st_txt));
-		r->outcome = TW_ERROR;
+		twc_adapter_describe_status(st, st_txt, sizeof(st_txt));
+		r->outcome = TWC_ERROR;
 		snprintf(r->reason, sizeof(r->reason), "the case process ended without a verdict (%s)",
 		         st_txt);
 	} else {
@@ -464,20 +464,20 @@ static void run_child(const options *opt, const tw_case *c, tw_result *r)
 		while (*why == ' ')
 			why++;
 		snprintf(r->reason, sizeof(r->reason), "%.*s", (int)strcspn(why, "\n"), why);
-		r->outcome = TW_ERROR;
-		for (int o = 0; o < TW_OUTCOME_COUNT; o++)
-			if (!strcmp(word, tw_outcome_name((tw_outcome_t)o)))
-				r->outcome = (tw_outcome_t)o;
+		r->outcome = TWC_ERROR;
+		for (int o = 0; o < TWC_OUTCOME_COUNT; o++)
+			if (!strcmp(word, twc_outcome_name((twc_outcome_t)o)))
+				r->outcome = (twc_outcome_t)o;
 	}
 	r->log = log;
 }
 
-/* The runner's state for run_one (mutation.h's tw_run_fn). */
+/* The runner's state for run_one (mutation.h's twc_run_fn). */
 typedef struct run_ctx {
 	const options *opt;
 } run_ctx;
 
-static void run_one(void *ctx, tw_result *r)
+static void run_one(void *ctx, twc_result *r)
 {
 	run_child(((run_ctx *)ctx)->opt, r->c, r);
 }
@@ -504,7 +504,7 @@ static bool cites(const char *sections, const char *want)
 	return false;
 }
 
-static int uncovered(const options *opt, const tw_case *const *sel, int nsel)
+static int uncovered(const options *opt, const twc_case *const *sel, int nsel)
 {
 	DIR *d = opendir(opt->spec);
 	if (!d) {
@@ -576,7 +576,7 @@ static int uncovered(const options *opt, const tw_case *const *sel, int nsel)
 
 /* --pair: a run of two IUTs is kept when it is one of the pairs named;
  * a run of one IUT when that IUT is named in one of them. */
-static bool pair_selected(const options *opt, const tw_result *r)
+static bool pair_selected(const options *opt, const twc_result *r)
 {
 	for (int i = 0; i < opt->npairs; i++) {
 		const char *pr = opt->pairs[i], *colon = strchr(pr, ':');
@@ -602,7 +602,7 @@ static int expected_failures(const char *text, int as_expected, int nruns)
 	return 1;
 }
 
-static bool selected(const options *opt, const tw_case *c)
+static bool selected(const options *opt, const twc_case *c)
 {
 	if (c->large && !opt->large) {
 		bool named = false;
@@ -620,7 +620,7 @@ static bool selected(const options *opt, const tw_case *c)
 	return suite_ok && case_ok;
 }
 
-int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuites)
+int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsuites)
 {
 	g_suites = suites;
 	g_nsuites = nsuites;
@@ -671,7 +671,7 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 				fprintf(stderr, "tensorwire-conform: --iut wants NAME=CMD\n");
 				return 2;
 			}
-			tw_iut_info *t = &opt.iuts[opt.niuts++];
+			twc_iut_info *t = &opt.iuts[opt.niuts++];
 			snprintf(t->name, sizeof(t->name), "%.*s", (int)(eq - spec), spec);
 			t->cmd = eq + 1;
 		} else if (!strcmp(a, "--strict")) {
@@ -736,12 +736,12 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	int nall;
-	const tw_case **all = all_cases(&nall);
+	const twc_case **all = all_cases(&nall);
 	if (!all) {
 		fprintf(stderr, "tensorwire-conform: out of memory\n");
 		return 2;
 	}
-	const tw_case **sel = calloc((size_t)nall + 1, sizeof(*sel));
+	const twc_case **sel = calloc((size_t)nall + 1, sizeof(*sel));
 	int nsel = 0;
 	if (!sel)
 		return 2;
@@ -757,7 +757,7 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 	if (opt.list) {
 		for (int i = 0; i < nsel; i++)
 			printf("%-38s %-6s %-14s %s%s\n", sel[i]->id,
-			       sel[i]->level == TW_MUST ? "MUST" : "SHOULD", sel[i]->section,
+			       sel[i]->level == TWC_MUST ? "MUST" : "SHOULD", sel[i]->section,
 			       sel[i]->pairwise ? "[pairs] " : "", sel[i]->description);
 		printf("%d case(s)\n", nsel);
 		free(sel);
@@ -786,7 +786,7 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 		if (opt.wait_ms == 0)
 			opt.wait_ms = 20000;
 		const char *why;
-		if (tw_cmd_unavailable(opt.mut.adapter, &why)) {
+		if (twc_cmd_unavailable(opt.mut.adapter, &why)) {
 			printf("# mutation suite skipped: %s\n", why);
 			return EXIT_SKIP;
 		}
@@ -799,7 +799,7 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 		}
 		setvbuf(stderr, NULL, _IOLBF, 0);
 		run_ctx rc = {.opt = &opt};
-		int st = tw_mutation_run(&opt.mut, sel, nsel, &opt.ref, run_one, &rc);
+		int st = twc_mutation_run(&opt.mut, sel, nsel, &opt.ref, run_one, &rc);
 		free(sel);
 		return st;
 	}
@@ -811,10 +811,10 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 		opt.niuts = 2;
 	}
 	/* every IUT and the reference, each with its profile */
-	tw_iut_info *who[MAX_IUTS + 1];
-	tw_profile *profiles[MAX_IUTS + 1] = {NULL};
+	twc_iut_info *who[MAX_IUTS + 1];
+	twc_profile *profiles[MAX_IUTS + 1] = {NULL};
 	int nwho = 0;
-	tw_iut_info *ref = NULL;
+	twc_iut_info *ref = NULL;
 	for (int i = 0; i < opt.niuts; i++) {
 		probe_iut(&opt.iuts[i]);
 		who[nwho++] = &opt.iuts[i];
@@ -829,12 +829,12 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 	for (int i = 0; i < nwho; i++) {
 		char err[512];
 		if (who[i]->available &&
-		    !(profiles[i] = tw_profile_load(opt.profiles, opt.nprofiles, who[i]->impl, err,
+		    !(profiles[i] = twc_profile_load(opt.profiles, opt.nprofiles, who[i]->impl, err,
 		                                    sizeof(err)))) {
 			fprintf(stderr, "tensorwire-conform: %s\n", err);
 			return 2;
 		}
-		snprintf(who[i]->profile, sizeof(who[i]->profile), "%s", tw_profile_sources(profiles[i]));
+		snprintf(who[i]->profile, sizeof(who[i]->profile), "%s", twc_profile_sources(profiles[i]));
 		fprintf(stderr, "tensorwire-conform: %s %s: %s %s, judged with profile %s%s%s\n",
 		        i >= opt.niuts ? "reference" : "IUT", who[i]->name,
 		        who[i]->impl, who[i]->version, who[i]->profile,
@@ -842,9 +842,9 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 	}
 
 	/* the runs (runs.h) */
-	tw_runs rl = {0};
+	twc_runs rl = {0};
 	for (int i = 0; i < nsel; i++)
-		tw_runs_add_case(&rl, sel[i], opt.iuts, opt.niuts, ref);
+		twc_runs_add_case(&rl, sel[i], opt.iuts, opt.niuts, ref);
 	if (rl.oom) {
 		fprintf(stderr, "tensorwire-conform: out of memory\n");
 		return 2;
@@ -856,24 +856,24 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 				rl.v[kept++] = rl.v[i];
 		rl.n = kept;
 	}
-	tw_result *rs = rl.v;
+	twc_result *rs = rl.v;
 	int nruns = rl.n;
-	tw_tap_plan(stdout, nruns);
+	twc_tap_plan(stdout, nruns);
 	for (int i = 0; i < nwho; i++)
 		printf("# %s %s: %s %s; profile: %s\n", i >= opt.niuts ? "reference" : "IUT",
 		       who[i]->name, who[i]->impl, who[i]->version, who[i]->profile);
 	int ran = 0, required_failures = 0, fails_as_expected = 0;
 	run_ctx rctx = {.opt = &opt};
 	for (int i = 0; i < nruns; i++) {
-		tw_result *r = &rs[i];
+		twc_result *r = &rs[i];
 		char why[512];
-		const tw_iut_info *gone = !r->iut->available ? r->iut
+		const twc_iut_info *gone = !r->iut->available ? r->iut
 		                          : (r->peer && !r->peer->available) ? r->peer : NULL;
 		if (gone) {
-			r->outcome = TW_SKIP;
+			r->outcome = TWC_SKIP;
 			snprintf(r->reason, sizeof(r->reason), "IUT %s: %s", gone->name, gone->why);
 		} else if (!needs_met(r->c, why, sizeof(why))) {
-			r->outcome = TW_SKIP;
+			r->outcome = TWC_SKIP;
 			snprintf(r->reason, sizeof(r->reason), "%s", why);
 		} else {
 			run_one(&rctx, r);
@@ -885,56 +885,56 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 			snprintf(r->reason + used, sizeof(r->reason) - used,
 			         " [not the failure recorded for this implementation: no profile "
 			         "excuses it]");
-		} else if (r->outcome == TW_FAIL || r->outcome == TW_ERROR ||
-		           r->outcome == TW_TIMEOUT) {
+		} else if (r->outcome == TWC_FAIL || r->outcome == TWC_ERROR ||
+		           r->outcome == TWC_TIMEOUT) {
 			for (int p = 0; p < nwho; p++) {
 				if (who[p] != r->iut && who[p] != r->peer)
 					continue;
-				const char *x = tw_profile_find(profiles[p], r->c->id);
+				const char *x = twc_profile_find(profiles[p], r->c->id);
 				if (x) {
 					char was[1024];
 					snprintf(was, sizeof(was), "%s", r->reason);
 					snprintf(r->reason, sizeof(r->reason), "%s profile: %s (observed: %.600s)",
 					         who[p]->impl, x, was);
-					r->outcome = TW_XFAIL;
+					r->outcome = TWC_XFAIL;
 					break;
 				}
 			}
-		} else if (r->outcome == TW_PASS) {
+		} else if (r->outcome == TWC_PASS) {
 			for (int p = 0; p < nwho; p++)
 				if ((who[p] == r->iut || who[p] == r->peer) &&
-				    tw_profile_find(profiles[p], r->c->id))
+				    twc_profile_find(profiles[p], r->c->id))
 					fprintf(stderr, "tensorwire-conform: note: %s passes now; its %s profile "
 					                "exception can go\n", r->c->id, who[p]->impl);
 		}
-		if (opt.strict && r->outcome == TW_SKIP) {
+		if (opt.strict && r->outcome == TWC_SKIP) {
 			char was[1024];
 			snprintf(was, sizeof(was), "%s", r->reason);
 			snprintf(r->reason, sizeof(r->reason), "strict mode: skipped: %.900s", was);
-			r->outcome = TW_FAIL;
+			r->outcome = TWC_FAIL;
 		}
-		bool bad = r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT;
-		if (bad && (r->c->accepts & TW_ACCEPTS(r->outcome)))
+		bool bad = r->outcome == TWC_FAIL || r->outcome == TWC_ERROR || r->outcome == TWC_TIMEOUT;
+		if (bad && (r->c->accepts & TWC_ACCEPTS(r->outcome)))
 			bad = false;
-		r->required_failure = bad && r->c->level == TW_MUST;
+		r->required_failure = bad && r->c->level == TWC_MUST;
 		required_failures += r->required_failure;
 		if (opt.expect_fail &&
-		    (r->outcome == TW_FAIL || r->outcome == TW_ERROR || r->outcome == TW_TIMEOUT) &&
+		    (r->outcome == TWC_FAIL || r->outcome == TWC_ERROR || r->outcome == TWC_TIMEOUT) &&
 		    strstr(r->reason, opt.expect_fail))
 			fails_as_expected++;
-		tw_tap_result(stdout, i + 1, r, opt.verbose);
+		twc_tap_result(stdout, i + 1, r, opt.verbose);
 		char target[96];
-		tw_result_target(r, target, sizeof(target));
+		twc_result_target(r, target, sizeof(target));
 		fprintf(stderr, "[%d/%d] %-36s %-14s %s (%.1f s)%s%.200s\n", i + 1, nruns, r->c->id,
-		        target, tw_outcome_name(r->outcome), r->seconds,
-		        r->outcome == TW_PASS ? "" : ": ", r->outcome == TW_PASS ? "" : r->reason);
+		        target, twc_outcome_name(r->outcome), r->seconds,
+		        r->outcome == TWC_PASS ? "" : ": ", r->outcome == TWC_PASS ? "" : r->reason);
 	}
 	/* the matrix, as TAP comments */
 	char *mtx = NULL;
 	size_t mlen = 0;
 	FILE *mf = open_memstream(&mtx, &mlen);
 	if (mf) {
-		tw_matrix_print(mf, rs, nruns);
+		twc_matrix_print(mf, rs, nruns);
 		fclose(mf);
 		for (char *p = mtx; p && *p;) {
 			size_t n = strcspn(p, "\n");
@@ -945,11 +945,11 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 	}
 	int rc = 0;
 	char err[512];
-	if (opt.junit && tw_junit_write(opt.junit, rs, nruns, err, sizeof(err))) {
+	if (opt.junit && twc_junit_write(opt.junit, rs, nruns, err, sizeof(err))) {
 		fprintf(stderr, "tensorwire-conform: %s\n", err);
 		rc = 2;
 	}
-	if (opt.json && tw_json_write(opt.json, rs, nruns, err, sizeof(err))) {
+	if (opt.json && twc_json_write(opt.json, rs, nruns, err, sizeof(err))) {
 		fprintf(stderr, "tensorwire-conform: %s\n", err);
 		rc = 2;
 	}
@@ -957,7 +957,7 @@ int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuite
 		free(rs[i].log);
 	free(rs);
 	for (int i = 0; i < nwho; i++)
-		tw_profile_free(profiles[i]);
+		twc_profile_free(profiles[i]);
 	free(sel);
 	if (rc)
 		return rc;

@@ -3,8 +3,8 @@
  * program's main hands it the suites to run (suites/suites.c does), so the
  * harness depends on no suite.
  */
-#ifndef TW_HARNESS_CONFORM_H
-#define TW_HARNESS_CONFORM_H
+#ifndef TWC_HARNESS_CONFORM_H
+#define TWC_HARNESS_CONFORM_H
 
 #include <stddef.h>
 
@@ -12,6 +12,6 @@
 
 /* Parses argv (see --help), runs what it selects and returns the exit
  * status. `suites` must stay valid for the call. */
-int tw_conform_main(int argc, char **argv, const tw_suite *suites, size_t nsuites);
+int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsuites);
 
-#endif /* TW_HARNESS_CONFORM_H */
+#endif /* TWC_HARNESS_CONFORM_H */

@@ -22,7 +22,7 @@
 
 typedef struct mutant {
 	char name[64], klass[48], killers[512], what[512];
-	tw_iut_info iut;
+	twc_iut_info iut;
 	char cmd[4096];
 	char killed_by[2048]; /* the killing cases ("id [shape]"), ", "-separated */
 	char first_reason[512];
@@ -32,7 +32,7 @@ typedef struct mutant {
 } mutant;
 
 /* Where mutant m sits in run r (runs.h): 0 alone, 1 m->m, 2 m->ref, 3 ref->m. */
-static int shape_of(const tw_result *r, const tw_iut_info *m)
+static int shape_of(const twc_result *r, const twc_iut_info *m)
 {
 	return !r->peer ? 0 : r->iut != m ? 3 : r->peer == m ? 1 : 2;
 }
@@ -105,30 +105,30 @@ static bool expected_killer(const mutant *m, const char *id)
 	return false;
 }
 
-static bool is_kill(tw_outcome_t o)
+static bool is_kill(twc_outcome_t o)
 {
-	return o == TW_FAIL || o == TW_ERROR || o == TW_TIMEOUT;
+	return o == TWC_FAIL || o == TWC_ERROR || o == TWC_TIMEOUT;
 }
 
 /* A case and shape run without any mutant, once per invocation. */
 typedef struct baseline {
-	const tw_case *c;
+	const twc_case *c;
 	int shape;
-	tw_outcome_t outcome;
+	twc_outcome_t outcome;
 	char reason[256];
 } baseline;
 
 typedef struct baselines {
 	baseline *v;
 	int n, cap;
-	tw_iut_info iut; /* the mutant adapter with TW_MUTANT unset */
+	twc_iut_info iut; /* the mutant adapter with TW_MUTANT unset */
 	char cmd[4096];
 } baselines;
 
 /* Does run r, with mutant m replaced by the unmutated adapter, pass? Runs
  * it the first time a case and shape needs it. NULL: out of memory. */
-static const baseline *baseline_of(baselines *bs, const tw_result *r, const tw_iut_info *m,
-                                   tw_run_fn run, void *ctx)
+static const baseline *baseline_of(baselines *bs, const twc_result *r, const twc_iut_info *m,
+                                   twc_run_fn run, void *ctx)
 {
 	int shape = shape_of(r, m);
 	for (int j = 0; j < bs->n; j++)
@@ -142,7 +142,7 @@ static const baseline *baseline_of(baselines *bs, const tw_result *r, const tw_i
 		bs->v = v;
 		bs->cap = cap;
 	}
-	tw_result br = {.c = r->c, .iut = r->iut == m ? &bs->iut : r->iut,
+	twc_result br = {.c = r->c, .iut = r->iut == m ? &bs->iut : r->iut,
 	                .peer = r->peer == m ? &bs->iut : r->peer};
 	run(ctx, &br);
 	baseline *b = &bs->v[bs->n++];
@@ -154,14 +154,14 @@ static const baseline *baseline_of(baselines *bs, const tw_result *r, const tw_i
 
 /* Runs case c against mutant m (every shape, up to the first kill unless
  * full); records the kills. -1: out of memory. */
-static int run_case(const tw_mutation_opts *o, mutant *m, const tw_case *c,
-                    const tw_iut_info *ref, baselines *bs, tw_run_fn run, void *ctx)
+static int run_case(const twc_mutation_opts *o, mutant *m, const twc_case *c,
+                    const twc_iut_info *ref, baselines *bs, twc_run_fn run, void *ctx)
 {
-	tw_runs rl = {0};
-	tw_runs_add_case(&rl, c, &m->iut, 1, ref);
+	twc_runs rl = {0};
+	twc_runs_add_case(&rl, c, &m->iut, 1, ref);
 	int rc = rl.oom ? -1 : 0;
 	for (int i = 0; rc == 0 && i < rl.n && (o->full || !m->kills); i++) {
-		tw_result *r = &rl.v[i];
+		twc_result *r = &rl.v[i];
 		run(ctx, r);
 		m->runs++;
 		m->seconds += r->seconds;
@@ -172,14 +172,14 @@ static int run_case(const tw_mutation_opts *o, mutant *m, const tw_case *c,
 			const baseline *b = baseline_of(bs, r, &m->iut, run, ctx);
 			if (!b)
 				rc = -1;
-			else if (b->outcome != TW_PASS)
+			else if (b->outcome != TWC_PASS)
 				fprintf(stderr, "tensorwire-conform: %s [%s] fails without a mutant too "
 				                "(%s: %s): not counted as a kill\n",
-				        c->id, shape, tw_outcome_name(b->outcome), b->reason);
-			kill = b && b->outcome == TW_PASS;
+				        c->id, shape, twc_outcome_name(b->outcome), b->reason);
+			kill = b && b->outcome == TWC_PASS;
 		}
 		fprintf(stderr, "[mutant %s] %-36s %-15s %s (%.1f s)%s%.160s\n", m->name, c->id, shape,
-		        tw_outcome_name(r->outcome), r->seconds, kill ? ": KILLED: " : "",
+		        twc_outcome_name(r->outcome), r->seconds, kill ? ": KILLED: " : "",
 		        kill ? r->reason : "");
 		if (kill) {
 			if (!m->kills)
@@ -205,7 +205,7 @@ static void md_escape(FILE *f, const char *s)
 			fputc(*s, f);
 }
 
-static int write_report(const char *path, const tw_mutation_opts *o, const mutant *ms, int n,
+static int write_report(const char *path, const twc_mutation_opts *o, const mutant *ms, int n,
                         int killed, int considered, int nsel)
 {
 	FILE *f = fopen(path, "w");
@@ -236,8 +236,8 @@ static int write_report(const char *path, const tw_mutation_opts *o, const mutan
 	return 0;
 }
 
-int tw_mutation_run(const tw_mutation_opts *o, const tw_case *const *sel, int nsel,
-                    const tw_iut_info *ref, tw_run_fn run, void *ctx)
+int twc_mutation_run(const twc_mutation_opts *o, const twc_case *const *sel, int nsel,
+                    const twc_iut_info *ref, twc_run_fn run, void *ctx)
 {
 	mutant *ms = NULL;
 	int n = 0;

@@ -7,30 +7,30 @@
  * ERROR or TIMEOUT) with the defect and passes, in the same shape, without
  * it. A mutant that no case kills is a missing or weak case.
  */
-#ifndef TW_HARNESS_MUTATION_H
-#define TW_HARNESS_MUTATION_H
+#ifndef TWC_HARNESS_MUTATION_H
+#define TWC_HARNESS_MUTATION_H
 
 #include <stdbool.h>
 
 #include "case.h"
 #include "report.h"
 
-typedef struct tw_mutation_opts {
+typedef struct twc_mutation_opts {
 	const char *list;    /* conformance/mutants/mutants.list (NULL: mutation mode off) */
 	const char *adapter; /* the command of tw-iut-mutant */
 	const char *only;    /* comma-separated mutant names, or NULL for all */
 	bool full;           /* every case for every mutant, not only up to the first kill */
 	const char *report;  /* Markdown report, or NULL */
-} tw_mutation_opts;
+} twc_mutation_opts;
 
 /* Runs case r->c for r->iut (and r->peer) in a child process; fills the
  * outcome, reason, seconds and log of r. */
-typedef void (*tw_run_fn)(void *ctx, tw_result *r);
+typedef void (*twc_run_fn)(void *ctx, twc_result *r);
 
 /* Runs the mutation suite over the selected cases; ref is the unmutated
  * reference for cross and pairwise runs. Returns the exit status: 0 every
  * mutant killed, 1 a mutant survived, 2 the list or the report failed. */
-int tw_mutation_run(const tw_mutation_opts *o, const tw_case *const *sel, int nsel,
-                    const tw_iut_info *ref, tw_run_fn run, void *ctx);
+int twc_mutation_run(const twc_mutation_opts *o, const twc_case *const *sel, int nsel,
+                    const twc_iut_info *ref, twc_run_fn run, void *ctx);
 
-#endif /* TW_HARNESS_MUTATION_H */
+#endif /* TWC_HARNESS_MUTATION_H */

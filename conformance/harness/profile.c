@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct tw_profile {
+struct twc_profile {
 	size_t n;
 	char **glob;
 	char **reason;
@@ -31,7 +31,7 @@ static char *trim(char *s)
 }
 
 /* Adds the exceptions of one file; -1 with err naming file and line. */
-static int profile_read(tw_profile *p, const char *path, char *err, unsigned long errlen)
+static int profile_read(twc_profile *p, const char *path, char *err, unsigned long errlen)
 {
 	FILE *f = fopen(path, "r");
 	if (!f) {
@@ -86,10 +86,10 @@ bad:
 	return 0;
 }
 
-tw_profile *tw_profile_load(const char *const *dirs, int ndirs, const char *impl, char *err,
+twc_profile *twc_profile_load(const char *const *dirs, int ndirs, const char *impl, char *err,
                             unsigned long errlen)
 {
-	tw_profile *p = calloc(1, sizeof(*p));
+	twc_profile *p = calloc(1, sizeof(*p));
 	if (!p) {
 		snprintf(err, errlen, "profile: out of memory");
 		return NULL;
@@ -100,26 +100,26 @@ tw_profile *tw_profile_load(const char *const *dirs, int ndirs, const char *impl
 		if (stat(dirs[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
 			snprintf(err, errlen, "profile directory %s: %s", dirs[i],
 			         stat(dirs[i], &st) != 0 ? strerror(errno) : "not a directory");
-			tw_profile_free(p);
+			twc_profile_free(p);
 			return NULL;
 		}
 		snprintf(path, sizeof(path), "%s/%s.profile", dirs[i], impl);
 		if (access(path, F_OK) != 0)
 			continue; /* this directory has nothing for impl */
 		if (profile_read(p, path, err, errlen)) {
-			tw_profile_free(p);
+			twc_profile_free(p);
 			return NULL;
 		}
 	}
 	return p;
 }
 
-const char *tw_profile_sources(const tw_profile *p)
+const char *twc_profile_sources(const twc_profile *p)
 {
 	return p && p->sources[0] ? p->sources : "none";
 }
 
-const char *tw_profile_find(const tw_profile *p, const char *id)
+const char *twc_profile_find(const twc_profile *p, const char *id)
 {
 	for (size_t i = 0; p && i < p->n; i++)
 		if (fnmatch(p->glob[i], id, 0) == 0)
@@ -127,7 +127,7 @@ const char *tw_profile_find(const tw_profile *p, const char *id)
 	return NULL;
 }
 
-void tw_profile_free(tw_profile *p)
+void twc_profile_free(twc_profile *p)
 {
 	if (!p)
 		return;

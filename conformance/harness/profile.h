@@ -10,25 +10,25 @@
  * e.g.
  *   wire.bad_type_byte  XFAIL  aborts the process (uncaught exception)  --  docs/stock-bad-input.md
  */
-#ifndef TW_HARNESS_PROFILE_H
-#define TW_HARNESS_PROFILE_H
+#ifndef TWC_HARNESS_PROFILE_H
+#define TWC_HARNESS_PROFILE_H
 
-typedef struct tw_profile tw_profile;
+typedef struct twc_profile twc_profile;
 
 /* Loads <dir>/<impl>.profile from every directory in dirs that has one
  * (the built-in directory first, then the user's) and merges them. A
  * directory that does not exist, and a malformed line, are errors naming the
  * directory or the file and line (NULL, reason in err). No file anywhere is
  * an empty profile. */
-tw_profile *tw_profile_load(const char *const *dirs, int ndirs, const char *impl, char *err,
+twc_profile *twc_profile_load(const char *const *dirs, int ndirs, const char *impl, char *err,
                             unsigned long errlen);
 
 /* The files a profile was read from (", "-separated), or "none". */
-const char *tw_profile_sources(const tw_profile *p);
+const char *twc_profile_sources(const twc_profile *p);
 
 /* The exception for case `id` ("reason -- link"), or NULL. */
-const char *tw_profile_find(const tw_profile *p, const char *id);
+const char *twc_profile_find(const twc_profile *p, const char *id);
 
-void tw_profile_free(tw_profile *p);
+void twc_profile_free(twc_profile *p);
 
-#endif /* TW_HARNESS_PROFILE_H */
+#endif /* TWC_HARNESS_PROFILE_H */

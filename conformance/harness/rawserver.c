@@ -14,11 +14,11 @@
 #include <jansson.h>
 
 
-typedef struct tw_raw_ctx ctx;
+typedef struct twc_raw_ctx ctx;
 
 static char errbuf[2048];
 
-void tw_raw_note(ctx *c, const char *fmt, ...)
+void twc_raw_note(ctx *c, const char *fmt, ...)
 {
 	if (c->o->note[0])
 		return;
@@ -28,7 +28,7 @@ void tw_raw_note(ctx *c, const char *fmt, ...)
 	va_end(ap);
 }
 
-void tw_raw_check(ctx *c, const char *fmt, ...)
+void twc_raw_check(ctx *c, const char *fmt, ...)
 {
 	if (c->o->check[0])
 		return;
@@ -40,46 +40,46 @@ void tw_raw_check(ctx *c, const char *fmt, ...)
 
 static int keep_fd(ctx *c, int fd)
 {
-	if (c->nfds == TW_RAW_MAX_FDS) {
+	if (c->nfds == TWC_RAW_MAX_FDS) {
 		close(fd);
-		tw_raw_note(c, "harness: too many raw connections");
+		twc_raw_note(c, "harness: too many raw connections");
 		return -1;
 	}
 	c->fds[c->nfds++] = fd;
 	return fd;
 }
 
-int tw_raw_open(ctx *c)
+int twc_raw_open(ctx *c)
 {
-	int fd = tw_raw_connect(c->url, 2000, errbuf, sizeof(errbuf));
+	int fd = twc_raw_connect(c->url, 2000, errbuf, sizeof(errbuf));
 	if (fd < 0) {
-		tw_raw_note(c, "%.250s", errbuf);
+		twc_raw_note(c, "%.250s", errbuf);
 		return -1;
 	}
 	return keep_fd(c, fd);
 }
 
-int tw_raw_frame(ctx *c, int fd, const void *b, size_t n)
+int twc_raw_frame(ctx *c, int fd, const void *b, size_t n)
 {
-	if (tw_raw_send_frame(fd, b, n, errbuf, sizeof(errbuf))) {
-		tw_raw_note(c, "%.250s", errbuf);
+	if (twc_raw_send_frame(fd, b, n, errbuf, sizeof(errbuf))) {
+		twc_raw_note(c, "%.250s", errbuf);
 		return -1;
 	}
 	return 0;
 }
 
-int tw_raw_say_hello(ctx *c, int fd, const char *name)
+int twc_raw_say_hello(ctx *c, int fd, const char *name)
 {
 	unsigned char h[64];
-	return tw_raw_frame(c, fd, h, tw_raw_hello(name, h, sizeof(h)));
+	return twc_raw_frame(c, fd, h, twc_raw_hello(name, h, sizeof(h)));
 }
 
-int tw_raw_open_requested(ctx *c, const char *what, uint64_t id)
+int twc_raw_open_requested(ctx *c, const char *what, uint64_t id)
 {
 	unsigned char rq[16];
-	int fd = tw_raw_connect(c->ans.address, 2000, errbuf, sizeof(errbuf));
-	if (fd < 0 || tw_raw_frame(c, fd, rq, tw_raw_requested(id, rq, sizeof(rq)))) {
-		tw_raw_note(c, "%s connection: %.200s", what, errbuf);
+	int fd = twc_raw_connect(c->ans.address, 2000, errbuf, sizeof(errbuf));
+	if (fd < 0 || twc_raw_frame(c, fd, rq, twc_raw_requested(id, rq, sizeof(rq)))) {
+		twc_raw_note(c, "%s connection: %.200s", what, errbuf);
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -89,31 +89,31 @@ int tw_raw_open_requested(ctx *c, const char *what, uint64_t id)
 
 /* Brochure, BrochureAnswer, then (open_conns) the descriptor-reply and basic
  * channel connections, each with its RequestedConnection (reference §3.4-3.8). */
-int tw_raw_handshake(ctx *c, int fd, const unsigned char *brochure, size_t blen, bool open_conns)
+int twc_raw_handshake(ctx *c, int fd, const unsigned char *brochure, size_t blen, bool open_conns)
 {
-	if (tw_raw_frame(c, fd, brochure, blen))
+	if (twc_raw_frame(c, fd, brochure, blen))
 		return -1;
 	unsigned char ans[4096];
-	long n = tw_raw_recv_frame(fd, ans, sizeof(ans), 3000, errbuf, sizeof(errbuf));
+	long n = twc_raw_recv_frame(fd, ans, sizeof(ans), 3000, errbuf, sizeof(errbuf));
 	if (n < 0) {
-		tw_raw_note(c, "no BrochureAnswer: %.200s", n == -2 ? "connection closed" : errbuf);
+		twc_raw_note(c, "no BrochureAnswer: %.200s", n == -2 ? "connection closed" : errbuf);
 		return -1;
 	}
-	if (tw_raw_parse_answer(ans, (size_t)n, &c->ans, errbuf, sizeof(errbuf))) {
-		tw_raw_check(c, "%.200s", errbuf);
+	if (twc_raw_parse_answer(ans, (size_t)n, &c->ans, errbuf, sizeof(errbuf))) {
+		twc_raw_check(c, "%.200s", errbuf);
 		return -1;
 	}
 	c->have_ans = true;
 	if (!open_conns)
 		return 0;
 	if (c->ans.has_descriptor_id) {
-		tw_raw_note(c, "the answer changes the transport (%s); this raw client speaks uv only",
+		twc_raw_note(c, "the answer changes the transport (%s); this raw client speaks uv only",
 		      c->ans.transport);
 		return -1;
 	}
-	if ((c->reply_fd = tw_raw_open_requested(c, "descriptor-reply", c->ans.reply_id)) < 0)
+	if ((c->reply_fd = twc_raw_open_requested(c, "descriptor-reply", c->ans.reply_id)) < 0)
 		return -1;
-	if (c->ans.has_basic && (c->basic_fd = tw_raw_open_requested(c, "basic channel", c->ans.basic_id)) < 0)
+	if (c->ans.has_basic && (c->basic_fd = twc_raw_open_requested(c, "basic channel", c->ans.basic_id)) < 0)
 		return -1;
 	return 0;
 }
@@ -121,9 +121,9 @@ int tw_raw_handshake(ctx *c, int fd, const unsigned char *brochure, size_t blen,
 
 /* ---- watching the IUT ---------------------------------------------------------------- */
 
-static json_t *call(tw_adapter *a, json_t *req)
+static json_t *call(twc_adapter *a, json_t *req)
 {
-	return tw_adapter_call(a, req, 5000, errbuf, sizeof(errbuf));
+	return twc_adapter_call(a, req, 5000, errbuf, sizeof(errbuf));
 }
 
 static void describe_event(const json_t *ev, char *buf, size_t len)
@@ -149,9 +149,9 @@ static void note_kind(ctx *c, const json_t *ev)
 static bool alive(ctx *c)
 {
 	int st;
-	if (!tw_adapter_exited(c->a, &st))
+	if (!twc_adapter_exited(c->a, &st))
 		return true;
-	tw_adapter_describe_status(st, c->o->process, sizeof(c->o->process));
+	twc_adapter_describe_status(st, c->o->process, sizeof(c->o->process));
 	return false;
 }
 
@@ -161,27 +161,27 @@ static void check_read_sums(ctx *c, const json_t *ev)
 	for (int i = 0; i < c->nexpect; i++) {
 		const json_t *t = json_array_get(ts, (size_t)i);
 		char want[17];
-		tw_agent_hex64(tw_agent_gen_xxh3(c->expect[i].seed, c->expect[i].len), want);
+		twc_agent_hex64(twc_agent_gen_xxh3(c->expect[i].seed, c->expect[i].len), want);
 		const char *got = json_string_value(json_object_get(t, "xxh3"));
 		if (!got || strcmp(got, want) != 0)
-			tw_raw_check(c, "tensor %d arrived with xxh3 %s, the raw client sent %s", i,
+			twc_raw_check(c, "tensor %d arrived with xxh3 %s, the raw client sent %s", i,
 			       got ? got : "(none)", want);
 	}
 }
 
 /* Pumps the adapter for up to `ms`, reacting to the accept and read events;
  * returns early once a read has been issued when stop_at_read is set. */
-void tw_raw_observe(ctx *c, int ms, bool stop_at_read)
+void twc_raw_observe(ctx *c, int ms, bool stop_at_read)
 {
-	long long deadline = tw_now_ms() + ms;
-	while (tw_now_ms() < deadline) {
-		tw_adapter_pump(20);
+	long long deadline = twc_now_ms() + ms;
+	while (twc_now_ms() < deadline) {
+		twc_adapter_pump(20);
 		if (!alive(c))
 			return;
 		json_t *ev;
 		if (c->accept_id > 0 && !c->o->accept[0] &&
-		    tw_adapter_events_seen(c->a, c->accept_id) > 0 &&
-		    (ev = tw_adapter_event(c->a, c->accept_id, "accept", 0, errbuf, sizeof(errbuf)))) {
+		    twc_adapter_events_seen(c->a, c->accept_id) > 0 &&
+		    (ev = twc_adapter_event(c->a, c->accept_id, "accept", 0, errbuf, sizeof(errbuf)))) {
 			describe_event(ev, c->o->accept, sizeof(c->o->accept));
 			const char *p = json_string_value(json_object_get(ev, "pipe"));
 			if (p) {
@@ -195,8 +195,8 @@ void tw_raw_observe(ctx *c, int ms, bool stop_at_read)
 			}
 			json_decref(ev);
 		}
-		if (c->rd_id > 0 && !c->o->pipe[0] && tw_adapter_events_seen(c->a, c->rd_id) > 0 &&
-		    (ev = tw_adapter_event(c->a, c->rd_id, "read_descriptor", 0, errbuf,
+		if (c->rd_id > 0 && !c->o->pipe[0] && twc_adapter_events_seen(c->a, c->rd_id) > 0 &&
+		    (ev = twc_adapter_event(c->a, c->rd_id, "read_descriptor", 0, errbuf,
 		                           sizeof(errbuf)))) {
 			char d[200];
 			describe_event(ev, d, sizeof(d));
@@ -211,8 +211,8 @@ void tw_raw_observe(ctx *c, int ms, bool stop_at_read)
 			}
 			json_decref(ev);
 		}
-		if (c->read_id > 0 && tw_adapter_events_seen(c->a, c->read_id) > 0 &&
-		    (ev = tw_adapter_event(c->a, c->read_id, "read", 0, errbuf, sizeof(errbuf)))) {
+		if (c->read_id > 0 && twc_adapter_events_seen(c->a, c->read_id) > 0 &&
+		    (ev = twc_adapter_event(c->a, c->read_id, "read", 0, errbuf, sizeof(errbuf)))) {
 			char d[200];
 			describe_event(ev, d, sizeof(d));
 			size_t l = strlen(c->o->pipe);
@@ -235,7 +235,7 @@ static void probe_listener(ctx *c, int window_ms)
 {
 	json_int_t id = c->accept_id;
 	if (c->o->accept[0]) {
-		json_t *r = tw_adapter_request(c->a, json_pack("{s:s,s:s}", "cmd", "accept",
+		json_t *r = twc_adapter_request(c->a, json_pack("{s:s,s:s}", "cmd", "accept",
 		                                               "listener", c->lid),
 		                               5000, errbuf, sizeof(errbuf));
 		if (!r) {
@@ -252,17 +252,17 @@ static void probe_listener(ctx *c, int window_ms)
 		id = json_integer_value(json_object_get(r, "id"));
 		json_decref(r);
 	}
-	int fd = tw_raw_connect(c->url, 2000, errbuf, sizeof(errbuf));
+	int fd = twc_raw_connect(c->url, 2000, errbuf, sizeof(errbuf));
 	if (fd < 0) {
 		snprintf(c->o->listener, sizeof(c->o->listener), "dead (%.150s)", errbuf);
 		return;
 	}
 	unsigned char h[32];
-	size_t hn = tw_raw_hello("probe", h, sizeof(h));
-	if (tw_raw_send_frame(fd, h, hn, errbuf, sizeof(errbuf)) == 0)
-		(void)tw_raw_send_frame(fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len,
+	size_t hn = twc_raw_hello("probe", h, sizeof(h));
+	if (twc_raw_send_frame(fd, h, hn, errbuf, sizeof(errbuf)) == 0)
+		(void)twc_raw_send_frame(fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len,
 		                        errbuf, sizeof(errbuf));
-	json_t *ev = tw_adapter_event(c->a, id, "accept", window_ms, errbuf, sizeof(errbuf));
+	json_t *ev = twc_adapter_event(c->a, id, "accept", window_ms, errbuf, sizeof(errbuf));
 	if (!ev) {
 		if (!alive(c))
 			snprintf(c->o->listener, sizeof(c->o->listener),
@@ -309,7 +309,7 @@ static void pick_stderr_line(const char *tail, char *out, size_t len)
 	snprintf(out, len, "%.*s", (int)strcspn(l, "\n"), l);
 }
 
-static void classify(const ctx *c, tw_raw_obs *o)
+static void classify(const ctx *c, twc_raw_obs *o)
 {
 	const char *k;
 	if (strcmp(o->process, "alive") != 0)
@@ -331,15 +331,15 @@ static void classify(const ctx *c, tw_raw_obs *o)
 	snprintf(o->klass, sizeof(o->klass), "%s", k);
 }
 
-int tw_raw_run(const char *cmd, const char *label_id, const tw_raw_input *rc, int window_ms,
-               tw_raw_obs *o)
+int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, int window_ms,
+               twc_raw_obs *o)
 {
 	ctx c = {.o = o};
 	memset(o, 0, sizeof(*o));
 	snprintf(o->process, sizeof(o->process), "alive");
 	char label[64];
 	snprintf(label, sizeof(label), "iut[%s]", label_id);
-	c.a = tw_adapter_spawn(cmd, label, errbuf, sizeof(errbuf));
+	c.a = twc_adapter_spawn(cmd, label, errbuf, sizeof(errbuf));
 	if (!c.a) {
 		snprintf(o->note, sizeof(o->note), "%.250s", errbuf);
 		return -1;
@@ -364,7 +364,7 @@ int tw_raw_run(const char *cmd, const char *label_id, const tw_raw_input *rc, in
 	size_t ui;
 	json_t *u;
 	json_array_foreach(json_object_get(r, "unhonoured"), ui, u) {
-		tw_raw_note(&c, "the IUT cannot honour %s: %.180s",
+		twc_raw_note(&c, "the IUT cannot honour %s: %.180s",
 		      json_string_value(json_object_get(u, "name")) ?: "?",
 		      json_string_value(json_object_get(u, "reason")) ?: "");
 	}
@@ -381,18 +381,18 @@ int tw_raw_run(const char *cmd, const char *label_id, const tw_raw_input *rc, in
 	json_decref(r);
 
 	(void)rc->send(&c);
-	tw_raw_observe(&c, window_ms, false);
+	twc_raw_observe(&c, window_ms, false);
 	/* Was the raw client's first connection dropped by the server? */
 	if (c.nfds > 0)
-		o->conn_dropped = tw_raw_wait_closed(c.fds[0], alive(&c) ? 100 : 0) == 1;
+		o->conn_dropped = twc_raw_wait_closed(c.fds[0], alive(&c) ? 100 : 0) == 1;
 	if (alive(&c)) {
 		probe_listener(&c, window_ms);
-		tw_raw_observe(&c, 50, false);
+		twc_raw_observe(&c, 50, false);
 	}
 	if (!alive(&c) && !o->listener[0])
 		snprintf(o->listener, sizeof(o->listener), "n/a (process gone)");
 	if (alive(&c)) {
-		r = tw_adapter_request(c.a, json_pack("{s:s}", "cmd", "shutdown"), 10000, errbuf,
+		r = twc_adapter_request(c.a, json_pack("{s:s}", "cmd", "shutdown"), 10000, errbuf,
 		                       sizeof(errbuf));
 		if (!r) {
 			size_t l = strlen(o->note);
@@ -400,7 +400,7 @@ int tw_raw_run(const char *cmd, const char *label_id, const tw_raw_input *rc, in
 			         l ? "; " : "", errbuf);
 		}
 		json_decref(r);
-		if (tw_adapter_finish(c.a, 10000, errbuf, sizeof(errbuf)) != 0) {
+		if (twc_adapter_finish(c.a, 10000, errbuf, sizeof(errbuf)) != 0) {
 			size_t l = strlen(o->note);
 			snprintf(o->note + l, sizeof(o->note) - l, "%sexit: %.150s", l ? "; " : "",
 			         errbuf);
@@ -408,13 +408,13 @@ int tw_raw_run(const char *cmd, const char *label_id, const tw_raw_input *rc, in
 	}
 	for (int i = 0; i < c.nfds; i++)
 		close(c.fds[i]);
-	pick_stderr_line(tw_adapter_stderr(c.a), o->stderr_line, sizeof(o->stderr_line));
+	pick_stderr_line(twc_adapter_stderr(c.a), o->stderr_line, sizeof(o->stderr_line));
 	classify(&c, o);
-	tw_adapter_destroy(c.a);
+	twc_adapter_destroy(c.a);
 	return 0;
 err:
 	snprintf(o->note, sizeof(o->note), "setup failed: %.200s", errbuf);
-	tw_adapter_destroy(c.a);
+	twc_adapter_destroy(c.a);
 	return -1;
 }
 
@@ -431,12 +431,12 @@ static bool stderr_matches(const char *line, const char *want)
 	return false;
 }
 
-bool tw_raw_as_stock(const tw_raw_input *rc, const tw_raw_obs *o)
+bool twc_raw_as_stock(const twc_raw_input *rc, const twc_raw_obs *o)
 {
 	return !strcmp(o->klass, rc->stock_class) && stderr_matches(o->stderr_line, rc->stock_stderr);
 }
 
-bool tw_raw_robust(const tw_raw_input *rc, const tw_raw_obs *o, char *why, size_t whylen)
+bool twc_raw_robust(const twc_raw_input *rc, const twc_raw_obs *o, char *why, size_t whylen)
 {
 	if (strcmp(o->process, "alive") != 0)
 		snprintf(why, whylen, "the process ended (%s): %s", o->process, o->stderr_line);

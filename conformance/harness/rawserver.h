@@ -6,17 +6,17 @@
  * (negotiation with unknown names, registration ids, DescriptorReply
  * contents, a peer that stalls mid-frame, frames longer than announced).
  *
- * A wire case is an ordinary tw_case (case.h) whose arg is a tw_raw_input:
+ * A wire case is an ordinary twc_case (case.h) whose arg is a twc_raw_input:
  * the bytes to send (a send function written with the helpers below) and
- * what a conforming implementation does. tw_raw_run() starts a fresh IUT
+ * what a conforming implementation does. twc_raw_run() starts a fresh IUT
  * process, lets it listen, runs the send function, then watches the IUT for
  * a while (process fate, stderr, accept / read_descriptor / read callbacks,
  * whether the connection was dropped), checks that a well-formed client is
  * still accepted, and shuts the IUT down. It judges nothing itself beyond
- * recording; tw_raw_robust() says whether that meets spec/wire.md.
+ * recording; twc_raw_robust() says whether that meets spec/wire.md.
  */
-#ifndef TW_HARNESS_RAWSERVER_H
-#define TW_HARNESS_RAWSERVER_H
+#ifndef TWC_HARNESS_RAWSERVER_H
+#define TWC_HARNESS_RAWSERVER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,7 +26,7 @@
 #include "agent.h"
 #include "rawpeer.h"
 
-typedef struct tw_raw_obs {
+typedef struct twc_raw_obs {
 	char process[96];     /* "alive" or how it ended ("killed by signal 6 (SIGABRT)") */
 	char stderr_line[256];/* the most telling stderr line */
 	char accept[256];     /* the first accept callback: "ok" or "error <kind>: text" */
@@ -38,36 +38,36 @@ typedef struct tw_raw_obs {
 	                         pipe-failed, pipe-pending, connection-dropped, ignored */
 	char check[256];      /* a case-specific check that failed (bytes the IUT sent) */
 	char note[256];       /* what the raw client or the harness could not do */
-} tw_raw_obs;
+} twc_raw_obs;
 
 /* One run: the IUT, the raw client's connections and what it learnt. Send
  * functions read and set the fields marked for them. */
-#define TW_RAW_MAX_FDS 8
+#define TWC_RAW_MAX_FDS 8
 
-struct tw_raw_ctx {
-	tw_adapter *a;
+struct twc_raw_ctx {
+	twc_adapter *a;
 	char url[128];        /* uv://127.0.0.1:port */
 	char lid[32];
 	json_int_t accept_id;
 	char spipe[32];       /* the accepted pipe, if any */
 	json_int_t rd_id, read_id;
 	bool want_read;       /* issue read after the descriptor */
-	int fds[TW_RAW_MAX_FDS];     /* [0] bootstrap, then R and the basic channel after a handshake */
+	int fds[TWC_RAW_MAX_FDS];     /* [0] bootstrap, then R and the basic channel after a handshake */
 	int nfds;
 	int reply_fd, basic_fd;
-	tw_raw_answer ans;
+	twc_raw_answer ans;
 	bool have_ans;
 	/* tensors the raw client sends, to check the read event against */
 	int nexpect;
-	tw_agent_buf expect[4];
-	tw_raw_obs *o;
+	twc_agent_buf expect[4];
+	twc_raw_obs *o;
 	char err[2048];       /* for the send functions' own calls of rawpeer.h */
 };
-typedef struct tw_raw_ctx tw_raw_ctx;
+typedef struct twc_raw_ctx twc_raw_ctx;
 
-/* The raw-peer side of a wire case (its tw_case.arg). */
-typedef struct tw_raw_input {
-	int (*send)(tw_raw_ctx *c);
+/* The raw-peer side of a wire case (its twc_case.arg). */
+typedef struct twc_raw_input {
+	int (*send)(twc_raw_ctx *c);
 	/* What a conforming implementation does: NULL = any outcome in which
 	 * the process survives and the listener keeps accepting; else also this
 	 * class. */
@@ -83,46 +83,46 @@ typedef struct tw_raw_input {
 	 * fail with ("proto" where the spec says "fails with a protocol
 	 * error"); NULL = any kind. */
 	const char *robust_kind;
-} tw_raw_input;
+} twc_raw_input;
 
 /* Runs `in` against a fresh adapter started with `cmd` (`label` names it in
  * logs). Returns 0 when the observation is complete, -1 when the harness
  * could not set up (reason in o->note). window_ms: how long to watch after
  * the input. */
-int tw_raw_run(const char *cmd, const char *label, const tw_raw_input *in, int window_ms,
-               tw_raw_obs *o);
+int twc_raw_run(const char *cmd, const char *label, const twc_raw_input *in, int window_ms,
+               twc_raw_obs *o);
 
 /* Does the observation meet what spec/wire.md asks (the process survives,
  * only that connection or pipe fails, the listener keeps accepting, the
  * case's own checks pass)? why gets the first shortfall. */
-bool tw_raw_robust(const tw_raw_input *in, const tw_raw_obs *o, char *why, size_t whylen);
+bool twc_raw_robust(const twc_raw_input *in, const twc_raw_obs *o, char *why, size_t whylen);
 
 /* Does the observation match stock's recorded reaction? */
-bool tw_raw_as_stock(const tw_raw_input *in, const tw_raw_obs *o);
+bool twc_raw_as_stock(const twc_raw_input *in, const twc_raw_obs *o);
 
 /* ---- for send functions ---------------------------------------------------------------- */
 
 /* What the raw client could not do (the first note is kept). */
-void tw_raw_note(tw_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void twc_raw_note(twc_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A case-specific check of what the IUT sent failed (the first is kept). */
-void tw_raw_check(tw_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void twc_raw_check(twc_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A new connection to the IUT's listener, kept for the run (the first one
  * is watched for being dropped). Returns the fd or -1 (noted). */
-int tw_raw_open(tw_raw_ctx *c);
+int twc_raw_open(twc_raw_ctx *c);
 /* Sends one uv frame on fd; -1 on error (noted). */
-int tw_raw_frame(tw_raw_ctx *c, int fd, const void *b, size_t n);
+int twc_raw_frame(twc_raw_ctx *c, int fd, const void *b, size_t n);
 /* Sends a hello naming `name`. */
-int tw_raw_say_hello(tw_raw_ctx *c, int fd, const char *name);
+int twc_raw_say_hello(twc_raw_ctx *c, int fd, const char *name);
 /* A new connection to the answer's address carrying RequestedConnection{id};
  * `what` names it in notes. Returns the fd or -1. */
-int tw_raw_open_requested(tw_raw_ctx *c, const char *what, uint64_t id);
+int twc_raw_open_requested(twc_raw_ctx *c, const char *what, uint64_t id);
 /* Brochure, BrochureAnswer (into c->ans), then (open_conns) the
  * descriptor-reply and basic channel connections, each with its
  * RequestedConnection (reference §3.4-3.8). */
-int tw_raw_handshake(tw_raw_ctx *c, int fd, const unsigned char *brochure, size_t blen,
+int twc_raw_handshake(twc_raw_ctx *c, int fd, const unsigned char *brochure, size_t blen,
                      bool open_conns);
 /* Pumps the adapter for up to `ms`, reacting to the accept and read events;
  * returns early once a read has been issued when stop_at_read is set. */
-void tw_raw_observe(tw_raw_ctx *c, int ms, bool stop_at_read);
+void twc_raw_observe(twc_raw_ctx *c, int ms, bool stop_at_read);
 
-#endif /* TW_HARNESS_RAWSERVER_H */
+#endif /* TWC_HARNESS_RAWSERVER_H */

@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-void tw_result_target(const tw_result *r, char *buf, size_t len)
+void twc_result_target(const twc_result *r, char *buf, size_t len)
 {
 	if (r->peer)
 		snprintf(buf, len, "%s->%s", r->iut->name, r->peer->name);
@@ -20,7 +20,7 @@ void tw_result_target(const tw_result *r, char *buf, size_t len)
 
 /* ---- TAP ---------------------------------------------------------------------------- */
 
-void tw_tap_plan(FILE *f, int n)
+void twc_tap_plan(FILE *f, int n)
 {
 	fprintf(f, "TAP version 13\n1..%d\n", n);
 	fflush(f);
@@ -34,20 +34,20 @@ static void one_line(const char *s, char *out, size_t len)
 	out[k] = '\0';
 }
 
-void tw_tap_result(FILE *f, int index, const tw_result *r, bool verbose)
+void twc_tap_result(FILE *f, int index, const twc_result *r, bool verbose)
 {
 	char target[96], reason[1024];
-	tw_result_target(r, target, sizeof(target));
+	twc_result_target(r, target, sizeof(target));
 	one_line(r->reason, reason, sizeof(reason));
-	const char *level = r->c->level == TW_MUST ? "MUST" : "SHOULD";
+	const char *level = r->c->level == TWC_MUST ? "MUST" : "SHOULD";
 	switch (r->outcome) {
-	case TW_PASS:
+	case TWC_PASS:
 		fprintf(f, "ok %d - %s [%s]\n", index, r->c->id, target);
 		break;
-	case TW_SKIP:
+	case TWC_SKIP:
 		fprintf(f, "ok %d - %s [%s] # SKIP %s\n", index, r->c->id, target, reason);
 		break;
-	case TW_XFAIL:
+	case TWC_XFAIL:
 		fprintf(f, "not ok %d - %s [%s] # TODO XFAIL %s\n", index, r->c->id, target, reason);
 		break;
 	default:
@@ -58,9 +58,9 @@ void tw_tap_result(FILE *f, int index, const tw_result *r, bool verbose)
 			fprintf(f, "not ok %d - %s [%s]\n", index, r->c->id, target);
 		break;
 	}
-	if (r->outcome != TW_PASS && r->outcome != TW_SKIP) {
+	if (r->outcome != TWC_PASS && r->outcome != TWC_SKIP) {
 		fprintf(f, "  ---\n  outcome: %s\n  level: %s\n  section: %s\n  reason: \"",
-		        tw_outcome_name(r->outcome), level, r->c->section);
+		        twc_outcome_name(r->outcome), level, r->c->section);
 		for (const char *p = reason; *p; p++)
 			fprintf(f, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
 		fprintf(f, "\"\n  ...\n");
@@ -99,21 +99,21 @@ static void xml_text(FILE *f, const char *s)
 	}
 }
 
-static void suite_key(const tw_result *r, char *buf, size_t len)
+static void suite_key(const twc_result *r, char *buf, size_t len)
 {
 	char target[96];
-	tw_result_target(r, target, sizeof(target));
+	twc_result_target(r, target, sizeof(target));
 	snprintf(buf, len, "%s.%s", r->c->suite, target);
 }
 
-int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen)
+int twc_junit_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "w");
 	if (!f) {
 		snprintf(err, errlen, "--junit %s: cannot open for writing", path);
 		return -1;
 	}
-	int tot[TW_OUTCOME_COUNT] = {0};
+	int tot[TWC_OUTCOME_COUNT] = {0};
 	double all = 0;
 	for (int i = 0; i < n; i++) {
 		tot[rs[i].outcome]++;
@@ -125,7 +125,7 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
 	fprintf(f, "<testsuites name=\"tensorwire-conform\" tests=\"%d\" failures=\"%d\" "
 	           "errors=\"%d\" skipped=\"%d\" time=\"%.3f\">\n",
-	        n, tot[TW_FAIL], tot[TW_ERROR] + tot[TW_TIMEOUT], tot[TW_SKIP] + tot[TW_XFAIL], all);
+	        n, tot[TWC_FAIL], tot[TWC_ERROR] + tot[TWC_TIMEOUT], tot[TWC_SKIP] + tot[TWC_XFAIL], all);
 	/* one <testsuite> per suite and target, in order of first appearance */
 	bool *done = calloc((size_t)n + 1, sizeof(bool));
 	if (!done) {
@@ -138,7 +138,7 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 			continue;
 		char key[160], k2[160];
 		suite_key(&rs[i], key, sizeof(key));
-		int cnt[TW_OUTCOME_COUNT] = {0}, tests = 0;
+		int cnt[TWC_OUTCOME_COUNT] = {0}, tests = 0;
 		double t = 0;
 		for (int j = i; j < n; j++) {
 			suite_key(&rs[j], k2, sizeof(k2));
@@ -152,10 +152,10 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 		xml_text(f, key);
 		fprintf(f, "\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\" "
 		           "timestamp=\"%s\">\n",
-		        tests, cnt[TW_FAIL], cnt[TW_ERROR] + cnt[TW_TIMEOUT], cnt[TW_SKIP] + cnt[TW_XFAIL],
+		        tests, cnt[TWC_FAIL], cnt[TWC_ERROR] + cnt[TWC_TIMEOUT], cnt[TWC_SKIP] + cnt[TWC_XFAIL],
 		        t, stamp);
 		fprintf(f, "    <properties>\n");
-		const tw_iut_info *who[2] = {rs[i].iut, rs[i].peer};
+		const twc_iut_info *who[2] = {rs[i].iut, rs[i].peer};
 		for (int w = 0; w < 2; w++) {
 			if (!who[w])
 				continue;
@@ -176,29 +176,29 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 			if (strcmp(key, k2) != 0)
 				continue;
 			done[j] = true;
-			const tw_result *r = &rs[j];
+			const twc_result *r = &rs[j];
 			fprintf(f, "    <testcase classname=\"");
 			xml_text(f, key);
 			fprintf(f, "\" name=\"");
 			xml_text(f, r->c->id);
 			fprintf(f, "\" time=\"%.3f\">\n", r->seconds);
 			switch (r->outcome) {
-			case TW_PASS:
+			case TWC_PASS:
 				break;
-			case TW_SKIP:
-			case TW_XFAIL:
-				fprintf(f, "      <skipped message=\"%s", r->outcome == TW_XFAIL ? "XFAIL: " : "");
+			case TWC_SKIP:
+			case TWC_XFAIL:
+				fprintf(f, "      <skipped message=\"%s", r->outcome == TWC_XFAIL ? "XFAIL: " : "");
 				xml_text(f, r->reason);
 				fprintf(f, "\"/>\n");
 				break;
-			case TW_FAIL:
+			case TWC_FAIL:
 				fprintf(f, "      <failure type=\"%s\" message=\"",
-				        r->c->level == TW_MUST ? "MUST" : "SHOULD");
+				        r->c->level == TWC_MUST ? "MUST" : "SHOULD");
 				xml_text(f, r->reason);
 				fprintf(f, "\"/>\n");
 				break;
 			default:
-				fprintf(f, "      <error type=\"%s\" message=\"", tw_outcome_name(r->outcome));
+				fprintf(f, "      <error type=\"%s\" message=\"", twc_outcome_name(r->outcome));
 				xml_text(f, r->reason);
 				fprintf(f, "\"/>\n");
 				break;
@@ -206,14 +206,14 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 			fprintf(f, "      <system-out>section: ");
 			xml_text(f, r->c->section);
 			fprintf(f, "\nlevel: %s\noutcome: %s\ntransport: ",
-			        r->c->level == TW_MUST ? "MUST" : "SHOULD", tw_outcome_name(r->outcome));
+			        r->c->level == TWC_MUST ? "MUST" : "SHOULD", twc_outcome_name(r->outcome));
 			xml_text(f, r->transport);
 			fprintf(f, "\nchannel: ");
 			xml_text(f, r->channel);
 			fprintf(f, "\ndescription: ");
 			xml_text(f, r->c->description);
 			fprintf(f, "\n");
-			if (r->log && r->outcome != TW_PASS)
+			if (r->log && r->outcome != TWC_PASS)
 				xml_text(f, r->log);
 			fprintf(f, "</system-out>\n    </testcase>\n");
 		}
@@ -230,7 +230,7 @@ int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size
 
 /* ---- JSON lines ------------------------------------------------------------------------- */
 
-static json_t *iut_json(const tw_iut_info *i)
+static json_t *iut_json(const twc_iut_info *i)
 {
 	if (!i)
 		return json_null();
@@ -238,7 +238,7 @@ static json_t *iut_json(const tw_iut_info *i)
 	                 i->version, "profile", i->profile);
 }
 
-int tw_json_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen)
+int twc_json_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "w");
 	if (!f) {
@@ -246,11 +246,11 @@ int tw_json_write(const char *path, const tw_result *rs, int n, char *err, size_
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
-		const tw_result *r = &rs[i];
+		const twc_result *r = &rs[i];
 		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:o,s:o,s:s,s:s,s:b}", "id", r->c->id,
 		                      "suite", r->c->suite, "section", r->c->section, "level",
-		                      r->c->level == TW_MUST ? "MUST" : "SHOULD", "outcome",
-		                      tw_outcome_name(r->outcome), "reason", r->reason, "duration_s",
+		                      r->c->level == TWC_MUST ? "MUST" : "SHOULD", "outcome",
+		                      twc_outcome_name(r->outcome), "reason", r->reason, "duration_s",
 		                      r->seconds, "iut", iut_json(r->iut), "peer", iut_json(r->peer),
 		                      "transport", r->transport, "channel", r->channel,
 		                      "required_failure", r->required_failure);
@@ -285,7 +285,7 @@ static int note_index(notes *ns, const char *s)
 	return ++ns->n;
 }
 
-static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
+static void table(FILE *f, const twc_result *rs, int n, bool pairwise, notes *ns)
 {
 	char (*cols)[96] = calloc((size_t)n + 1, sizeof(*cols)); /* at most one per run */
 	int ncols = 0;
@@ -297,7 +297,7 @@ static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 		if ((rs[i].peer != NULL) != pairwise)
 			continue;
 		char t[96];
-		tw_result_target(&rs[i], t, sizeof(t));
+		twc_result_target(&rs[i], t, sizeof(t));
 		int k;
 		for (k = 0; k < ncols; k++)
 			if (!strcmp(cols[k], t))
@@ -322,22 +322,22 @@ static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 				first = false;
 		if (!first)
 			continue;
-		fprintf(f, "%-36s %-6s", rs[i].c->id, rs[i].c->level == TW_MUST ? "MUST" : "SHOULD");
+		fprintf(f, "%-36s %-6s", rs[i].c->id, rs[i].c->level == TWC_MUST ? "MUST" : "SHOULD");
 		for (int k = 0; k < ncols; k++) {
-			const tw_result *cell = NULL;
+			const twc_result *cell = NULL;
 			for (int j = i; j < n; j++) {
 				char t[96];
-				tw_result_target(&rs[j], t, sizeof(t));
+				twc_result_target(&rs[j], t, sizeof(t));
 				if (rs[j].c == rs[i].c && !strcmp(t, cols[k]))
 					cell = &rs[j];
 			}
 			char txt[40];
 			if (!cell)
 				snprintf(txt, sizeof(txt), "-");
-			else if (cell->outcome == TW_PASS)
+			else if (cell->outcome == TWC_PASS)
 				snprintf(txt, sizeof(txt), "PASS");
 			else
-				snprintf(txt, sizeof(txt), "%s[%d]", tw_outcome_name(cell->outcome),
+				snprintf(txt, sizeof(txt), "%s[%d]", twc_outcome_name(cell->outcome),
 				         note_index(ns, cell->reason));
 			fprintf(f, " %-15s", txt);
 		}
@@ -346,14 +346,14 @@ static void table(FILE *f, const tw_result *rs, int n, bool pairwise, notes *ns)
 	free(cols);
 }
 
-void tw_matrix_print(FILE *f, const tw_result *rs, int n)
+void twc_matrix_print(FILE *f, const twc_result *rs, int n)
 {
 	notes ns = {calloc((size_t)n + 1, sizeof(*ns.text)), 0};
 	if (!ns.text) {
 		fprintf(f, "\n(no memory for the matrix)\n");
 		return;
 	}
-	int tot[TW_OUTCOME_COUNT] = {0};
+	int tot[TWC_OUTCOME_COUNT] = {0};
 	for (int i = 0; i < n; i++)
 		tot[rs[i].outcome]++;
 	fprintf(f, "\n==== tensorwire-conform: who passes what ====");
@@ -365,7 +365,7 @@ void tw_matrix_print(FILE *f, const tw_result *rs, int n)
 		fprintf(f, "  [%d] %s\n", i + 1, ns.text[i]);
 	free(ns.text);
 	fprintf(f, "\n%d run(s): %d PASS, %d FAIL, %d XFAIL, %d SKIP, %d ERROR, %d TIMEOUT\n", n,
-	        tot[TW_PASS], tot[TW_FAIL], tot[TW_XFAIL], tot[TW_SKIP], tot[TW_ERROR],
-	        tot[TW_TIMEOUT]);
+	        tot[TWC_PASS], tot[TWC_FAIL], tot[TWC_XFAIL], tot[TWC_SKIP], tot[TWC_ERROR],
+	        tot[TWC_TIMEOUT]);
 	fflush(f);
 }

@@ -4,15 +4,15 @@
  * run) at the end, and the readable summary matrix. Writers only: they never
  * decide an outcome.
  */
-#ifndef TW_HARNESS_REPORT_H
-#define TW_HARNESS_REPORT_H
+#ifndef TWC_HARNESS_REPORT_H
+#define TWC_HARNESS_REPORT_H
 
 #include <stdbool.h>
 #include <stdio.h>
 
 #include "case.h"
 
-typedef struct tw_iut_info {
+typedef struct twc_iut_info {
 	char name[32];      /* as given on the command line ("ours") */
 	const char *cmd;
 	char impl[64];      /* from hello ("tensorwire") */
@@ -20,32 +20,32 @@ typedef struct tw_iut_info {
 	char profile[2048]; /* the profile files it is judged with, or "none" */
 	bool available;
 	char why[512];      /* when not available */
-} tw_iut_info;
+} twc_iut_info;
 
-typedef struct tw_result {
-	const tw_case *c;
-	const tw_iut_info *iut;   /* the IUT (client side for pairwise cases) */
-	const tw_iut_info *peer;  /* pairwise: server side; else NULL */
-	tw_outcome_t outcome;
+typedef struct twc_result {
+	const twc_case *c;
+	const twc_iut_info *iut;   /* the IUT (client side for pairwise cases) */
+	const twc_iut_info *peer;  /* pairwise: server side; else NULL */
+	twc_outcome_t outcome;
 	char reason[1024];
 	double seconds;
 	char transport[32], channel[32];
 	bool required_failure;    /* counts against the exit status */
 	bool unexcused;           /* the case said no profile may excuse this failure */
 	char *log;                /* what the case printed (owned) */
-} tw_result;
+} twc_result;
 
 /* "ours", or "ours->stock" for a pairwise run. */
-void tw_result_target(const tw_result *r, char *buf, size_t len);
+void twc_result_target(const twc_result *r, char *buf, size_t len);
 
-void tw_tap_plan(FILE *f, int n);
-void tw_tap_result(FILE *f, int index, const tw_result *r, bool verbose);
+void twc_tap_plan(FILE *f, int n);
+void twc_tap_result(FILE *f, int index, const twc_result *r, bool verbose);
 
-int tw_junit_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen);
-int tw_json_write(const char *path, const tw_result *rs, int n, char *err, size_t errlen);
+int twc_junit_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen);
+int twc_json_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen);
 
 /* The matrix: one table for per-IUT cases (columns: IUTs), one for pairwise
  * cases (columns: client->server), notes for every non-PASS cell. */
-void tw_matrix_print(FILE *f, const tw_result *rs, int n);
+void twc_matrix_print(FILE *f, const twc_result *rs, int n);
 
-#endif /* TW_HARNESS_REPORT_H */
+#endif /* TWC_HARNESS_REPORT_H */

@@ -5,11 +5,11 @@
 
 #include <stdlib.h>
 
-void tw_runs_add(tw_runs *rl, const tw_case *c, const tw_iut_info *iut, const tw_iut_info *peer)
+void twc_runs_add(twc_runs *rl, const twc_case *c, const twc_iut_info *iut, const twc_iut_info *peer)
 {
 	if (rl->n == rl->cap) {
 		int cap = rl->cap ? 2 * rl->cap : 64;
-		tw_result *v = realloc(rl->v, (size_t)cap * sizeof(*v));
+		twc_result *v = realloc(rl->v, (size_t)cap * sizeof(*v));
 		if (!v) {
 			rl->oom = true;
 			return;
@@ -17,11 +17,11 @@ void tw_runs_add(tw_runs *rl, const tw_case *c, const tw_iut_info *iut, const tw
 		rl->v = v;
 		rl->cap = cap;
 	}
-	rl->v[rl->n++] = (tw_result){.c = c, .iut = iut, .peer = peer};
+	rl->v[rl->n++] = (twc_result){.c = c, .iut = iut, .peer = peer};
 }
 
-void tw_runs_add_case(tw_runs *rl, const tw_case *c, const tw_iut_info *iuts, int niuts,
-                      const tw_iut_info *ref)
+void twc_runs_add_case(twc_runs *rl, const twc_case *c, const twc_iut_info *iuts, int niuts,
+                      const twc_iut_info *ref)
 {
 	bool ref_is_iut = false;
 	for (int a = 0; a < niuts; a++)
@@ -30,23 +30,23 @@ void tw_runs_add_case(tw_runs *rl, const tw_case *c, const tw_iut_info *iuts, in
 		for (int a = 0; a < niuts; a++)
 			for (int b = 0; b < niuts; b++)
 				if (a != b)
-					tw_runs_add(rl, c, &iuts[a], &iuts[b]);
+					twc_runs_add(rl, c, &iuts[a], &iuts[b]);
 		for (int a = 0; ref && !ref_is_iut && a < niuts; a++) {
-			tw_runs_add(rl, c, &iuts[a], ref);
-			tw_runs_add(rl, c, ref, &iuts[a]);
+			twc_runs_add(rl, c, &iuts[a], ref);
+			twc_runs_add(rl, c, ref, &iuts[a]);
 		}
 		for (int a = 0; a < niuts; a++)
-			tw_runs_add(rl, c, &iuts[a], &iuts[a]);
+			twc_runs_add(rl, c, &iuts[a], &iuts[a]);
 	} else if (c->cross) {
 		for (int a = 0; a < niuts; a++) {
-			tw_runs_add(rl, c, &iuts[a], &iuts[a]);
+			twc_runs_add(rl, c, &iuts[a], &iuts[a]);
 			if (ref && ref != &iuts[a]) {
-				tw_runs_add(rl, c, &iuts[a], ref);
-				tw_runs_add(rl, c, ref, &iuts[a]);
+				twc_runs_add(rl, c, &iuts[a], ref);
+				twc_runs_add(rl, c, ref, &iuts[a]);
 			}
 		}
 	} else {
 		for (int a = 0; a < niuts; a++)
-			tw_runs_add(rl, c, &iuts[a], NULL);
+			twc_runs_add(rl, c, &iuts[a], NULL);
 	}
 }

@@ -10,8 +10,8 @@
  *   cross case     each IUT with itself, then with the reference both ways
  *                  (IUT as client first)
  */
-#ifndef TW_HARNESS_RUNS_H
-#define TW_HARNESS_RUNS_H
+#ifndef TWC_HARNESS_RUNS_H
+#define TWC_HARNESS_RUNS_H
 
 #include <stdbool.h>
 
@@ -19,17 +19,17 @@
 
 /* The runs of one invocation, grown as needed; oom is set (and the run
  * dropped) when memory runs out, so the caller can refuse to go on. */
-typedef struct tw_runs {
-	tw_result *v;
+typedef struct twc_runs {
+	twc_result *v;
 	int n, cap;
 	bool oom;
-} tw_runs;
+} twc_runs;
 
-void tw_runs_add(tw_runs *rl, const tw_case *c, const tw_iut_info *iut, const tw_iut_info *peer);
+void twc_runs_add(twc_runs *rl, const twc_case *c, const twc_iut_info *iut, const twc_iut_info *peer);
 
 /* Appends the runs of case c for iuts[0..niuts) (an array) and the reference
  * ref (NULL: none; may point into iuts). */
-void tw_runs_add_case(tw_runs *rl, const tw_case *c, const tw_iut_info *iuts, int niuts,
-                      const tw_iut_info *ref);
+void twc_runs_add_case(twc_runs *rl, const twc_case *c, const twc_iut_info *iuts, int niuts,
+                      const twc_iut_info *ref);
 
-#endif /* TW_HARNESS_RUNS_H */
+#endif /* TWC_HARNESS_RUNS_H */

@@ -9,8 +9,8 @@
  * s->reason (the first failure wins). It must not decide outcomes beyond
  * pass/fail: profiles and levels are the runner's business.
  */
-#ifndef TW_HARNESS_SESSION_H
-#define TW_HARNESS_SESSION_H
+#ifndef TWC_HARNESS_SESSION_H
+#define TWC_HARNESS_SESSION_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,81 +20,81 @@
 #include "adapter_proc.h"
 #include "agent.h"
 
-#define TW_REASON_MAX 4096
+#define TWC_REASON_MAX 4096
 
-typedef struct tw_session {
-	tw_adapter *server, *client;
+typedef struct twc_session {
+	twc_adapter *server, *client;
 	char sname[32], cname[32];
 	char url[256], lid[64];
 	char cpipe[64], spipe[64];
 	json_int_t accept_id;
 	int wait_ms;
-	char reason[TW_REASON_MAX];
+	char reason[TWC_REASON_MAX];
 	char impl[2][64], version[2][64]; /* [0] server, [1] client, from hello */
 	char transport[32], channel[32];  /* what info reported (client side) */
-} tw_session;
+} twc_session;
 
 /* Shapes message `index` (counts, lengths, devices; seeds are assigned by the
  * session). Returns -1 on allocation failure. */
-typedef int (*tw_shape_fn)(int index, tw_agent_msg *m);
+typedef int (*twc_shape_fn)(int index, twc_agent_msg *m);
 
 /* True when cmd is "unavailable:<reason>" (the IUT is not built here). */
-bool tw_cmd_unavailable(const char *cmd, const char **reason_out);
+bool twc_cmd_unavailable(const char *cmd, const char **reason_out);
 
-int tw_session_fail(tw_session *s, const char *fmt, ...)
+int twc_session_fail(twc_session *s, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 
 /* Spawns both adapters, says hello and creates their contexts from `ctx`
  * (a "context" request without "name", borrowed; NULL = uv + basic, priority
  * 0), then makes the server listen on `urls` (NULL = uv://127.0.0.1:0). */
-int tw_session_start(tw_session *s, const char *ccmd, const char *scmd, const char *cname,
+int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const char *cname,
                      const char *sname, int wait_ms, const json_t *ctx, const json_t *urls);
 
 /* Arms an accept on the server, connects the client to the first bound URL
  * (or `url` if not NULL) and waits for the accepted pipe. */
-int tw_session_connect(tw_session *s, const char *url);
+int twc_session_connect(twc_session *s, const char *url);
 
 /* Sends n messages shaped by `shape` from one side to the other over the
  * session's pipe, with the checks of spec/agent.md 8 (1-3). burst: every
  * write before the first read. */
-int tw_session_transfer(tw_session *s, bool client_to_server, tw_shape_fn shape, int n,
+int twc_session_transfer(twc_session *s, bool client_to_server, twc_shape_fn shape, int n,
                         bool burst, uint64_t seed_base);
 
 /* Asks both sides for info and checks the transport and channel names (NULL
  * = do not check), the roles and the client's name as the server saw it. */
-int tw_session_check_info(tw_session *s, const char *transport, const char *channel);
+int twc_session_check_info(twc_session *s, const char *transport, const char *channel);
 
 /* Orderly end: closes both pipes, shuts both contexts down, waits for both
  * adapters to exit with status 0 and checks every callback fired once. */
-int tw_session_finish(tw_session *s);
+int twc_session_finish(twc_session *s);
 
 /* Kills what is left and frees. */
-void tw_session_destroy(tw_session *s);
+void twc_session_destroy(twc_session *s);
 
 /* A request that must succeed; NULL (and s->reason) otherwise. */
-json_t *tw_session_call(tw_session *s, tw_adapter *a, json_t *req);
+json_t *twc_session_call(twc_session *s, twc_adapter *a, json_t *req);
 
 /* Sends a request that arms a callback and returns its id (-1 on failure). */
-json_int_t tw_session_arm(tw_session *s, tw_adapter *a, json_t *req);
+json_int_t twc_session_arm(twc_session *s, twc_adapter *a, json_t *req);
 
 /* Waits for the event of request id; *out gets it (caller decrefs). A
  * timeout or a dead adapter fails the session. */
-int tw_session_event(tw_session *s, tw_adapter *a, json_int_t id, const char *name,
+int twc_session_event(twc_session *s, twc_adapter *a, json_int_t id, const char *name,
                      json_t **out);
 
-/* Like tw_session_event, but the event must be "ok": true. */
-int tw_session_ok_event(tw_session *s, tw_adapter *a, json_int_t id, const char *name,
+/* Like twc_session_event, but the event must be "ok": true. */
+int twc_session_ok_event(twc_session *s, twc_adapter *a, json_int_t id, const char *name,
                         json_t **out);
 
 /* The error kind of a failed event ("closed", "eof", ...), or NULL. */
-const char *tw_event_error_kind(const json_t *ev);
-const char *tw_event_error_text(const json_t *ev);
+const char *twc_event_error_kind(const json_t *ev);
+const char *twc_event_error_text(const json_t *ev);
 
 /* Message helpers shared with the cases. */
-void tw_msg_assign_seeds(tw_agent_msg *m, uint64_t base);
-json_t *tw_msg_json(const tw_agent_msg *m);
-void tw_msg_clear(tw_agent_msg *m);
-int tw_msg_check_descriptor(const tw_agent_msg *m, const json_t *d, char *why, size_t whylen);
-int tw_msg_check_read(const tw_agent_msg *m, const json_t *ev, char *why, size_t whylen);
+void twc_msg_assign_seeds(twc_agent_msg *m, uint64_t base);
+json_t *twc_msg_json(const twc_agent_msg *m);
+void twc_msg_clear(twc_agent_msg *m);
+int twc_msg_check_descriptor(const twc_agent_msg *m, const json_t *d, char *why, size_t whylen);
+int twc_msg_check_read(const twc_agent_msg *m, const json_t *ev, char *why, size_t whylen);
 
-#endif /* TW_HARNESS_SESSION_H */
+#endif /* TWC_HARNESS_SESSION_H */

@@ -25,7 +25,7 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int tw_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen)
+int twc_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen)
 {
 	const char *a = strstr(addr, "://");
 	a = a ? a + 3 : addr;
@@ -66,7 +66,7 @@ int tw_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen)
 	return fd;
 }
 
-int tw_raw_listen(int *port_out, char *err, size_t errlen)
+int twc_raw_listen(int *port_out, char *err, size_t errlen)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -82,7 +82,7 @@ int tw_raw_listen(int *port_out, char *err, size_t errlen)
 	return fd;
 }
 
-int tw_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen)
+int twc_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen)
 {
 	struct pollfd p = {.fd = lfd, .events = POLLIN};
 	if (poll(&p, 1, timeout_ms) != 1) {
@@ -99,7 +99,7 @@ int tw_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen)
 	return fd;
 }
 
-int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen)
+int twc_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen)
 {
 	const unsigned char *p = buf;
 	while (len > 0) {
@@ -116,14 +116,14 @@ int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen)
 	return 0;
 }
 
-int tw_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t errlen)
+int twc_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t errlen)
 {
 	unsigned char hdr[8];
 	for (int i = 0; i < 8; i++)
 		hdr[i] = (unsigned char)((uint64_t)len >> (8 * i));
-	if (tw_raw_send(fd, hdr, 8, err, errlen))
+	if (twc_raw_send(fd, hdr, 8, err, errlen))
 		return -1;
-	return tw_raw_send(fd, body, len, err, errlen);
+	return twc_raw_send(fd, body, len, err, errlen);
 }
 
 static int recv_exact(int fd, unsigned char *buf, size_t n, long long deadline, char *err,
@@ -152,12 +152,12 @@ static int recv_exact(int fd, unsigned char *buf, size_t n, long long deadline, 
 	return 0;
 }
 
-int tw_raw_recv_exact(int fd, void *buf, size_t n, int timeout_ms, char *err, size_t errlen)
+int twc_raw_recv_exact(int fd, void *buf, size_t n, int timeout_ms, char *err, size_t errlen)
 {
 	return recv_exact(fd, buf, n, now_ms() + timeout_ms, err, errlen);
 }
 
-long tw_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, char *err,
+long twc_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, char *err,
                        size_t errlen)
 {
 	long long deadline = now_ms() + timeout_ms;
@@ -181,7 +181,7 @@ long tw_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, 
 	return rc ? -1 : (long)len;
 }
 
-int tw_raw_wait_closed(int fd, int timeout_ms)
+int twc_raw_wait_closed(int fd, int timeout_ms)
 {
 	long long deadline = now_ms() + timeout_ms;
 	unsigned char junk[4096];
@@ -199,11 +199,11 @@ int tw_raw_wait_closed(int fd, int timeout_ms)
 /* ---- packets ---------------------------------------------------------------------- */
 
 /* {uv: "uv:*"}, {basic: {cpu:0: "any"}} (reference §3.4, observed) */
-const unsigned char tw_raw_brochure_uv_basic[] = {
+const unsigned char twc_raw_brochure_uv_basic[] = {
 	0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v', 0xbd, 0x04, 'u', 'v', ':', '*',
 	0xbb, 0x01, 0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01, 0xb9, 0x02, 0xbd,
 	0x03, 'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y'};
-const size_t tw_raw_brochure_uv_basic_len = sizeof(tw_raw_brochure_uv_basic);
+const size_t twc_raw_brochure_uv_basic_len = sizeof(twc_raw_brochure_uv_basic);
 
 static size_t put_u64(uint64_t v, unsigned char *b)
 {
@@ -218,7 +218,7 @@ static size_t put_u64(uint64_t v, unsigned char *b)
 	return 1 + (size_t)w;
 }
 
-size_t tw_raw_hello(const char *name, unsigned char *buf, size_t cap)
+size_t twc_raw_hello(const char *name, unsigned char *buf, size_t cap)
 {
 	size_t n = strlen(name);
 	if (cap < n + 16)
@@ -234,7 +234,7 @@ size_t tw_raw_hello(const char *name, unsigned char *buf, size_t cap)
 	return k + n;
 }
 
-size_t tw_raw_requested(uint64_t id, unsigned char *buf, size_t cap)
+size_t twc_raw_requested(uint64_t id, unsigned char *buf, size_t cap)
 {
 	if (cap < 16)
 		return 0;
@@ -361,7 +361,7 @@ static int skip_value(rd *r, int depth)
 	return -1;
 }
 
-int tw_raw_parse_answer(const unsigned char *b, size_t n, tw_raw_answer *out, char *err,
+int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, char *err,
                         size_t errlen)
 {
 	rd r = {.p = b, .n = n};

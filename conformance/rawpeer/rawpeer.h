@@ -10,44 +10,44 @@
  * implementation with that implementation's own codec. Blocking sockets with
  * timeouts; single-threaded; libc only (library tw_rawpeer).
  */
-#ifndef TW_RAWPEER_RAWPEER_H
-#define TW_RAWPEER_RAWPEER_H
+#ifndef TWC_RAWPEER_RAWPEER_H
+#define TWC_RAWPEER_RAWPEER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* Connects to "A.B.C.D:port" (or a "uv://" URL); returns the fd or -1. */
-int tw_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen);
+int twc_raw_connect(const char *addr, int timeout_ms, char *err, size_t errlen);
 
 /* Listens on 127.0.0.1 with an ephemeral port; returns the fd (port in
  * *port_out) or -1. */
-int tw_raw_listen(int *port_out, char *err, size_t errlen);
+int twc_raw_listen(int *port_out, char *err, size_t errlen);
 
 /* Accepts one connection within timeout_ms; returns the fd or -1. */
-int tw_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen);
+int twc_raw_accept(int lfd, int timeout_ms, char *err, size_t errlen);
 
 /* Sends raw bytes; returns 0 or -1 (err). */
-int tw_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen);
+int twc_raw_send(int fd, const void *buf, size_t len, char *err, size_t errlen);
 
 /* Sends one uv frame: u64le(len) followed by the bytes. */
-int tw_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t errlen);
+int twc_raw_send_frame(int fd, const void *body, size_t len, char *err, size_t errlen);
 
 /* Reads exactly n bytes within timeout_ms: 0, -1 on error or timeout (err),
  * -2 on a clean EOF before any byte. */
-int tw_raw_recv_exact(int fd, void *buf, size_t n, int timeout_ms, char *err, size_t errlen);
+int twc_raw_recv_exact(int fd, void *buf, size_t n, int timeout_ms, char *err, size_t errlen);
 
 /* Reads one uv frame (at most `cap` bytes of body) within timeout_ms.
  * Returns the body length, -1 on error/timeout (err), -2 on a clean EOF
  * before any byte. */
-long tw_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, char *err,
+long twc_raw_recv_frame(int fd, unsigned char *body, size_t cap, int timeout_ms, char *err,
                        size_t errlen);
 
 /* Waits up to timeout_ms for the peer to close: 1 = EOF or reset seen,
  * 0 = still open (bytes that arrive meanwhile are discarded). */
-int tw_raw_wait_closed(int fd, int timeout_ms);
+int twc_raw_wait_closed(int fd, int timeout_ms);
 
 /* The parts of a BrochureAnswer (reference §3.6) a raw client needs. */
-typedef struct tw_raw_answer {
+typedef struct twc_raw_answer {
 	char transport[32];
 	char address[128];
 	uint64_t reply_id;        /* transportRegistrationIds[1] */
@@ -56,19 +56,19 @@ typedef struct tw_raw_answer {
 	int has_basic;
 	uint64_t basic_id;        /* channelRegistrationIds["basic"][0] */
 	char channels[128];       /* the channels of channelRegistrationIds, comma-separated */
-} tw_raw_answer;
+} twc_raw_answer;
 
 /* Parses a BrochureAnswer body; 0 on success, -1 with the reason. */
-int tw_raw_parse_answer(const unsigned char *b, size_t n, tw_raw_answer *out, char *err,
+int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, char *err,
                         size_t errlen);
 
 /* Canned packets (reference §3.3, §3.4, §3.7, Appendix B). */
-extern const unsigned char tw_raw_brochure_uv_basic[];
-extern const size_t tw_raw_brochure_uv_basic_len;
+extern const unsigned char twc_raw_brochure_uv_basic[];
+extern const size_t twc_raw_brochure_uv_basic_len;
 
 /* Builds Packet{SpontaneousConnection{name}} into buf; returns its length. */
-size_t tw_raw_hello(const char *name, unsigned char *buf, size_t cap);
+size_t twc_raw_hello(const char *name, unsigned char *buf, size_t cap);
 /* Builds Packet{RequestedConnection{id}} into buf; returns its length. */
-size_t tw_raw_requested(uint64_t id, unsigned char *buf, size_t cap);
+size_t twc_raw_requested(uint64_t id, unsigned char *buf, size_t cap);
 
-#endif /* TW_RAWPEER_RAWPEER_H */
+#endif /* TWC_RAWPEER_RAWPEER_H */

@@ -5,16 +5,16 @@
 #include "conform.h"
 #include "suites.h"
 
-const tw_suite tw_suites[] = {
-	{"wire", tw_suite_wire},
-	{"wire", tw_suite_wire_client},
-	{"wire", tw_suite_wire_fuzz},
-	{"semantic", tw_suite_semantic},
-	{"interop", tw_suite_interop},
+const twc_suite twc_suites[] = {
+	{"wire", twc_suite_wire},
+	{"wire", twc_suite_wire_client},
+	{"wire", twc_suite_wire_fuzz},
+	{"semantic", twc_suite_semantic},
+	{"interop", twc_suite_interop},
 };
-const size_t tw_num_suites = sizeof(tw_suites) / sizeof(tw_suites[0]);
+const size_t twc_num_suites = sizeof(twc_suites) / sizeof(twc_suites[0]);
 
 int main(int argc, char **argv)
 {
-	return tw_conform_main(argc, argv, tw_suites, tw_num_suites);
+	return twc_conform_main(argc, argv, twc_suites, twc_num_suites);
 }

@@ -2,22 +2,22 @@
  * suites.h - the conformance suites (one folder each) and the table that
  * hands them to the runner. The harness (harness/) knows none of them.
  */
-#ifndef TW_SUITES_SUITES_H
-#define TW_SUITES_SUITES_H
+#ifndef TWC_SUITES_SUITES_H
+#define TWC_SUITES_SUITES_H
 
 #include <stddef.h>
 
 #include "case.h"
 
 /* The case tables, each built once. */
-const tw_case *tw_suite_wire(int *count_out);        /* wire/wire.c: the IUT as server */
-const tw_case *tw_suite_wire_client(int *count_out); /* wire/client.c: the IUT as client */
-const tw_case *tw_suite_wire_fuzz(int *count_out);   /* wire/fuzz_findings.c: reproducers */
-const tw_case *tw_suite_semantic(int *count_out);    /* semantic/semantic.c */
-const tw_case *tw_suite_interop(int *count_out);     /* interop/suite.c */
+const twc_case *twc_suite_wire(int *count_out);        /* wire/wire.c: the IUT as server */
+const twc_case *twc_suite_wire_client(int *count_out); /* wire/client.c: the IUT as client */
+const twc_case *twc_suite_wire_fuzz(int *count_out);   /* wire/fuzz_findings.c: reproducers */
+const twc_case *twc_suite_semantic(int *count_out);    /* semantic/semantic.c */
+const twc_case *twc_suite_interop(int *count_out);     /* interop/suite.c */
 
 /* Every table, in the order the runner lists and runs them. */
-extern const tw_suite tw_suites[];
-extern const size_t tw_num_suites;
+extern const twc_suite twc_suites[];
+extern const size_t twc_num_suites;
 
-#endif /* TW_SUITES_SUITES_H */
+#endif /* TWC_SUITES_SUITES_H */

@@ -20,20 +20,20 @@
 
 /* ---- the messages ------------------------------------------------------------------ */
 
-static tw_agent_payload msg_a_payloads[] = {
+static twc_agent_payload msg_a_payloads[] = {
 	{.data = {8, 12}, .metadata = {2, 13}},
 	{.data = {0, 14}, .metadata = {0, 0}},
 };
-static tw_agent_tensor msg_a_tensors[] = {
+static twc_agent_tensor msg_a_tensors[] = {
 	{.data = {16, 15}, .metadata = {3, 16}, .source_device = {"cpu", 0},
 	 .has_target_device = true, .target_device = {"cpu", 0}},
 	{.data = {8, 17}, .metadata = {0, 0}, .source_device = {"cpu", 0}},
 	{.data = {0, 18}, .metadata = {1, 19}, .source_device = {"cpu", 0},
 	 .has_target_device = true, .target_device = {"cpu", 0}},
 };
-static tw_agent_payload msg_b_payloads[] = {{.data = {4, 22}, .metadata = {0, 0}}};
-static tw_agent_payload msg_out_payloads[] = {{.data = {4, 32}, .metadata = {1, 33}}};
-static tw_agent_tensor msg_out_tensors[] = {
+static twc_agent_payload msg_b_payloads[] = {{.data = {4, 22}, .metadata = {0, 0}}};
+static twc_agent_payload msg_out_payloads[] = {{.data = {4, 32}, .metadata = {1, 33}}};
+static twc_agent_tensor msg_out_tensors[] = {
 	{.data = {12, 34}, .metadata = {2, 35}, .source_device = {"cpu", 0}},
 };
 
@@ -42,7 +42,7 @@ static tw_agent_tensor msg_out_tensors[] = {
  * B: sent right after A: one small payload, so a desynchronised stream shows.
  * OUT: what the driver makes the IUT write on every pipe: one payload and a
  * tensor without target device (the fuzzer owes it a DescriptorReply). */
-static const tw_agent_msg msgs[] = {
+static const twc_agent_msg msgs[] = {
 	[WF_MSG_A] = {.metadata = {5, 11}, .num_payloads = 2, .payloads = msg_a_payloads,
 	              .num_tensors = 3, .tensors = msg_a_tensors},
 	[WF_MSG_B] = {.metadata = {1, 21}, .num_payloads = 1, .payloads = msg_b_payloads},
@@ -50,7 +50,7 @@ static const tw_agent_msg msgs[] = {
 	                .num_tensors = 1, .tensors = msg_out_tensors},
 };
 
-const tw_agent_msg *wf_msg(wf_msg_id id)
+const twc_agent_msg *wf_msg(wf_msg_id id)
 {
 	return &msgs[id];
 }
@@ -159,11 +159,11 @@ static void b_cstr(bld *b, const char *name, const char *s)
 	b_str(b, name, s, strlen(s));
 }
 
-static void b_gen_str(bld *b, const char *name, const tw_agent_buf *buf)
+static void b_gen_str(bld *b, const char *name, const twc_agent_buf *buf)
 {
 	unsigned char tmp[256];
 	size_t n = buf->len < sizeof(tmp) ? (size_t)buf->len : sizeof(tmp);
-	tw_agent_gen_fill(tmp, n, buf->seed);
+	twc_agent_gen_fill(tmp, n, buf->seed);
 	b_str(b, name, tmp, n);
 }
 
@@ -216,7 +216,7 @@ static void b_mark_last(bld *b, wf_token tok)
 	b->marks[b->nmarks++] = (wf_mark){.off = f->off, .len = f->len, .token = tok};
 }
 
-static void b_device(bld *b, const char *name, const tw_agent_device *d)
+static void b_device(bld *b, const char *name, const twc_agent_device *d)
 {
 	size_t s = b_struct(b, name, 2);
 	b_cstr(b, "type", d->type);
@@ -224,7 +224,7 @@ static void b_device(bld *b, const char *name, const tw_agent_device *d)
 	b_pop(b, s);
 }
 
-static const tw_agent_device cpu0 = {"cpu", 0};
+static const twc_agent_device cpu0 = {"cpu", 0};
 
 /* ---- packets (spec/wire.md 3.2) ------------------------------------------------------- */
 
@@ -310,7 +310,7 @@ static void p_answer(bld *b, const char *addr)
 	b_pop(b, s);
 }
 
-static void p_descriptor(bld *b, const tw_agent_msg *msg)
+static void p_descriptor(bld *b, const twc_agent_msg *msg)
 {
 	char name[32];
 	size_t s = b_struct(b, "Descriptor", 3);
@@ -326,7 +326,7 @@ static void p_descriptor(bld *b, const tw_agent_msg *msg)
 	b_pop(b, a);
 	a = b_array(b, "tensors", msg->num_tensors);
 	for (size_t i = 0; i < msg->num_tensors; i++) {
-		const tw_agent_tensor *t = &msg->tensors[i];
+		const twc_agent_tensor *t = &msg->tensors[i];
 		snprintf(name, sizeof(name), "[%zu]", i);
 		size_t p = b_struct(b, name, 4);
 		b_uint(b, "length", t->data.len, 8);
@@ -343,7 +343,7 @@ static void p_descriptor(bld *b, const tw_agent_msg *msg)
 }
 
 /* DescriptorReply for the tensors of msg that lack a target device: cpu:0 each. */
-static void p_reply(bld *b, const tw_agent_msg *msg)
+static void p_reply(bld *b, const twc_agent_msg *msg)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < msg->num_tensors; i++)
@@ -397,7 +397,7 @@ out:
 }
 
 /* A raw buffer frame (payload or tensor bytes): no values inside. */
-static int add_raw(wf_script *s, int conn, const char *what, const tw_agent_buf *buf)
+static int add_raw(wf_script *s, int conn, const char *what, const twc_agent_buf *buf)
 {
 	wf_step st;
 	memset(&st, 0, sizeof(st));
@@ -409,7 +409,7 @@ static int add_raw(wf_script *s, int conn, const char *what, const tw_agent_buf 
 	st.body = malloc(st.len ? st.len : 1);
 	if (!st.body)
 		return -1;
-	tw_agent_gen_fill(st.body, st.len, buf->seed);
+	twc_agent_gen_fill(st.body, st.len, buf->seed);
 	int rc = wf_script_add(s, &st) < 0 ? -1 : 0;
 	free(st.body);
 	return rc;
@@ -442,20 +442,20 @@ static int add_recv_built(wf_script *s, int conn, const char *what, bld *b, bool
 	return rc;
 }
 
-static int add_recv_raw(wf_script *s, int conn, const char *what, const tw_agent_buf *buf,
+static int add_recv_raw(wf_script *s, int conn, const char *what, const twc_agent_buf *buf,
                         bool with_expect)
 {
 	uint8_t *tmp = malloc(buf->len ? (size_t)buf->len : 1);
 	if (!tmp)
 		return -1;
-	tw_agent_gen_fill(tmp, (size_t)buf->len, buf->seed);
+	twc_agent_gen_fill(tmp, (size_t)buf->len, buf->seed);
 	int rc = add_recv(s, conn, what, tmp, (size_t)buf->len, with_expect);
 	free(tmp);
 	return rc;
 }
 
 /* Sends message m on D (its Descriptor and payload frames). */
-static int send_message(wf_script *s, const tw_agent_msg *m)
+static int send_message(wf_script *s, const twc_agent_msg *m)
 {
 	bld b;
 	b_init(&b);
@@ -468,7 +468,7 @@ static int send_message(wf_script *s, const tw_agent_msg *m)
 	return 0;
 }
 
-static int send_tensors(wf_script *s, const tw_agent_msg *m)
+static int send_tensors(wf_script *s, const twc_agent_msg *m)
 {
 	/* basic channel: one frame per non-empty tensor (spec/wire.md 4.1.a, 4.2) */
 	for (size_t i = 0; i < m->num_tensors; i++)
@@ -481,7 +481,7 @@ static int send_tensors(wf_script *s, const tw_agent_msg *m)
  * fuzzer's DescriptorReply on R, then its tensor on the basic channel. */
 static int exchange_out(wf_script *s, bool with_expect)
 {
-	const tw_agent_msg *out = wf_msg(WF_MSG_OUT);
+	const twc_agent_msg *out = wf_msg(WF_MSG_OUT);
 	bld b;
 	b_init(&b);
 	p_descriptor(&b, out);
@@ -527,7 +527,7 @@ static int build_scenario(wf_script *s, wf_scenario sc, const char *addr, bool w
 {
 	wf_role role = wf_scenario_role(sc);
 	wf_script_init(s, role);
-	const tw_agent_msg *a = wf_msg(WF_MSG_A), *bm = wf_msg(WF_MSG_B);
+	const twc_agent_msg *a = wf_msg(WF_MSG_A), *bm = wf_msg(WF_MSG_B);
 	bld b;
 	if (role == WF_SERVER) {
 		/* the fuzzer is the client: hello, Brochure, answer, requested connections */

@@ -55,7 +55,7 @@ typedef struct drv_pipe {
 } drv_pipe;
 
 struct wf_iut {
-	tw_adapter *a;
+	twc_adapter *a;
 	wf_role role;
 	wf_opts o;
 	char cmd[2048];
@@ -71,7 +71,7 @@ struct wf_iut {
 	drv_pipe pipes[MAX_PIPES];
 	int npipes;
 	int conns[WF_MAX_CONNS];
-	tw_raw_answer ans;
+	twc_raw_answer ans;
 	bool have_ans;
 	bool unresponsive;       /* a request got no response in time */
 	int input_first;         /* pipes [input_first, npipes) belong to the running script */
@@ -107,12 +107,12 @@ const char *wf_iut_version(const wf_iut *iut)
 
 const char *wf_iut_stderr(const wf_iut *iut)
 {
-	return tw_adapter_stderr(iut->a);
+	return twc_adapter_stderr(iut->a);
 }
 
 bool wf_iut_alive(wf_iut *iut)
 {
-	return !tw_adapter_exited(iut->a, NULL);
+	return !twc_adapter_exited(iut->a, NULL);
 }
 
 /* ---- requests ------------------------------------------------------------------------ */
@@ -128,14 +128,14 @@ static void trace(const char *what, const json_t *j)
 	if (!trace_on)
 		return;
 	char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	printf("%lld %s %.300s\n", tw_now_ms(), what, t ? t : "");
+	printf("%lld %s %.300s\n", twc_now_ms(), what, t ? t : "");
 	free(t);
 }
 
 static json_t *request(wf_iut *iut, json_t *req)
 {
 	trace(">", req);
-	json_t *r = tw_adapter_request(iut->a, req, iut->o.check_ms, iut->err, sizeof(iut->err));
+	json_t *r = twc_adapter_request(iut->a, req, iut->o.check_ms, iut->err, sizeof(iut->err));
 	trace(r ? "<" : "< (no response)", r);
 	if (!r && wf_iut_alive(iut))
 		iut->unresponsive = true;
@@ -205,7 +205,7 @@ static drv_pipe *new_pipe(wf_iut *iut, const char *name, bool good)
 	p->good = good;
 	/* the application's side: write OUT, read whatever comes */
 	p->write_id = arm(iut, p, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe", name, "message",
-	                                    tw_msg_json(wf_msg(WF_MSG_OUT))),
+	                                    twc_msg_json(wf_msg(WF_MSG_OUT))),
 	                  "write");
 	p->rd_id = arm_rd(iut, p);
 	return p;
@@ -250,8 +250,8 @@ static void drive(wf_iut *iut)
 	json_t *ev;
 	char t[256];
 	if (iut->role == WF_SERVER && iut->accept_id > 0 &&
-	    tw_adapter_events_seen(iut->a, iut->accept_id) > 0 &&
-	    (ev = tw_adapter_event(iut->a, iut->accept_id, "accept", 0, t, sizeof(t)))) {
+	    twc_adapter_events_seen(iut->a, iut->accept_id) > 0 &&
+	    (ev = twc_adapter_event(iut->a, iut->accept_id, "accept", 0, t, sizeof(t)))) {
 		trace("event", ev);
 		if (json_is_true(json_object_get(ev, "ok"))) {
 			char name[32];
@@ -269,8 +269,8 @@ static void drive(wf_iut *iut)
 	}
 	for (int i = 0; i < iut->npipes; i++) {
 		drv_pipe *p = &iut->pipes[i];
-		if (p->write_id > 0 && tw_adapter_events_seen(iut->a, p->write_id) > 0 &&
-		    (ev = tw_adapter_event(iut->a, p->write_id, "write", 0, t, sizeof(t)))) {
+		if (p->write_id > 0 && twc_adapter_events_seen(iut->a, p->write_id) > 0 &&
+		    (ev = twc_adapter_event(iut->a, p->write_id, "write", 0, t, sizeof(t)))) {
 			trace("event", ev);
 			p->write_id = 0;
 			if (json_is_true(json_object_get(ev, "ok"))) {
@@ -282,15 +282,15 @@ static void drive(wf_iut *iut)
 			}
 			json_decref(ev);
 		}
-		if (p->rd_id > 0 && tw_adapter_events_seen(iut->a, p->rd_id) > 0 &&
-		    (ev = tw_adapter_event(iut->a, p->rd_id, "read_descriptor", 0, t, sizeof(t)))) {
+		if (p->rd_id > 0 && twc_adapter_events_seen(iut->a, p->rd_id) > 0 &&
+		    (ev = twc_adapter_event(iut->a, p->rd_id, "read_descriptor", 0, t, sizeof(t)))) {
 			trace("event", ev);
 			p->rd_id = 0;
 			if (json_is_true(json_object_get(ev, "ok"))) {
 				char why[256];
-				const tw_agent_msg *want = wf_msg(p->rds_ok == 0 ? WF_MSG_A : WF_MSG_B);
+				const twc_agent_msg *want = wf_msg(p->rds_ok == 0 ? WF_MSG_A : WF_MSG_B);
 				if (p->good && p->rds_ok < 2 && !p->bad[0] &&
-				    tw_msg_check_descriptor(want, json_object_get(ev, "descriptor"), why,
+				    twc_msg_check_descriptor(want, json_object_get(ev, "descriptor"), why,
 				                            sizeof(why)))
 					snprintf(p->bad, sizeof(p->bad), "message %d: %s", p->rds_ok, why);
 				p->rds_ok++;
@@ -303,15 +303,15 @@ static void drive(wf_iut *iut)
 			}
 			json_decref(ev);
 		}
-		if (p->read_id > 0 && tw_adapter_events_seen(iut->a, p->read_id) > 0 &&
-		    (ev = tw_adapter_event(iut->a, p->read_id, "read", 0, t, sizeof(t)))) {
+		if (p->read_id > 0 && twc_adapter_events_seen(iut->a, p->read_id) > 0 &&
+		    (ev = twc_adapter_event(iut->a, p->read_id, "read", 0, t, sizeof(t)))) {
 			trace("event", ev);
 			p->read_id = 0;
 			if (json_is_true(json_object_get(ev, "ok"))) {
 				char why[256];
-				const tw_agent_msg *want = wf_msg(p->reads_ok == 0 ? WF_MSG_A : WF_MSG_B);
+				const twc_agent_msg *want = wf_msg(p->reads_ok == 0 ? WF_MSG_A : WF_MSG_B);
 				if (p->good && p->reads_ok < 2 && !p->bad[0] &&
-				    tw_msg_check_read(want, ev, why, sizeof(why)))
+				    twc_msg_check_read(want, ev, why, sizeof(why)))
 					snprintf(p->bad, sizeof(p->bad), "message %d: %s", p->reads_ok, why);
 				p->reads_ok++;
 				p->rd_id = arm_rd(iut, p);
@@ -333,11 +333,11 @@ static bool pipe_busy(const drv_pipe *p)
 /* Pumps the adapter and the driver for up to ms. */
 static void run_for(wf_iut *iut, int ms)
 {
-	long long end = tw_now_ms() + ms;
+	long long end = twc_now_ms() + ms;
 	do {
-		tw_adapter_pump(ms > 5 ? 5 : ms);
+		twc_adapter_pump(ms > 5 ? 5 : ms);
 		drive(iut);
-	} while (tw_now_ms() < end && wf_iut_alive(iut));
+	} while (twc_now_ms() < end && wf_iut_alive(iut));
 }
 
 /* ---- raw I/O with the adapter pumped meanwhile ---------------------------------------- */
@@ -365,9 +365,9 @@ static int io_wait(wf_iut *iut, int fd, short events, long long deadline)
 			return 1;
 		if (r < 0 && errno != EINTR)
 			return 0;
-		tw_adapter_pump(0);
+		twc_adapter_pump(0);
 		drive(iut);
-		if (tw_now_ms() >= deadline)
+		if (twc_now_ms() >= deadline)
 			return 0;
 		if (!wf_iut_alive(iut))
 			return poll(&p, 1, 0) > 0;
@@ -441,7 +441,7 @@ static int recv_all(wf_iut *iut, int fd, uint8_t *b, size_t n, long long deadlin
 static long recv_frame(wf_iut *iut, int fd, uint8_t **body, int timeout_ms, char *why,
                        size_t whylen)
 {
-	long long deadline = tw_now_ms() + timeout_ms;
+	long long deadline = twc_now_ms() + timeout_ms;
 	uint8_t h[8];
 	*body = NULL;
 	if (recv_all(iut, fd, h, 8, deadline, why, whylen))
@@ -473,7 +473,7 @@ static void set_nonblock(int fd)
 
 static int accept_conn(wf_iut *iut, int timeout_ms, char *why, size_t whylen)
 {
-	if (!io_wait(iut, iut->lfd, POLLIN, tw_now_ms() + timeout_ms)) {
+	if (!io_wait(iut, iut->lfd, POLLIN, twc_now_ms() + timeout_ms)) {
 		if (input_dead(iut))
 			snprintf(why, whylen, "the IUT opened no connection and failed the pipe (%.200s)",
 			         iut->pipes[iut->input_first].err);
@@ -562,7 +562,7 @@ static void hexdump(const uint8_t *b, size_t n, char *out, size_t len)
 
 static int conn_connect(wf_iut *iut, const char *addr, char *why, size_t whylen)
 {
-	int fd = tw_raw_connect(addr, iut->o.step_ms, why, whylen);
+	int fd = twc_raw_connect(addr, iut->o.step_ms, why, whylen);
 	if (fd >= 0)
 		set_nonblock(fd);
 	return fd;
@@ -640,7 +640,7 @@ static int run_step(wf_iut *iut, const wf_step *st, char *why, size_t whylen, bo
 		uint8_t *b = resolve(iut, st, &n, why, whylen);
 		if (!b)
 			return -1;
-		int rc = send_all(iut, iut->conns[c], b, n, tw_now_ms() + iut->o.step_ms, why, whylen);
+		int rc = send_all(iut, iut->conns[c], b, n, twc_now_ms() + iut->o.step_ms, why, whylen);
 		free(b);
 		return rc;
 	}
@@ -657,7 +657,7 @@ static int run_step(wf_iut *iut, const wf_step *st, char *why, size_t whylen, bo
 		int rc = 0;
 		if (st->op == WF_RECV_ANSWER) {
 			char perr[256];
-			if (tw_raw_parse_answer(f, (size_t)n, &iut->ans, perr, sizeof(perr))) {
+			if (twc_raw_parse_answer(f, (size_t)n, &iut->ans, perr, sizeof(perr))) {
 				snprintf(why, whylen, "%s", perr);
 				rc = -1;
 			} else {
@@ -723,7 +723,7 @@ static int run_script(wf_iut *iut, const wf_script *s, char *why, size_t whylen,
 		}
 		if (run_step(iut, &s->steps[i], why, whylen, mismatch))
 			return i;
-		tw_adapter_pump(0);
+		twc_adapter_pump(0);
 		drive(iut);
 	}
 	return s->nsteps;
@@ -773,15 +773,15 @@ wf_iut *wf_iut_start(const char *cmd, wf_role role, const wf_opts *o, char *err,
 		iut->conns[c] = -1;
 	snprintf(iut->cmd, sizeof(iut->cmd), "%s", cmd);
 	if (role == WF_CLIENT) {
-		if ((iut->lfd = tw_raw_listen(&iut->port, err, errlen)) < 0)
+		if ((iut->lfd = twc_raw_listen(&iut->port, err, errlen)) < 0)
 			goto err;
 		set_nonblock(iut->lfd);
 		snprintf(iut->addr, sizeof(iut->addr), "127.0.0.1:%d", iut->port);
 	}
-	iut->a = tw_adapter_spawn(cmd, role == WF_SERVER ? "iut-server" : "iut-client", err, errlen);
+	iut->a = twc_adapter_spawn(cmd, role == WF_SERVER ? "iut-server" : "iut-client", err, errlen);
 	if (!iut->a)
 		goto err;
-	json_t *r = tw_adapter_call(iut->a, json_pack("{s:s}", "cmd", "hello"), o->check_ms, err,
+	json_t *r = twc_adapter_call(iut->a, json_pack("{s:s}", "cmd", "hello"), o->check_ms, err,
 	                            errlen);
 	if (!r)
 		goto err;
@@ -789,7 +789,7 @@ wf_iut *wf_iut_start(const char *cmd, wf_role role, const wf_opts *o, char *err,
 	         json_string_value(json_object_get(r, "impl")) ?: "?",
 	         json_string_value(json_object_get(r, "version")) ?: "?");
 	json_decref(r);
-	r = tw_adapter_call(iut->a,
+	r = twc_adapter_call(iut->a,
 	                    json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd",
 	                              "context", "name", role == WF_SERVER ? "wirefuzz-iut-server"
 	                                                                   : "wirefuzz-iut",
@@ -800,7 +800,7 @@ wf_iut *wf_iut_start(const char *cmd, wf_role role, const wf_opts *o, char *err,
 		goto err;
 	json_decref(r);
 	if (role == WF_SERVER) {
-		r = tw_adapter_call(iut->a, json_pack("{s:s,s:[s]}", "cmd", "listen", "urls",
+		r = twc_adapter_call(iut->a, json_pack("{s:s,s:[s]}", "cmd", "listen", "urls",
 		                                      "uv://127.0.0.1:0"),
 		                    o->check_ms, err, errlen);
 		if (!r)
@@ -825,11 +825,11 @@ err:
 /* Reads what the adapter still has to say (after it died). */
 static void drain_adapter(wf_iut *iut, int ms)
 {
-	long long end = tw_now_ms() + ms;
-	while (tw_now_ms() < end) {
-		tw_adapter_pump(10);
-		if (tw_adapter_exited(iut->a, NULL)) {
-			tw_adapter_pump(20);
+	long long end = twc_now_ms() + ms;
+	while (twc_now_ms() < end) {
+		twc_adapter_pump(10);
+		if (twc_adapter_exited(iut->a, NULL)) {
+			twc_adapter_pump(20);
 			break;
 		}
 	}
@@ -839,15 +839,15 @@ int wf_iut_stop(wf_iut *iut, char *status, size_t statuslen)
 {
 	char err[1024];
 	if (wf_iut_alive(iut)) {
-		json_t *r = tw_adapter_request(iut->a, json_pack("{s:s}", "cmd", "shutdown"),
+		json_t *r = twc_adapter_request(iut->a, json_pack("{s:s}", "cmd", "shutdown"),
 		                               iut->o.check_ms * 2, err, sizeof(err));
 		json_decref(r);
 	}
-	int rc = tw_adapter_finish(iut->a, 15000, err, sizeof(err));
+	int rc = twc_adapter_finish(iut->a, 15000, err, sizeof(err));
 	int st = 0;
 	if (status) {
-		if (tw_adapter_exited(iut->a, &st))
-			tw_adapter_describe_status(st, status, statuslen);
+		if (twc_adapter_exited(iut->a, &st))
+			twc_adapter_describe_status(st, status, statuslen);
 		else
 			snprintf(status, statuslen, "still running");
 	}
@@ -861,7 +861,7 @@ void wf_iut_destroy(wf_iut *iut)
 	close_conns(iut);
 	if (iut->lfd >= 0)
 		close(iut->lfd);
-	tw_adapter_destroy(iut->a);
+	twc_adapter_destroy(iut->a);
 	free(iut);
 }
 
@@ -884,12 +884,12 @@ static void result(wf_result *r, wf_kind k, const char *sig, const char *fmt, ..
 static bool crashed(wf_iut *iut, wf_result *r)
 {
 	int st;
-	if (!tw_adapter_exited(iut->a, &st))
+	if (!twc_adapter_exited(iut->a, &st))
 		return false;
 	drain_adapter(iut, 300);
 	char sig[256], line[512], stat[64];
-	wf_sig_crash(st, tw_adapter_stderr(iut->a), sig, sizeof(sig), line, sizeof(line));
-	tw_adapter_describe_status(st, stat, sizeof(stat));
+	wf_sig_crash(st, twc_adapter_stderr(iut->a), sig, sizeof(sig), line, sizeof(line));
+	twc_adapter_describe_status(st, stat, sizeof(stat));
 	result(r, WF_K_CRASH, sig, "%s: %s", stat, line[0] ? line : "(no stderr)");
 	return true;
 }
@@ -900,7 +900,7 @@ static void close_pipes(wf_iut *iut, int from, wf_result *r)
 {
 	int bound = iut->o.settle_ms + 1000 > iut->o.check_ms ? iut->o.settle_ms + 1000
 	                                                      : iut->o.check_ms;
-	long long end = tw_now_ms() + bound;
+	long long end = twc_now_ms() + bound;
 	for (;;) {
 		/* pipes accepted meanwhile (a late accept callback) are closed too */
 		bool closing = false;
@@ -917,7 +917,7 @@ static void close_pipes(wf_iut *iut, int from, wf_result *r)
 		bool busy = false;
 		for (int i = from; i < iut->npipes; i++)
 			busy |= pipe_busy(&iut->pipes[i]);
-		if ((!busy && !closing) || tw_now_ms() >= end || !wf_iut_alive(iut))
+		if ((!busy && !closing) || twc_now_ms() >= end || !wf_iut_alive(iut))
 			break;
 		/* (drive may accept another pipe: the next pass closes it) */
 		run_for(iut, busy ? 10 : 2);
@@ -927,7 +927,7 @@ static void close_pipes(wf_iut *iut, int from, wf_result *r)
 	for (int i = from; i < iut->npipes; i++) {
 		drv_pipe *p = &iut->pipes[i];
 		for (int k = 0; k < p->nids; k++) {
-			int n = tw_adapter_events_seen(iut->a, p->ids[k]);
+			int n = twc_adapter_events_seen(iut->a, p->ids[k]);
 			if (n > 1) {
 				result(r, WF_K_CALLBACK, "callback: fired more than once",
 				       "pipe %s: request %" JSON_INTEGER_FORMAT " got %d events", p->name,
@@ -938,18 +938,18 @@ static void close_pipes(wf_iut *iut, int from, wf_result *r)
 				const char *what = p->ids[k] == p->write_id ? "write"
 				                 : p->ids[k] == p->rd_id ? "read_descriptor" : "read";
 				/* late, or never? */
-				long long t0 = tw_now_ms();
-				while (tw_adapter_events_seen(iut->a, p->ids[k]) == 0 &&
-				       tw_now_ms() - t0 < 10000 && wf_iut_alive(iut))
+				long long t0 = twc_now_ms();
+				while (twc_adapter_events_seen(iut->a, p->ids[k]) == 0 &&
+				       twc_now_ms() - t0 < 10000 && wf_iut_alive(iut))
 					run_for(iut, 20);
-				bool late = tw_adapter_events_seen(iut->a, p->ids[k]) > 0;
+				bool late = twc_adapter_events_seen(iut->a, p->ids[k]) > 0;
 				char sig[128];
 				snprintf(sig, sizeof(sig), "callback: %s %s after its pipe was closed", what,
 				         late ? "fired only seconds" : "never fired");
 				result(r, WF_K_CALLBACK, sig, "pipe %s: request %" JSON_INTEGER_FORMAT
 				       " (%s) %s %lld ms after close; the pipe's first error: %s; writes ok %d, "
 				       "descriptors %d, reads %d", p->name, p->ids[k], what,
-				       late ? "fired" : "still pending", bound + (tw_now_ms() - t0),
+				       late ? "fired" : "still pending", bound + (twc_now_ms() - t0),
 				       p->err[0] ? p->err : "none", p->writes_ok, p->rds_ok, p->reads_ok);
 				return;
 			}
@@ -1008,7 +1008,7 @@ int wf_good_check(wf_iut *iut, char *why, size_t whylen)
 		goto out;
 	}
 	/* the IUT's side: OUT written, A and B read intact */
-	long long end = tw_now_ms() + iut->o.check_ms;
+	long long end = twc_now_ms() + iut->o.check_ms;
 	for (;;) {
 		drv_pipe *done = NULL;
 		for (int i = first; i < iut->npipes; i++) {
@@ -1022,7 +1022,7 @@ int wf_good_check(wf_iut *iut, char *why, size_t whylen)
 				snprintf(why, whylen, "pipe %s: %s", done->name, done->bad);
 			break;
 		}
-		if (tw_now_ms() >= end || !wf_iut_alive(iut)) {
+		if (twc_now_ms() >= end || !wf_iut_alive(iut)) {
 			drv_pipe *p = cp;
 			for (int i = first; !p && i < iut->npipes; i++)
 				if (iut->pipes[i].good)
@@ -1057,7 +1057,7 @@ static void good_check_signature(wf_iut *iut, const char *why, wf_result *r)
 {
 	/* does the adapter still answer at all? */
 	char err[512];
-	json_t *h = tw_adapter_request(iut->a, json_pack("{s:s}", "cmd", "hello"), iut->o.check_ms,
+	json_t *h = twc_adapter_request(iut->a, json_pack("{s:s}", "cmd", "hello"), iut->o.check_ms,
 	                               err, sizeof(err));
 	if (!h) {
 		if (crashed(iut, r))
@@ -1070,7 +1070,7 @@ static void good_check_signature(wf_iut *iut, const char *why, wf_result *r)
 	if (iut->role == WF_SERVER) {
 		/* is the listening socket still there? */
 		char cerr[256];
-		int fd = tw_raw_connect(iut->url, 1000, cerr, sizeof(cerr));
+		int fd = twc_raw_connect(iut->url, 1000, cerr, sizeof(cerr));
 		if (fd >= 0)
 			close(fd);
 		const char *sig;
@@ -1163,8 +1163,8 @@ void wf_run_input(wf_iut *iut, const wf_script *s, wf_result *r)
 		snprintf(r->stopped, sizeof(r->stopped), "completed");
 	}
 	/* the IUT's verdict on the input comes before the connections end */
-	long long fail_end = tw_now_ms() + iut->o.fail_wait_ms;
-	while (iut->o.fail_wait_ms > 0 && tw_now_ms() < fail_end && wf_iut_alive(iut)) {
+	long long fail_end = twc_now_ms() + iut->o.fail_wait_ms;
+	while (iut->o.fail_wait_ms > 0 && twc_now_ms() < fail_end && wf_iut_alive(iut)) {
 		bool all = true;
 		for (int i = first; i < iut->npipes; i++)
 			all &= iut->pipes[i].kind[0] != '\0';
@@ -1174,12 +1174,12 @@ void wf_run_input(wf_iut *iut, const wf_script *s, wf_result *r)
 	}
 	/* every raw connection closes: the IUT's operations on these pipes must end */
 	close_conns(iut);
-	long long end = tw_now_ms() + iut->o.settle_ms;
+	long long end = twc_now_ms() + iut->o.settle_ms;
 	for (;;) {
 		bool busy = false;
 		for (int i = first; i < iut->npipes; i++)
 			busy |= pipe_busy(&iut->pipes[i]);
-		if (!busy || tw_now_ms() >= end || !wf_iut_alive(iut))
+		if (!busy || twc_now_ms() >= end || !wf_iut_alive(iut))
 			break;
 		run_for(iut, 10);
 	}
@@ -1258,7 +1258,7 @@ int wf_replay(const char *cmd, const wf_script *s, const wf_opts *o, wf_result *
 		} else if (rc != 0) {
 			int st = 0;
 			char sig[256], line[512];
-			(void)tw_adapter_exited(iut->a, &st);
+			(void)twc_adapter_exited(iut->a, &st);
 			wf_sig_crash(st, wf_iut_stderr(iut), sig, sizeof(sig), line, sizeof(line));
 			r->kind = WF_K_CRASH;
 			snprintf(r->signature, sizeof(r->signature), "at exit: %.240s", sig);

@@ -66,7 +66,7 @@ typedef struct fz {
 
 static double elapsed(const fz *f)
 {
-	return (double)(tw_now_ms() - f->t0) / 1000.0;
+	return (double)(twc_now_ms() - f->t0) / 1000.0;
 }
 
 static bool out_of_budget(const fz *f)
@@ -513,7 +513,7 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 	memset(st, 0, sizeof(*st));
 	f->o = o;
 	f->st = st;
-	f->t0 = tw_now_ms();
+	f->t0 = twc_now_ms();
 	if (o->out_dir) {
 		mkdir(o->out_dir, 0777);
 		char path[600];
@@ -557,7 +557,7 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 		    wf_scenario_name((wf_scenario)k), r->version, r->base.nsteps, r->sys_n,
 		    r->baseline[0] ? "; baseline leaks: " : "", r->baseline);
 	}
-	long long next_report = tw_now_ms() + 30000;
+	long long next_report = twc_now_ms() + 30000;
 	int turn = 0;
 	while (!out_of_budget(f)) {
 		int k = -1;
@@ -612,8 +612,8 @@ int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen)
 			if (o->leak_every > 0 && r->in_session >= o->leak_every)
 				check_leaks(f, r);
 		}
-		if (tw_now_ms() >= next_report) {
-			next_report = tw_now_ms() + 30000;
+		if (twc_now_ms() >= next_report) {
+			next_report = twc_now_ms() + 30000;
 			say(f, "%ld inputs (%.1f/s), %ld starts, %d MUST signatures, %ld SHOULD; "
 			    "systematic server %d/%d client %d/%d server-ext %d/%d", st->inputs,
 			    st->inputs / elapsed(f), st->restarts, st->must_sigs, st->pending_sigs,

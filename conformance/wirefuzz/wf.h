@@ -22,8 +22,8 @@
  * status and stderr, its events, and whether a well-formed peer is still
  * served. Nothing here may depend on which implementation is under test.
  */
-#ifndef TW_WIREFUZZ_WF_H
-#define TW_WIREFUZZ_WF_H
+#ifndef TWC_WIREFUZZ_WF_H
+#define TWC_WIREFUZZ_WF_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -156,7 +156,7 @@ const char *wf_op_name(wf_op op);
 /* The messages of the base scenarios (spec/agent.md 5.2 descriptions). */
 typedef enum wf_msg_id { WF_MSG_A, WF_MSG_B, WF_MSG_OUT } wf_msg_id;
 /* A described message; the pointers stay valid for the program's life. */
-const tw_agent_msg *wf_msg(wf_msg_id id);
+const twc_agent_msg *wf_msg(wf_msg_id id);
 
 /* The base scenarios: the IUT as server (the fuzzer a raw client), as
  * client (the fuzzer a raw server), and as server with a Brochure that asks
@@ -305,4 +305,4 @@ typedef struct wf_fuzz_stats {
  * (err: the IUT is unavailable, or the base scenario fails on a fresh IUT). */
 int wf_fuzz(const wf_fuzz_opts *o, wf_fuzz_stats *st, char *err, size_t errlen);
 
-#endif /* TW_WIREFUZZ_WF_H */
+#endif /* TWC_WIREFUZZ_WF_H */

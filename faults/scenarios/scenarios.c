@@ -55,7 +55,7 @@ typedef struct opts {
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
-static char g_reason[TW_REASON_MAX];
+static char g_reason[TWC_REASON_MAX];
 
 static int failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int failf(const char *fmt, ...)
@@ -112,24 +112,24 @@ static int report_get(const char *path, const char *key, uint64_t *val)
 
 static bool cmd_unavailable(const opts *o, const char **why)
 {
-	return tw_cmd_unavailable(o->client, why) || tw_cmd_unavailable(o->server, why);
+	return twc_cmd_unavailable(o->client, why) || twc_cmd_unavailable(o->server, why);
 }
 
 /* Waits for the event of `id`: 1 = "ok": true, 0 = an error event (its kind
  * in kind_out), -1 = no event in time or the adapter died (reason set). */
-static int wait_event(tw_session *s, tw_adapter *a, json_int_t id, const char *name, int ms,
+static int wait_event(twc_session *s, twc_adapter *a, json_int_t id, const char *name, int ms,
                       char *kind_out, size_t kindlen, json_t **ev_out)
 {
 	char err[2048];
-	json_t *ev = tw_adapter_event(a, id, name, ms, err, sizeof(err));
+	json_t *ev = twc_adapter_event(a, id, name, ms, err, sizeof(err));
 	if (!ev)
 		return failf("%s", err);
 	int ok = json_is_true(json_object_get(ev, "ok")) ? 1 : 0;
 	if (kind_out)
-		snprintf(kind_out, kindlen, "%s", ok ? "" : (tw_event_error_kind(ev) ?: "?"));
+		snprintf(kind_out, kindlen, "%s", ok ? "" : (twc_event_error_kind(ev) ?: "?"));
 	if (!ok)
-		printf("# %s: %s failed: %s (%s)\n", tw_adapter_label(a), name, tw_event_error_text(ev),
-		       tw_event_error_kind(ev) ?: "?");
+		printf("# %s: %s failed: %s (%s)\n", twc_adapter_label(a), name, twc_event_error_text(ev),
+		       twc_event_error_kind(ev) ?: "?");
 	if (ev_out)
 		*ev_out = ev;
 	else
@@ -142,17 +142,17 @@ static bool kind_is_end(const char *k)
 	return !strcmp(k, "reset") || !strcmp(k, "eof");
 }
 
-static json_int_t arm(tw_session *s, tw_adapter *a, json_t *req)
+static json_int_t arm(twc_session *s, twc_adapter *a, json_t *req)
 {
-	json_int_t id = tw_session_arm(s, a, req);
+	json_int_t id = twc_session_arm(s, a, req);
 	if (id < 0)
 		failf("%s", s->reason);
 	return id;
 }
 
-static json_t *write_req(const char *pipe, const tw_agent_msg *m)
+static json_t *write_req(const char *pipe, const twc_agent_msg *m)
 {
-	return json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe", pipe, "message", tw_msg_json(m));
+	return json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe", pipe, "message", twc_msg_json(m));
 }
 
 static json_t *pipe_req(const char *cmd, const char *pipe)
@@ -161,7 +161,7 @@ static json_t *pipe_req(const char *cmd, const char *pipe)
 }
 
 /* One tensor of `len` bytes with a target device, seeds from `base`. */
-static int one_tensor(tw_agent_msg *m, uint64_t len, uint64_t base)
+static int one_tensor(twc_agent_msg *m, uint64_t len, uint64_t base)
 {
 	memset(m, 0, sizeof(*m));
 	m->metadata.len = 16;
@@ -170,16 +170,16 @@ static int one_tensor(tw_agent_msg *m, uint64_t len, uint64_t base)
 		return -1;
 	m->tensors[0].data.len = len;
 	m->tensors[0].metadata.len = 8;
-	(void)tw_agent_device_parse("cpu:0", &m->tensors[0].source_device);
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
 	m->tensors[0].has_target_device = true;
-	(void)tw_agent_device_parse("cpu:0", &m->tensors[0].target_device);
-	tw_msg_assign_seeds(m, base);
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
+	twc_msg_assign_seeds(m, base);
 	return 0;
 }
 
 /* Reads one message on `pipe` of `a` and checks it against m: 1 intact, 0 an
  * error event (kind in kind_out), -1 a failure (reason set). */
-static int read_message(tw_session *s, tw_adapter *a, const char *pipe, const tw_agent_msg *m,
+static int read_message(twc_session *s, twc_adapter *a, const char *pipe, const twc_agent_msg *m,
                         int ms, char *kind_out, size_t kindlen)
 {
 	char why[1024];
@@ -193,18 +193,18 @@ static int read_message(tw_session *s, tw_adapter *a, const char *pipe, const tw
 			json_decref(ev);
 		return r;
 	}
-	if (tw_msg_check_descriptor(m, json_object_get(ev, "descriptor"), why, sizeof(why))) {
+	if (twc_msg_check_descriptor(m, json_object_get(ev, "descriptor"), why, sizeof(why))) {
 		json_decref(ev);
-		return failf("%s: %s", tw_adapter_label(a), why);
+		return failf("%s: %s", twc_adapter_label(a), why);
 	}
 	json_decref(ev);
 	json_int_t rdd = arm(s, a, pipe_req("read", pipe));
 	if (rdd < 0)
 		return -1;
 	r = wait_event(s, a, rdd, "read", ms, kind_out, kindlen, &ev);
-	if (r == 1 && tw_msg_check_read(m, ev, why, sizeof(why))) {
+	if (r == 1 && twc_msg_check_read(m, ev, why, sizeof(why))) {
 		json_decref(ev);
-		return failf("%s: %s", tw_adapter_label(a), why);
+		return failf("%s: %s", twc_adapter_label(a), why);
 	}
 	if (r >= 0)
 		json_decref(ev);
@@ -251,16 +251,16 @@ static int verdict(const opts *o, int rc, const char *what)
 }
 
 /* Starts the session; the commands are already wrapped. */
-static int start(tw_session *s, const opts *o, const char *ccmd, const char *scmd)
+static int start(twc_session *s, const opts *o, const char *ccmd, const char *scmd)
 {
-	if (tw_session_start(s, ccmd, scmd, o->cname, o->sname, o->wait_s * 1000, NULL, NULL))
+	if (twc_session_start(s, ccmd, scmd, o->cname, o->sname, o->wait_s * 1000, NULL, NULL))
 		return failf("%s", s->reason);
 	return 0;
 }
 
-static int finish(tw_session *s)
+static int finish(twc_session *s)
 {
-	if (tw_session_finish(s))
+	if (twc_session_finish(s))
 		return failf("ending the session: %s", s->reason);
 	return 0;
 }
@@ -271,7 +271,7 @@ static int finish(tw_session *s)
 
 static int scenario_t18(const opts *o, const char *case_id)
 {
-	const tw_interop_case *c = tw_interop_case_find(case_id);
+	const twc_interop_case *c = twc_interop_case_find(case_id);
 	if (!c) {
 		fprintf(stderr, "tw-faults: no interop case '%s' (tensorwire-conform --list --suite interop)\n", case_id);
 		return 2;
@@ -286,8 +286,8 @@ static int scenario_t18(const opts *o, const char *case_id)
 	report_path(o, "t18-server", srep, sizeof(srep));
 	char *ccmd = wrap(o, o->client, T18_SPEC ",seed=7", crep);
 	char *scmd = wrap(o, o->server, T18_SPEC ",seed=8", srep);
-	char reason[TW_REASON_MAX] = "";
-	int rc = ccmd && scmd ? tw_interop_run_case(c, ccmd, scmd, o->cname, o->sname, o->wait_s,
+	char reason[TWC_REASON_MAX] = "";
+	int rc = ccmd && scmd ? twc_interop_run_case(c, ccmd, scmd, o->cname, o->sname, o->wait_s,
 	                                            reason, sizeof(reason), NULL, NULL)
 	                      : 1;
 	free(ccmd);
@@ -335,15 +335,15 @@ static int scenario_reset(const opts *o)
 	char crep[4096];
 	report_path(o, "reset-client", crep, sizeof(crep));
 	char *ccmd = wrap(o, o->client, "reset=" RESET_AFTER, crep);
-	tw_session s;
-	tw_agent_msg m;
+	twc_session s;
+	twc_agent_msg m;
 	memset(&m, 0, sizeof(m));
 	int rc = ccmd ? 0 : failf("out of memory");
 	int ms = o->wait_s * 1000;
 	char kind[64];
 	if (rc == 0)
 		rc = start(&s, o, ccmd, o->server);
-	if (rc == 0 && tw_session_connect(&s, NULL))
+	if (rc == 0 && twc_session_connect(&s, NULL))
 		rc = failf("%s", s.reason);
 	if (rc == 0 && one_tensor(&m, RESET_TENSOR, UINT64_C(5) << 36))
 		rc = failf("out of memory");
@@ -356,10 +356,10 @@ static int scenario_reset(const opts *o)
 		if (r == 1)
 			rc = failf("%s read the whole %u-byte tensor although its sender's connection "
 			           "was reset after " RESET_AFTER,
-			           tw_adapter_label(s.server), RESET_TENSOR);
+			           twc_adapter_label(s.server), RESET_TENSOR);
 		else if (r == 0 && !kind_is_end(kind))
 			rc = failf("%s: the reset pipe failed with kind '%s', expected reset or eof",
-			           tw_adapter_label(s.server), kind);
+			           twc_adapter_label(s.server), kind);
 		else if (r < 0)
 			rc = -1;
 	}
@@ -369,16 +369,16 @@ static int scenario_reset(const opts *o)
 		if (r == 1)
 			rc = failf("%s: the write succeeded although its connection was reset after "
 			           RESET_AFTER " of %u bytes",
-			           tw_adapter_label(s.client), RESET_TENSOR);
+			           twc_adapter_label(s.client), RESET_TENSOR);
 		else if (r == 0 && !kind_is_end(kind))
 			rc = failf("%s: the reset pipe failed its write with kind '%s', expected reset or "
 			           "eof",
-			           tw_adapter_label(s.client), kind);
+			           twc_adapter_label(s.client), kind);
 		else if (r < 0)
 			rc = -1;
 	}
 	/* the pipe stays failed on both ends: a new operation fails at once */
-	tw_adapter *sides[2] = {s.client, s.server};
+	twc_adapter *sides[2] = {s.client, s.server};
 	const char *pipes[2] = {s.cpipe, s.spipe};
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		json_int_t id = arm(&s, sides[i], pipe_req("read_descriptor", pipes[i]));
@@ -386,19 +386,19 @@ static int scenario_reset(const opts *o)
 		                                 sizeof(kind), NULL);
 		if (r == 1)
 			rc = failf("%s: a read_descriptor on the failed pipe succeeded",
-			           tw_adapter_label(sides[i]));
+			           twc_adapter_label(sides[i]));
 		else if (r == 0 && !kind_is_end(kind))
 			rc = failf("%s: a read_descriptor on the failed pipe got kind '%s', expected the "
 			           "pipe's error (reset or eof)",
-			           tw_adapter_label(sides[i]), kind);
+			           twc_adapter_label(sides[i]), kind);
 		else if (r < 0)
 			rc = -1;
 	}
 	if (rc == 0)
 		rc = finish(&s);
 	if (ccmd)
-		tw_session_destroy(&s);
-	tw_msg_clear(&m);
+		twc_session_destroy(&s);
+	twc_msg_clear(&m);
 	free(ccmd);
 	uint64_t resets = 0;
 	if (rc == 0 && report_get(crep, "reset", &resets) == 0 && resets != 1)
@@ -411,10 +411,10 @@ static int scenario_reset(const opts *o)
 
 /* ---- EMFILE on accept --------------------------------------------------------------------------- */
 
-static int transfer_small(tw_session *s, const char *cpipe, const char *spipe, uint64_t base,
+static int transfer_small(twc_session *s, const char *cpipe, const char *spipe, uint64_t base,
                           int ms)
 {
-	tw_agent_msg m;
+	twc_agent_msg m;
 	char kind[64];
 	if (one_tensor(&m, 70000, base))
 		return failf("out of memory");
@@ -425,15 +425,15 @@ static int transfer_small(tw_session *s, const char *cpipe, const char *spipe, u
 	if (rc == 0) {
 		int r = read_message(s, s->server, spipe, &m, ms, kind, sizeof(kind));
 		if (r == 0)
-			rc = failf("%s: reading a message on %s failed (%s)", tw_adapter_label(s->server),
+			rc = failf("%s: reading a message on %s failed (%s)", twc_adapter_label(s->server),
 			           spipe, kind);
 		else if (r < 0)
 			rc = -1;
 	}
 	if (rc == 0 && wait_event(s, s->client, w, "write", ms, kind, sizeof(kind), NULL) != 1)
-		rc = failf("%s: writing a message on %s failed (%s)", tw_adapter_label(s->client), cpipe,
+		rc = failf("%s: writing a message on %s failed (%s)", twc_adapter_label(s->client), cpipe,
 		           kind);
-	tw_msg_clear(&m);
+	twc_msg_clear(&m);
 	return rc;
 }
 
@@ -458,14 +458,14 @@ static void note(char *notes, size_t len, const char *fmt, ...)
 
 /* Waits for accept `id` up to ms: 1 served (pipe in out), 0 failed or not in
  * time (described in notes), -1 the adapter is gone (reason set). */
-static int wait_accept(tw_session *s, json_int_t id, int ms, const char *which, char *out,
+static int wait_accept(twc_session *s, json_int_t id, int ms, const char *which, char *out,
                        size_t outlen, char *notes, size_t nlen)
 {
 	char err[2048];
-	json_t *ev = tw_adapter_event(s->server, id, "accept", ms, err, sizeof(err));
+	json_t *ev = twc_adapter_event(s->server, id, "accept", ms, err, sizeof(err));
 	if (!ev) {
 		int st;
-		if (tw_adapter_exited(s->server, &st))
+		if (twc_adapter_exited(s->server, &st))
 			return failf("%s", err);
 		note(notes, nlen, "%s connection not served: the accept armed for it had no answer "
 		                  "after %d ms", which, ms);
@@ -476,7 +476,7 @@ static int wait_accept(tw_session *s, json_int_t id, int ms, const char *which, 
 		snprintf(out, outlen, "%s", json_string_value(json_object_get(ev, "pipe")) ?: "");
 	else
 		note(notes, nlen, "%s connection not served: accept failed: %s (%s)", which,
-		     tw_event_error_text(ev), tw_event_error_kind(ev) ?: "?");
+		     twc_event_error_text(ev), twc_event_error_kind(ev) ?: "?");
 	json_decref(ev);
 	return ok;
 }
@@ -491,7 +491,7 @@ static int scenario_emfile(const opts *o)
 	char srep[4096];
 	report_path(o, "emfile-server", srep, sizeof(srep));
 	char *scmd = wrap(o, o->server, "emfile=1", srep);
-	tw_session s;
+	twc_session s;
 	int rc = scmd ? 0 : failf("out of memory");
 	int ms = o->wait_s * 1000;
 	char c2[64] = "", s2[64] = "", notes[2048] = "";
@@ -504,7 +504,7 @@ static int scenario_emfile(const opts *o)
 	                                                  s.lid))) < 0)
 		rc = -1;
 	json_t *r = NULL;
-	if (rc == 0 && !(r = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "connect",
+	if (rc == 0 && !(r = twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "connect",
 	                                                             "url", s.url))))
 		rc = failf("%s", s.reason);
 	if (r) {
@@ -522,7 +522,7 @@ static int scenario_emfile(const opts *o)
 		json_int_t rd = arm(&s, s.client, pipe_req("read_descriptor", s.cpipe));
 		char err[2048];
 		json_t *ev = rd < 0 ? NULL
-		                    : tw_adapter_event(s.client, rd, "read_descriptor", 1000, err,
+		                    : twc_adapter_event(s.client, rd, "read_descriptor", 1000, err,
 		                                       sizeof(err));
 		if (rd < 0)
 			rc = -1;
@@ -532,16 +532,16 @@ static int scenario_emfile(const opts *o)
 			note(notes, sizeof(notes), "its client pipe read a message nobody sent");
 		else
 			note(notes, sizeof(notes), "its client pipe failed: %s (%s)",
-			     tw_event_error_text(ev), tw_event_error_kind(ev) ?: "?");
+			     twc_event_error_text(ev), twc_event_error_kind(ev) ?: "?");
 		json_decref(ev);
 	}
 	/* the next connection is served as usual (by the first accept if that
 	 * one is still pending) */
-	bool a1_pending = rc == 0 && first == 0 && tw_adapter_events_seen(s.server, a1) == 0;
+	bool a1_pending = rc == 0 && first == 0 && twc_adapter_events_seen(s.server, a1) == 0;
 	if (rc == 0 && !a1_pending &&
 	    (a2 = arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "accept", "listener", s.lid))) < 0)
 		rc = -1;
-	if (rc == 0 && !(r = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "connect",
+	if (rc == 0 && !(r = twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "connect",
 	                                                             "url", s.url))))
 		rc = failf("%s", s.reason);
 	if (rc == 0) {
@@ -554,12 +554,12 @@ static int scenario_emfile(const opts *o)
 		else if (second == 1)
 			rc = transfer_small(&s, c2, s2, UINT64_C(7) << 36, ms);
 	}
-	tw_adapter *sides[2] = {s.client, s.server};
+	twc_adapter *sides[2] = {s.client, s.server};
 	const char *pipes[2] = {c2, s2};
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		if (!pipes[i][0])
 			continue;
-		r = tw_session_call(&s, sides[i], pipe_req("close", pipes[i]));
+		r = twc_session_call(&s, sides[i], pipe_req("close", pipes[i]));
 		if (!r)
 			rc = failf("%s", s.reason);
 		json_decref(r);
@@ -568,7 +568,7 @@ static int scenario_emfile(const opts *o)
 	if (rc == 0)
 		rc = finish(&s);
 	if (scmd)
-		tw_session_destroy(&s);
+		twc_session_destroy(&s);
 	free(scmd);
 	uint64_t emfiles = 0;
 	if (rc == 0 && report_get(srep, "emfile", &emfiles) == 0 && emfiles != 1)
@@ -596,8 +596,8 @@ static int sweep_run(const opts *o, bool on_client, uint64_t n, bool *fired)
 		return failf("out of memory");
 	const char *ccmd = on_client ? w : o->client, *scmd = on_client ? o->server : w;
 	int ms = o->wait_s * 1000;
-	tw_session s;
-	tw_agent_msg mc, ms_;
+	twc_session s;
+	twc_agent_msg mc, ms_;
 	memset(&mc, 0, sizeof(mc));
 	memset(&ms_, 0, sizeof(ms_));
 	char kind[64];
@@ -613,7 +613,7 @@ static int sweep_run(const opts *o, bool on_client, uint64_t n, bool *fired)
 	if (rc == 0) {
 		/* a connect may fail at once (an error response) or later (events) */
 		char err[2048];
-		json_t *r = tw_adapter_request(s.client, json_pack("{s:s,s:s}", "cmd", "connect", "url",
+		json_t *r = twc_adapter_request(s.client, json_pack("{s:s,s:s}", "cmd", "connect", "url",
 		                                                   s.url), ms, err, sizeof(err));
 		if (!r)
 			rc = failf("%s", err);
@@ -636,7 +636,7 @@ static int sweep_run(const opts *o, bool on_client, uint64_t n, bool *fired)
 		json_t *ev = NULL;
 		char err[2048];
 		int wait = wr == 1 ? ms : 300;
-		ev = tw_adapter_event(s.server, acc, "accept", wait, err, sizeof(err));
+		ev = twc_adapter_event(s.server, acc, "accept", wait, err, sizeof(err));
 		if (!ev && wr == 1)
 			rc = failf("the client wrote a message but the server accepted nothing: %s", err);
 		if (ev) {
@@ -661,18 +661,18 @@ static int sweep_run(const opts *o, bool on_client, uint64_t n, bool *fired)
 	if (rc == 0 && ws >= 0 && wait_event(&s, s.server, ws, "write", ms, kind, sizeof(kind), NULL) < 0)
 		rc = -1;
 	if (rc != 0) {
-		printf("# client stderr (last lines):\n%s\n", tw_adapter_stderr(s.client));
-		printf("# server stderr (last lines):\n%s\n", tw_adapter_stderr(s.server));
+		printf("# client stderr (last lines):\n%s\n", twc_adapter_stderr(s.client));
+		printf("# server stderr (last lines):\n%s\n", twc_adapter_stderr(s.server));
 	}
 	/* orderly end whatever happened: close what exists, shut down, exit 0,
 	 * each callback once */
 	if (rc == 0) {
-		tw_adapter *sides[2] = {s.client, s.server};
+		twc_adapter *sides[2] = {s.client, s.server};
 		char *pipes[2] = {s.cpipe, s.spipe};
 		for (int i = 0; i < 2 && rc == 0; i++) {
 			if (!pipes[i][0])
 				continue;
-			json_t *r = tw_session_call(&s, sides[i], pipe_req("close", pipes[i]));
+			json_t *r = twc_session_call(&s, sides[i], pipe_req("close", pipes[i]));
 			if (!r)
 				rc = failf("%s", s.reason);
 			json_decref(r);
@@ -681,9 +681,9 @@ static int sweep_run(const opts *o, bool on_client, uint64_t n, bool *fired)
 	}
 	if (rc == 0)
 		rc = finish(&s);
-	tw_session_destroy(&s);
-	tw_msg_clear(&mc);
-	tw_msg_clear(&ms_);
+	twc_session_destroy(&s);
+	twc_msg_clear(&mc);
+	twc_msg_clear(&ms_);
 	free(w);
 	uint64_t fc = 0;
 	if (rc == 0 && report_get(rep, "failcall", &fc))
@@ -710,7 +710,7 @@ static int scenario_sweep(const opts *o)
 	bool fired = true;
 	for (; fired && n < (uint64_t)o->first_run + (uint64_t)o->max_runs; n++) {
 		if (sweep_run(o, on_client, n, &fired)) {
-			char tmp[TW_REASON_MAX];
+			char tmp[TWC_REASON_MAX];
 			snprintf(tmp, sizeof(tmp), "%s", g_reason);
 			g_reason[0] = '\0';
 			failf("failcall=%" PRIu64 " on the %s: %s", n, on_client ? "client" : "server", tmp);

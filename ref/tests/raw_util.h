@@ -34,7 +34,7 @@ static inline int raw_connect(int port)
 {
 	char addr[32], err[256];
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	int fd = tw_raw_connect(addr, RAW_WAIT_MS, err, sizeof(err));
+	int fd = twc_raw_connect(addr, RAW_WAIT_MS, err, sizeof(err));
 	if (fd < 0)
 		fprintf(stderr, "%s\n", err);
 	CHECK(fd >= 0);
@@ -44,13 +44,13 @@ static inline int raw_connect(int port)
 static inline void raw_send(int fd, const void *p, size_t n)
 {
 	char err[256];
-	CHECK(tw_raw_send(fd, p, n, err, sizeof(err)) == 0);
+	CHECK(twc_raw_send(fd, p, n, err, sizeof(err)) == 0);
 }
 
 static inline void raw_send_frame(int fd, const void *p, size_t n)
 {
 	char err[256];
-	CHECK(tw_raw_send_frame(fd, p, n, err, sizeof(err)) == 0);
+	CHECK(twc_raw_send_frame(fd, p, n, err, sizeof(err)) == 0);
 }
 
 static inline void raw_send_header(int fd, uint64_t n)
@@ -65,7 +65,7 @@ static inline void raw_send_header(int fd, uint64_t n)
 static inline bool raw_recv(int fd, void *p, size_t n)
 {
 	char err[256];
-	return tw_raw_recv_exact(fd, p, n, RAW_WAIT_MS, err, sizeof(err)) == 0;
+	return twc_raw_recv_exact(fd, p, n, RAW_WAIT_MS, err, sizeof(err)) == 0;
 }
 
 /* One frame (below 16 MiB) into a malloc'd buffer; 1 and the frame, 0 for an
@@ -75,7 +75,7 @@ static inline int raw_try_recv_frame(int fd, uint8_t **buf_out, size_t *len_out)
 {
 	uint8_t h[8];
 	char err[256];
-	int rc = tw_raw_recv_exact(fd, h, 8, RAW_WAIT_MS, err, sizeof(err));
+	int rc = twc_raw_recv_exact(fd, h, 8, RAW_WAIT_MS, err, sizeof(err));
 	if (rc == -2)
 		return 0;
 	if (rc != 0 && strstr(err, strerror(ECONNRESET)))
@@ -89,7 +89,7 @@ static inline int raw_try_recv_frame(int fd, uint8_t **buf_out, size_t *len_out)
 	CHECK(n < (1u << 24));
 	uint8_t *b = malloc(n ? n : 1);
 	CHECK(b);
-	CHECK(n == 0 || tw_raw_recv_exact(fd, b, n, RAW_WAIT_MS, err, sizeof(err)) == 0);
+	CHECK(n == 0 || twc_raw_recv_exact(fd, b, n, RAW_WAIT_MS, err, sizeof(err)) == 0);
 	*buf_out = b;
 	*len_out = n;
 	return 1;
@@ -107,7 +107,7 @@ static inline uint8_t *raw_recv_frame(int fd, size_t *len)
 /* True if our side closed the connection (EOF or reset) within 5 s. */
 static inline bool raw_closed_by_peer(int fd)
 {
-	return tw_raw_wait_closed(fd, 5000) == 1;
+	return twc_raw_wait_closed(fd, 5000) == 1;
 }
 
 static inline void encode_send(int fd, tw_nop_writer *w)
@@ -160,7 +160,7 @@ static inline void raw_handshake_ids(int fd, uint64_t *id_r, uint64_t *id_basic)
 static inline int raw_listen(int *port_out)
 {
 	char err[256];
-	int fd = tw_raw_listen(port_out, err, sizeof(err));
+	int fd = twc_raw_listen(port_out, err, sizeof(err));
 	CHECK(fd >= 0);
 	return fd;
 }
@@ -169,7 +169,7 @@ static inline int raw_listen(int *port_out)
 static inline int raw_accept(int lfd)
 {
 	char err[256];
-	int fd = tw_raw_accept(lfd, RAW_WAIT_MS, err, sizeof(err));
+	int fd = twc_raw_accept(lfd, RAW_WAIT_MS, err, sizeof(err));
 	CHECK(fd >= 0);
 	return fd;
 }

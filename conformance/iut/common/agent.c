@@ -27,7 +27,7 @@ static uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-uint64_t tw_agent_gen_word(uint64_t seed, uint64_t k)
+uint64_t twc_agent_gen_word(uint64_t seed, uint64_t k)
 {
 	return mix64(seed + (k + 1) * TW_AGENT_GAMMA);
 }
@@ -54,29 +54,29 @@ static void gen_fill_from(unsigned char *p, size_t len, uint64_t seed, uint64_t 
 	}
 }
 
-void tw_agent_gen_fill(void *buf, size_t len, uint64_t seed)
+void twc_agent_gen_fill(void *buf, size_t len, uint64_t seed)
 {
 	if (len > 0)
 		gen_fill_from(buf, len, seed, 0);
 }
 
-uint64_t tw_agent_xxh3(const void *data, size_t len)
+uint64_t twc_agent_xxh3(const void *data, size_t len)
 {
 	static const unsigned char empty[1];
 	return XXH3_64bits(len ? data : empty, len);
 }
 
-uint64_t tw_agent_gen_xxh3(uint64_t seed, uint64_t len)
+uint64_t twc_agent_gen_xxh3(uint64_t seed, uint64_t len)
 {
 	enum { CHUNK = 64 << 10 }; /* a multiple of 8, so chunks start on words */
 	unsigned char chunk[CHUNK];
 	if (len <= CHUNK) {
 		gen_fill_from(chunk, (size_t)len, seed, 0);
-		return tw_agent_xxh3(chunk, (size_t)len);
+		return twc_agent_xxh3(chunk, (size_t)len);
 	}
 	XXH3_state_t *st = XXH3_createState();
 	if (!st) {
-		fprintf(stderr, "tw_agent_gen_xxh3: XXH3_createState: out of memory\n");
+		fprintf(stderr, "twc_agent_gen_xxh3: XXH3_createState: out of memory\n");
 		abort();
 	}
 	XXH3_64bits_reset(st);
@@ -90,17 +90,17 @@ uint64_t tw_agent_gen_xxh3(uint64_t seed, uint64_t len)
 	return h;
 }
 
-void tw_agent_hex64(uint64_t h, char out[17])
+void twc_agent_hex64(uint64_t h, char out[17])
 {
 	snprintf(out, 17, "%016" PRIx64, h);
 }
 
 /* ---- devices ---------------------------------------------------------------------- */
 
-int tw_agent_device_parse(const char *s, tw_agent_device *dev)
+int twc_agent_device_parse(const char *s, twc_agent_device *dev)
 {
 	const char *colon = strchr(s, ':');
-	if (!colon || colon == s || (size_t)(colon - s) >= TW_AGENT_DEVICE_TYPE_MAX)
+	if (!colon || colon == s || (size_t)(colon - s) >= TWC_AGENT_DEVICE_TYPE_MAX)
 		return -1;
 	char *end;
 	errno = 0;
@@ -113,14 +113,14 @@ int tw_agent_device_parse(const char *s, tw_agent_device *dev)
 	return 0;
 }
 
-void tw_agent_device_format(const tw_agent_device *dev, char *buf, size_t buflen)
+void twc_agent_device_format(const twc_agent_device *dev, char *buf, size_t buflen)
 {
 	snprintf(buf, buflen, "%s:%" PRId32, dev->type, dev->index);
 }
 
 /* ---- message descriptions ------------------------------------------------------------ */
 
-static int parse_buf(const json_t *j, const char *what, tw_agent_buf *b, char *err,
+static int parse_buf(const json_t *j, const char *what, twc_agent_buf *b, char *err,
                      size_t errlen)
 {
 	b->len = 0;
@@ -150,17 +150,17 @@ static int parse_buf(const json_t *j, const char *what, tw_agent_buf *b, char *e
 	return 0;
 }
 
-static int parse_device(const json_t *j, const char *what, tw_agent_device *dev, char *err,
+static int parse_device(const json_t *j, const char *what, twc_agent_device *dev, char *err,
                         size_t errlen)
 {
-	if (!json_is_string(j) || tw_agent_device_parse(json_string_value(j), dev) != 0) {
+	if (!json_is_string(j) || twc_agent_device_parse(json_string_value(j), dev) != 0) {
 		snprintf(err, errlen, "%s: expected a device string such as \"cpu:0\"", what);
 		return -1;
 	}
 	return 0;
 }
 
-void tw_agent_msg_free(tw_agent_msg *m)
+void twc_agent_msg_free(twc_agent_msg *m)
 {
 	if (!m)
 		return;
@@ -169,14 +169,14 @@ void tw_agent_msg_free(tw_agent_msg *m)
 	free(m);
 }
 
-int tw_agent_msg_parse(const json_t *j, tw_agent_msg **out, char *err, size_t errlen)
+int twc_agent_msg_parse(const json_t *j, twc_agent_msg **out, char *err, size_t errlen)
 {
 	char what[64];
 	if (!json_is_object(j)) {
 		snprintf(err, errlen, "message: expected an object");
 		return -1;
 	}
-	tw_agent_msg *m = calloc(1, sizeof(*m));
+	twc_agent_msg *m = calloc(1, sizeof(*m));
 	if (!m)
 		goto err_nomem;
 	if (parse_buf(json_object_get(j, "metadata"), "message.metadata", &m->metadata, err,
@@ -212,7 +212,7 @@ int tw_agent_msg_parse(const json_t *j, tw_agent_msg **out, char *err, size_t er
 	}
 	for (size_t i = 0; i < m->num_tensors; i++) {
 		const json_t *t = json_array_get(ts, i);
-		tw_agent_tensor *tt = &m->tensors[i];
+		twc_agent_tensor *tt = &m->tensors[i];
 		snprintf(what, sizeof(what), "message.tensors[%zu]", i);
 		if (parse_buf(t, what, &tt->data, err, errlen))
 			goto err_free;
@@ -225,7 +225,7 @@ int tw_agent_msg_parse(const json_t *j, tw_agent_msg **out, char *err, size_t er
 			if (parse_device(src, what, &tt->source_device, err, errlen))
 				goto err_free;
 		} else {
-			(void)tw_agent_device_parse("cpu:0", &tt->source_device);
+			(void)twc_agent_device_parse("cpu:0", &tt->source_device);
 		}
 		const json_t *dst = json_object_get(t, "target_device");
 		snprintf(what, sizeof(what), "message.tensors[%zu].target_device", i);
@@ -241,11 +241,11 @@ int tw_agent_msg_parse(const json_t *j, tw_agent_msg **out, char *err, size_t er
 err_nomem:
 	snprintf(err, errlen, "message: out of memory");
 err_free:
-	tw_agent_msg_free(m);
+	twc_agent_msg_free(m);
 	return -1;
 }
 
-void *tw_agent_buf_make(const tw_agent_buf *b, bool *failed)
+void *twc_agent_buf_make(const twc_agent_buf *b, bool *failed)
 {
 	*failed = false;
 	if (b->len == 0)
@@ -255,14 +255,14 @@ void *tw_agent_buf_make(const tw_agent_buf *b, bool *failed)
 		*failed = true;
 		return NULL;
 	}
-	tw_agent_gen_fill(p, (size_t)b->len, b->seed);
+	twc_agent_gen_fill(p, (size_t)b->len, b->seed);
 	return p;
 }
 
-json_t *tw_agent_sum_json(const void *data, size_t len)
+json_t *twc_agent_sum_json(const void *data, size_t len)
 {
 	char hex[17];
-	tw_agent_hex64(tw_agent_xxh3(data, len), hex);
+	twc_agent_hex64(twc_agent_xxh3(data, len), hex);
 	return json_pack("{s:I,s:s}", "len", (json_int_t)len, "xxh3", hex);
 }
 
@@ -270,7 +270,7 @@ json_t *tw_agent_sum_json(const void *data, size_t len)
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void tw_agent_emit(json_t *obj)
+void twc_agent_emit(json_t *obj)
 {
 	char *line = json_dumps(obj, JSON_COMPACT);
 	json_decref(obj);
@@ -291,51 +291,51 @@ static json_t *id_json(json_int_t id)
 	return id < 0 ? json_null() : json_integer(id);
 }
 
-json_t *tw_agent_error_json(const char *kind, const char *status, const char *text)
+json_t *twc_agent_error_json(const char *kind, const char *status, const char *text)
 {
 	return json_pack("{s:s,s:s,s:s}", "kind", kind, "status", status ? status : "",
 	                 "text", text ? text : "");
 }
 
-void tw_agent_respond_ok(json_int_t id, json_t *fields)
+void twc_agent_respond_ok(json_int_t id, json_t *fields)
 {
 	json_t *o = fields ? fields : json_object();
 	json_object_set_new(o, "id", id_json(id));
 	json_object_set_new(o, "ok", json_true());
-	tw_agent_emit(o);
+	twc_agent_emit(o);
 }
 
-void tw_agent_respond_err(json_int_t id, const char *kind, const char *status,
+void twc_agent_respond_err(json_int_t id, const char *kind, const char *status,
                           const char *text)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "id", id_json(id));
 	json_object_set_new(o, "ok", json_false());
-	json_object_set_new(o, "error", tw_agent_error_json(kind, status, text));
-	tw_agent_emit(o);
+	json_object_set_new(o, "error", twc_agent_error_json(kind, status, text));
+	twc_agent_emit(o);
 }
 
-void tw_agent_event_ok(const char *name, json_int_t id, json_t *fields)
+void twc_agent_event_ok(const char *name, json_int_t id, json_t *fields)
 {
 	json_t *o = fields ? fields : json_object();
 	json_object_set_new(o, "event", json_string(name));
 	json_object_set_new(o, "id", id_json(id));
 	json_object_set_new(o, "ok", json_true());
-	tw_agent_emit(o);
+	twc_agent_emit(o);
 }
 
-void tw_agent_event_err(const char *name, json_int_t id, const char *kind, const char *status,
+void twc_agent_event_err(const char *name, json_int_t id, const char *kind, const char *status,
                         const char *text)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "event", json_string(name));
 	json_object_set_new(o, "id", id_json(id));
 	json_object_set_new(o, "ok", json_false());
-	json_object_set_new(o, "error", tw_agent_error_json(kind, status, text));
-	tw_agent_emit(o);
+	json_object_set_new(o, "error", twc_agent_error_json(kind, status, text));
+	twc_agent_emit(o);
 }
 
-json_t *tw_agent_read_request(void)
+json_t *twc_agent_read_request(void)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -356,7 +356,7 @@ json_t *tw_agent_read_request(void)
 			snprintf(text, sizeof(text), "request is not a JSON object: %s",
 			         req ? "not an object" : jerr.text);
 			json_decref(req);
-			tw_agent_respond_err(-1, "inval", "bad_request", text);
+			twc_agent_respond_err(-1, "inval", "bad_request", text);
 			continue;
 		}
 		free(line);
@@ -366,8 +366,8 @@ json_t *tw_agent_read_request(void)
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
-static int parse_backends(const json_t *arr, const char *what, const tw_agent_backend *dflt,
-                          tw_agent_backend **out, size_t *n, char *err, size_t errlen)
+static int parse_backends(const json_t *arr, const char *what, const twc_agent_backend *dflt,
+                          twc_agent_backend **out, size_t *n, char *err, size_t errlen)
 {
 	*out = NULL;
 	*n = 0;
@@ -405,7 +405,7 @@ static int parse_backends(const json_t *arr, const char *what, const tw_agent_ba
 			*out = NULL;
 			return -1;
 		}
-		tw_agent_backend *b = &(*out)[i];
+		twc_agent_backend *b = &(*out)[i];
 		b->name = json_string_value(name);
 		b->kind = json_is_string(kind) ? json_string_value(kind) : b->name;
 		b->priority = prio ? json_integer_value(prio) : 0;
@@ -431,10 +431,10 @@ static int parse_bound(const json_t *req, const char *key, bool *has, uint64_t *
 	return 0;
 }
 
-int tw_agent_parse_context(const json_t *req, tw_agent_context_req *out, char *err,
+int twc_agent_parse_context(const json_t *req, twc_agent_context_req *out, char *err,
                            size_t errlen)
 {
-	static const tw_agent_backend uv = {"uv", "uv", 0, NULL}, basic = {"basic", "basic", 0, NULL};
+	static const twc_agent_backend uv = {"uv", "uv", 0, NULL}, basic = {"basic", "basic", 0, NULL};
 	memset(out, 0, sizeof(*out));
 	const json_t *name = json_object_get(req, "name");
 	if (name && !json_is_string(name)) {
@@ -450,20 +450,20 @@ int tw_agent_parse_context(const json_t *req, tw_agent_context_req *out, char *e
 	                   &out->num_transports, err, errlen) ||
 	    parse_backends(json_object_get(req, "channels"), "channels", &basic, &out->channels,
 	                   &out->num_channels, err, errlen)) {
-		tw_agent_context_req_clear(out);
+		twc_agent_context_req_clear(out);
 		return -1;
 	}
 	return 0;
 }
 
-void tw_agent_context_req_clear(tw_agent_context_req *r)
+void twc_agent_context_req_clear(twc_agent_context_req *r)
 {
 	free(r->transports);
 	free(r->channels);
 	memset(r, 0, sizeof(*r));
 }
 
-int tw_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char *err,
+int twc_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char *err,
                         size_t errlen)
 {
 	const json_t *us = json_object_get(req, "urls");
@@ -567,23 +567,23 @@ static int hold_fds(json_int_t free_count, char *err, size_t errlen)
 	return (int)num_held;
 }
 
-void tw_agent_cmd_fds(json_int_t id, const json_t *req)
+void twc_agent_cmd_fds(json_int_t id, const json_t *req)
 {
 	const json_t *f = json_object_get(req, "free");
 	if (json_is_null(f)) {
 		release_fds();
-		tw_agent_respond_ok(id, json_pack("{s:i}", "held", 0));
+		twc_agent_respond_ok(id, json_pack("{s:i}", "held", 0));
 		return;
 	}
 	if (!json_is_integer(f) || json_integer_value(f) < 0 || json_integer_value(f) > 4096) {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     "fds: 'free' must be null or an integer 0..4096");
 		return;
 	}
 	char err[256];
 	int held = hold_fds(json_integer_value(f), err, sizeof(err));
 	if (held < 0)
-		tw_agent_respond_err(id, "sys", "fds", err);
+		twc_agent_respond_err(id, "sys", "fds", err);
 	else
-		tw_agent_respond_ok(id, json_pack("{s:i}", "held", held));
+		twc_agent_respond_ok(id, json_pack("{s:i}", "held", held));
 }

@@ -168,7 +168,7 @@ ErrInfo classify(const tp::Error &e)
 void event_error(const char *name, json_int_t id, const tp::Error &e)
 {
 	ErrInfo ei = classify(e);
-	tw_agent_event_err(name, id, ei.kind, ei.status.c_str(), ei.text.c_str());
+	twc_agent_event_err(name, id, ei.kind, ei.status.c_str(), ei.text.c_str());
 }
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -179,16 +179,16 @@ std::string str_field(const json_t *req, const char *key)
 	return json_is_string(v) ? json_string_value(v) : "";
 }
 
-std::string gen_string(const tw_agent_buf &b)
+std::string gen_string(const twc_agent_buf &b)
 {
 	std::string s(b.len, '\0');
-	tw_agent_gen_fill(&s[0], s.size(), b.seed);
+	twc_agent_gen_fill(&s[0], s.size(), b.seed);
 	return s;
 }
 
 json_t *sum_string(const std::string &s)
 {
-	return tw_agent_sum_json(s.data(), s.size());
+	return twc_agent_sum_json(s.data(), s.size());
 }
 
 std::string device_string(const tp::Device &d)
@@ -196,7 +196,7 @@ std::string device_string(const tp::Device &d)
 	return d.type + ":" + std::to_string(d.index);
 }
 
-tp::Device to_tp(const tw_agent_device &d)
+tp::Device to_tp(const twc_agent_device &d)
 {
 	return tp::Device{d.type, d.index};
 }
@@ -228,9 +228,9 @@ struct Buffers {
 
 void cmd_hello(json_int_t id, const json_t *)
 {
-	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[sss],s:[ssss]}", "impl", "tensorpipe",
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[sss],s:[ssss]}", "impl", "tensorpipe",
 	                                  "version", TW_STOCK_VERSION, "protocol",
-	                                  TW_AGENT_PROTOCOL_VERSION, "transports", "uv", "shm",
+	                                  TWC_AGENT_PROTOCOL_VERSION, "transports", "uv", "shm",
 	                                  "ibv", "channels", "basic", "cma", "xth", "mpt"));
 }
 
@@ -278,27 +278,27 @@ std::shared_ptr<tp::channel::Context> make_channel(const std::string &kind, cons
 void cmd_context(json_int_t id, const json_t *req)
 {
 	if (g_ctx) {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     "context: this adapter already has a context");
 		return;
 	}
-	tw_agent_context_req r;
+	twc_agent_context_req r;
 	char err[256];
-	if (tw_agent_parse_context(req, &r, err, sizeof(err))) {
-		tw_agent_respond_err(id, "inval", "bad_request", err);
+	if (twc_agent_parse_context(req, &r, err, sizeof(err))) {
+		twc_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
 	auto ctx = std::make_shared<tp::Context>(tp::ContextOptions().name(r.name));
 	json_t *skipped = json_array();
 	auto fail = [&](const std::string &text) {
 		json_decref(skipped);
-		tw_agent_context_req_clear(&r);
+		twc_agent_context_req_clear(&r);
 		ctx->close();
 		ctx->join();
-		tw_agent_respond_err(id, "unsupported", "unknown_kind", ("context: " + text).c_str());
+		twc_agent_respond_err(id, "unsupported", "unknown_kind", ("context: " + text).c_str());
 	};
 	for (size_t i = 0; i < r.num_transports; i++) {
-		const tw_agent_backend &b = r.transports[i];
+		const twc_agent_backend &b = r.transports[i];
 		auto tctx = make_transport(b.kind);
 		if (!tctx) {
 			fail(std::string("unknown transport kind '") + b.kind + "'");
@@ -315,7 +315,7 @@ void cmd_context(json_int_t id, const json_t *req)
 		ctx->registerTransport(b.priority, b.name, tctx);
 	}
 	for (size_t i = 0; i < r.num_channels; i++) {
-		const tw_agent_backend &b = r.channels[i];
+		const twc_agent_backend &b = r.channels[i];
 		std::string why;
 		auto cctx = make_channel(b.kind, b.options, why);
 		if (!cctx) {
@@ -333,7 +333,7 @@ void cmd_context(json_int_t id, const json_t *req)
 		ctx->registerChannel(b.priority, b.name, cctx);
 	}
 	bool hs = r.has_handshake_timeout, ot = r.has_operation_timeout;
-	tw_agent_context_req_clear(&r);
+	twc_agent_context_req_clear(&r);
 	g_ctx = ctx;
 	json_t *resp = json_pack("{s:o}", "skipped", skipped);
 	json_t *unhonoured = json_array();
@@ -352,13 +352,13 @@ void cmd_context(json_int_t id, const json_t *req)
 		json_object_set_new(resp, "unhonoured", unhonoured);
 	else
 		json_decref(unhonoured);
-	tw_agent_respond_ok(id, resp);
+	twc_agent_respond_ok(id, resp);
 }
 
 bool need_ctx(json_int_t id)
 {
 	if (!g_ctx || g_ctx_closed) {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     g_ctx ? "the context is closed" : "no context: send 'context' first");
 		return false;
 	}
@@ -372,8 +372,8 @@ void cmd_listen(json_int_t id, const json_t *req)
 	const char **us;
 	size_t n;
 	char err[256];
-	if (tw_agent_parse_urls(req, &us, &n, err, sizeof(err))) {
-		tw_agent_respond_err(id, "inval", "bad_request", err);
+	if (twc_agent_parse_urls(req, &us, &n, err, sizeof(err))) {
+		twc_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
 	std::vector<std::string> urls(us, us + n);
@@ -382,7 +382,7 @@ void cmd_listen(json_int_t id, const json_t *req)
 	try {
 		l = g_ctx->listen(urls);
 	} catch (const std::exception &ex) {
-		tw_agent_respond_err(id, "sys", "exception", (std::string("listen: ") + ex.what()).c_str());
+		twc_agent_respond_err(id, "sys", "exception", (std::string("listen: ") + ex.what()).c_str());
 		return;
 	}
 	json_t *bound = json_array();
@@ -396,17 +396,17 @@ void cmd_listen(json_int_t id, const json_t *req)
 		lid = "l" + std::to_string(g_next_listener++);
 		g_listeners[lid] = l;
 	}
-	tw_agent_respond_ok(id, json_pack("{s:s,s:o}", "listener", lid.c_str(), "urls", bound));
+	twc_agent_respond_ok(id, json_pack("{s:s,s:o}", "listener", lid.c_str(), "urls", bound));
 }
 
 void cmd_accept(json_int_t id, const json_t *req)
 {
 	auto l = find_listener(str_field(req, "listener"));
 	if (!l) {
-		tw_agent_respond_err(id, "inval", "bad_request", "accept: unknown listener");
+		twc_agent_respond_err(id, "inval", "bad_request", "accept: unknown listener");
 		return;
 	}
-	tw_agent_respond_ok(id, nullptr);
+	twc_agent_respond_ok(id, nullptr);
 	l->accept([id](const tp::Error &e, std::shared_ptr<tp::Pipe> p) {
 		if (e) {
 			event_error("accept", id, e);
@@ -416,7 +416,7 @@ void cmd_accept(json_int_t id, const json_t *req)
 		entry->pipe = std::move(p);
 		entry->is_server = true;
 		std::string pid = new_pipe_id(entry);
-		tw_agent_event_ok("accept", id, json_pack("{s:s}", "pipe", pid.c_str()));
+		twc_agent_event_ok("accept", id, json_pack("{s:s}", "pipe", pid.c_str()));
 	});
 }
 
@@ -429,28 +429,28 @@ void cmd_connect(json_int_t id, const json_t *req)
 	try {
 		entry->pipe = g_ctx->connect(url);
 	} catch (const std::exception &ex) {
-		tw_agent_respond_err(id, "inval", "exception",
+		twc_agent_respond_err(id, "inval", "exception",
 		                     (std::string("connect: ") + ex.what()).c_str());
 		return;
 	}
 	std::string pid = new_pipe_id(entry);
-	tw_agent_respond_ok(id, json_pack("{s:s}", "pipe", pid.c_str()));
+	twc_agent_respond_ok(id, json_pack("{s:s}", "pipe", pid.c_str()));
 }
 
 void cmd_write(json_int_t id, const json_t *req)
 {
 	auto pe = find_pipe(str_field(req, "pipe"));
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "write: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "write: unknown pipe");
 		return;
 	}
 	char err[256];
-	tw_agent_msg *m = nullptr;
-	if (tw_agent_msg_parse(json_object_get(req, "message"), &m, err, sizeof(err)) != 0) {
-		tw_agent_respond_err(id, "inval", "bad_request", err);
+	twc_agent_msg *m = nullptr;
+	if (twc_agent_msg_parse(json_object_get(req, "message"), &m, err, sizeof(err)) != 0) {
+		twc_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
-	std::unique_ptr<tw_agent_msg, void (*)(tw_agent_msg *)> guard(m, tw_agent_msg_free);
+	std::unique_ptr<twc_agent_msg, void (*)(twc_agent_msg *)> guard(m, twc_agent_msg_free);
 	auto bufs = std::make_shared<Buffers>();
 	tp::Message msg;
 	bool failed = false;
@@ -458,37 +458,37 @@ void cmd_write(json_int_t id, const json_t *req)
 	for (size_t i = 0; i < m->num_payloads; i++) {
 		tp::Message::Payload p;
 		p.length = m->payloads[i].data.len;
-		p.data = bufs->add(tw_agent_buf_make(&m->payloads[i].data, &failed));
+		p.data = bufs->add(twc_agent_buf_make(&m->payloads[i].data, &failed));
 		p.metadata = gen_string(m->payloads[i].metadata);
 		if (failed)
 			break;
 		msg.payloads.push_back(std::move(p));
 	}
 	for (size_t i = 0; !failed && i < m->num_tensors; i++) {
-		const tw_agent_tensor &t = m->tensors[i];
+		const twc_agent_tensor &t = m->tensors[i];
 		if (!is_cpu0(to_tp(t.source_device))) {
-			tw_agent_respond_err(id, "unsupported", "device",
+			twc_agent_respond_err(id, "unsupported", "device",
 			                     "write: this adapter sends from cpu:0 only");
 			return;
 		}
 		tp::Message::Tensor tt;
 		tt.length = t.data.len;
-		tt.buffer = tp::CpuBuffer{bufs->add(tw_agent_buf_make(&t.data, &failed))};
+		tt.buffer = tp::CpuBuffer{bufs->add(twc_agent_buf_make(&t.data, &failed))};
 		if (t.has_target_device)
 			tt.targetDevice = to_tp(t.target_device);
 		tt.metadata = gen_string(t.metadata);
 		msg.tensors.push_back(std::move(tt));
 	}
 	if (failed) {
-		tw_agent_respond_err(id, "nomem", "malloc", "write: cannot allocate the message's buffers");
+		twc_agent_respond_err(id, "nomem", "malloc", "write: cannot allocate the message's buffers");
 		return;
 	}
-	tw_agent_respond_ok(id, nullptr);
+	twc_agent_respond_ok(id, nullptr);
 	pe->pipe->write(std::move(msg), [id, bufs](const tp::Error &e) {
 		if (e)
 			event_error("write", id, e);
 		else
-			tw_agent_event_ok("write", id, nullptr);
+			twc_agent_event_ok("write", id, nullptr);
 	});
 }
 
@@ -517,10 +517,10 @@ void cmd_read_descriptor(json_int_t id, const json_t *req)
 {
 	auto pe = find_pipe(str_field(req, "pipe"));
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "read_descriptor: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "read_descriptor: unknown pipe");
 		return;
 	}
-	tw_agent_respond_ok(id, nullptr);
+	twc_agent_respond_ok(id, nullptr);
 	std::weak_ptr<PipeEntry> wpe = pe;
 	pe->pipe->readDescriptor([id, wpe](const tp::Error &e, tp::Descriptor d) {
 		if (e) {
@@ -532,7 +532,7 @@ void cmd_read_descriptor(json_int_t id, const json_t *req)
 			std::lock_guard<std::mutex> lk(p->mu);
 			p->descs.push_back(std::move(d));
 		}
-		tw_agent_event_ok("read_descriptor", id, json_pack("{s:o}", "descriptor", dj));
+		twc_agent_event_ok("read_descriptor", id, json_pack("{s:o}", "descriptor", dj));
 	});
 }
 
@@ -540,14 +540,14 @@ void cmd_read(json_int_t id, const json_t *req)
 {
 	auto pe = find_pipe(str_field(req, "pipe"));
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "read: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "read: unknown pipe");
 		return;
 	}
 	tp::Descriptor d;
 	{
 		std::lock_guard<std::mutex> lk(pe->mu);
 		if (pe->descs.empty()) {
-			tw_agent_respond_err(id, "inval", "bad_request",
+			twc_agent_respond_err(id, "inval", "bad_request",
 			                     "read: no descriptor delivered that was not read yet");
 			return;
 		}
@@ -564,7 +564,7 @@ void cmd_read(json_int_t id, const json_t *req)
 		tp::Allocation::Payload ap;
 		ap.data = p.length ? bufs->add(std::malloc(p.length)) : nullptr;
 		if (p.length && !ap.data) {
-			tw_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate a payload");
+			twc_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate a payload");
 			return;
 		}
 		a.payloads.push_back(ap);
@@ -575,23 +575,23 @@ void cmd_read(json_int_t id, const json_t *req)
 		tp::Device dev = t.targetDevice.has_value() ? *t.targetDevice : tp::Device{"cpu", 0};
 		const json_t *want = json_object_get(json_array_get(adev, i), "device");
 		if (json_is_string(want)) {
-			tw_agent_device ad;
-			if (tw_agent_device_parse(json_string_value(want), &ad) != 0) {
-				tw_agent_respond_err(id, "inval", "bad_request",
+			twc_agent_device ad;
+			if (twc_agent_device_parse(json_string_value(want), &ad) != 0) {
+				twc_agent_respond_err(id, "inval", "bad_request",
 				                     "read: allocation.tensors[].device is malformed");
 				return;
 			}
 			dev = to_tp(ad);
 		}
 		if (!is_cpu0(dev)) {
-			tw_agent_respond_err(id, "unsupported", "device",
+			twc_agent_respond_err(id, "unsupported", "device",
 			                     "read: this adapter allocates on cpu:0 only");
 			return;
 		}
 		tp::Allocation::Tensor at;
 		void *ptr = t.length ? bufs->add(std::malloc(t.length)) : nullptr;
 		if (t.length && !ptr) {
-			tw_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate a tensor");
+			twc_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate a tensor");
 			return;
 		}
 		at.buffer = tp::CpuBuffer{ptr};
@@ -604,7 +604,7 @@ void cmd_read(json_int_t id, const json_t *req)
 		pptr.push_back(ap.data);
 	for (const auto &at : a.tensors)
 		tptr.push_back(at.buffer.unwrap<tp::CpuBuffer>().ptr);
-	tw_agent_respond_ok(id, nullptr);
+	twc_agent_respond_ok(id, nullptr);
 	pe->pipe->read(std::move(a), [id, bufs, pptr, tptr, plen, tlen, tdev](const tp::Error &e) {
 		if (e) {
 			event_error("read", id, e);
@@ -612,14 +612,14 @@ void cmd_read(json_int_t id, const json_t *req)
 		}
 		json_t *ps = json_array();
 		for (size_t i = 0; i < pptr.size(); i++)
-			json_array_append_new(ps, tw_agent_sum_json(pptr[i], plen[i]));
+			json_array_append_new(ps, twc_agent_sum_json(pptr[i], plen[i]));
 		json_t *ts = json_array();
 		for (size_t i = 0; i < tptr.size(); i++) {
-			json_t *tj = tw_agent_sum_json(tptr[i], tlen[i]);
+			json_t *tj = twc_agent_sum_json(tptr[i], tlen[i]);
 			json_object_set_new(tj, "device", json_string(tdev[i].c_str()));
 			json_array_append_new(ts, tj);
 		}
-		tw_agent_event_ok("read", id, json_pack("{s:o,s:o}", "payloads", ps, "tensors", ts));
+		twc_agent_event_ok("read", id, json_pack("{s:o,s:o}", "payloads", ps, "tensors", ts));
 	});
 }
 
@@ -627,11 +627,11 @@ void cmd_info(json_int_t id, const json_t *req)
 {
 	auto pe = find_pipe(str_field(req, "pipe"));
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "info: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "info: unknown pipe");
 		return;
 	}
 	if (!g_ctx || g_ctx_closed) {
-		tw_agent_respond_err(id, "closed", "closed", "info: the context is closed");
+		twc_agent_respond_err(id, "closed", "closed", "info: the context is closed");
 		return;
 	}
 	const std::shared_ptr<tp::PipeImpl> &impl = (*pe->pipe).*robbed(PipeImplOf{});
@@ -653,15 +653,15 @@ void cmd_info(json_int_t id, const json_t *req)
 		prom->set_value(r);
 	});
 	if (fut.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-		tw_agent_respond_err(id, "timedout", "loop", "info: the loop did not run the query");
+		twc_agent_respond_err(id, "timedout", "loop", "info: the loop did not run the query");
 		return;
 	}
 	Result r = fut.get();
 	if (!r.established) {
-		tw_agent_respond_err(id, "inval", "not_established", "info: pipe not established");
+		twc_agent_respond_err(id, "inval", "not_established", "info: pipe not established");
 		return;
 	}
-	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", r.transport.c_str(),
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", r.transport.c_str(),
 	                                  "channel", r.channel.c_str(), "remote_name",
 	                                  pe->pipe->getRemoteName().c_str(), "is_server",
 	                                  pe->is_server));
@@ -672,14 +672,14 @@ void cmd_close(json_int_t id, const json_t *req)
 	if (json_object_get(req, "pipe")) {
 		auto pe = find_pipe(str_field(req, "pipe"));
 		if (!pe) {
-			tw_agent_respond_err(id, "inval", "bad_request", "close: unknown pipe");
+			twc_agent_respond_err(id, "inval", "bad_request", "close: unknown pipe");
 			return;
 		}
 		pe->pipe->close();
 	} else if (json_object_get(req, "listener")) {
 		auto l = find_listener(str_field(req, "listener"));
 		if (!l) {
-			tw_agent_respond_err(id, "inval", "bad_request", "close: unknown listener");
+			twc_agent_respond_err(id, "inval", "bad_request", "close: unknown listener");
 			return;
 		}
 		l->close();
@@ -689,11 +689,11 @@ void cmd_close(json_int_t id, const json_t *req)
 			g_ctx->close();
 		}
 	} else {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     "close: name a 'pipe', a 'listener' or 'context': true");
 		return;
 	}
-	tw_agent_respond_ok(id, nullptr);
+	twc_agent_respond_ok(id, nullptr);
 }
 
 void shutdown_context()
@@ -724,14 +724,14 @@ void release_all()
 int main()
 {
 	for (;;) {
-		json_t *req = tw_agent_read_request();
+		json_t *req = twc_agent_read_request();
 		if (!req)
 			break;
 		const json_t *idj = json_object_get(req, "id");
 		json_int_t id = json_is_integer(idj) ? json_integer_value(idj) : -1;
 		std::string cmd = str_field(req, "cmd");
 		if (id < 0) {
-			tw_agent_respond_err(-1, "inval", "bad_request",
+			twc_agent_respond_err(-1, "inval", "bad_request",
 			                     "request without a non-negative integer 'id'");
 		} else if (cmd == "hello") {
 			cmd_hello(id, req);
@@ -754,12 +754,12 @@ int main()
 		} else if (cmd == "close") {
 			cmd_close(id, req);
 		} else if (cmd == "fds") {
-			tw_agent_cmd_fds(id, req);
+			twc_agent_cmd_fds(id, req);
 		} else if (cmd == "shutdown") {
 			shutdown_context();
-			tw_agent_respond_ok(id, nullptr);
+			twc_agent_respond_ok(id, nullptr);
 		} else {
-			tw_agent_respond_err(id, "unsupported", "unknown_command",
+			twc_agent_respond_err(id, "unsupported", "unknown_command",
 			                     ("unknown command '" + cmd + "'").c_str());
 		}
 		json_decref(req);

@@ -74,12 +74,12 @@ static void respond_status(json_int_t id, tw_status_t st, const char *call)
 {
 	char text[1024];
 	snprintf(text, sizeof(text), "%s: %s", call, tw_last_error());
-	tw_agent_respond_err(id, kind_of(st), tw_status_name(st), text);
+	twc_agent_respond_err(id, kind_of(st), tw_status_name(st), text);
 }
 
 static void event_status(const char *name, json_int_t id, tw_status_t st, const char *detail)
 {
-	tw_agent_event_err(name, id, kind_of(st), tw_status_name(st), detail ? detail : "");
+	twc_agent_event_err(name, id, kind_of(st), tw_status_name(st), detail ? detail : "");
 }
 
 static pipe_entry *add_pipe(tw_pipe *p, bool is_server)
@@ -182,9 +182,9 @@ static void cmd_hello(json_int_t id)
 	snprintf(version, sizeof(version), "%s+mutant.%s", TW_VERSION_STRING,
 	         mut && *mut ? mut : "none");
 #endif
-	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[s],s:[s]}", "impl", "tensorwire",
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[s],s:[s]}", "impl", "tensorwire",
 	                                  "version", version, "protocol",
-	                                  TW_AGENT_PROTOCOL_VERSION, "transports", "uv", "channels",
+	                                  TWC_AGENT_PROTOCOL_VERSION, "transports", "uv", "channels",
 	                                  "basic"));
 }
 
@@ -218,14 +218,14 @@ static char *options_string(const json_t *opts)
 static void cmd_context(json_int_t id, const json_t *req)
 {
 	if (g_ctx) {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     "context: this adapter already has a context");
 		return;
 	}
-	tw_agent_context_req r;
+	twc_agent_context_req r;
 	char err[256];
-	if (tw_agent_parse_context(req, &r, err, sizeof(err))) {
-		tw_agent_respond_err(id, "inval", "bad_request", err);
+	if (twc_agent_parse_context(req, &r, err, sizeof(err))) {
+		twc_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
 	tw_context *ctx = NULL;
@@ -241,7 +241,7 @@ static void cmd_context(json_int_t id, const json_t *req)
 	}
 	json_t *skipped = json_array();
 	for (int pass = 0; pass < 2 && st == TW_OK; pass++) {
-		const tw_agent_backend *bs = pass ? r.channels : r.transports;
+		const twc_agent_backend *bs = pass ? r.channels : r.transports;
 		size_t n = pass ? r.num_channels : r.num_transports;
 		for (size_t i = 0; i < n && st == TW_OK; i++) {
 			char *opts = options_string(bs[i].options);
@@ -258,7 +258,7 @@ static void cmd_context(json_int_t id, const json_t *req)
 			}
 		}
 	}
-	tw_agent_context_req_clear(&r);
+	twc_agent_context_req_clear(&r);
 	if (st != TW_OK) {
 		respond_status(id, st, fn);
 		json_decref(skipped);
@@ -267,13 +267,13 @@ static void cmd_context(json_int_t id, const json_t *req)
 		return;
 	}
 	g_ctx = ctx;
-	tw_agent_respond_ok(id, json_pack("{s:o}", "skipped", skipped));
+	twc_agent_respond_ok(id, json_pack("{s:o}", "skipped", skipped));
 }
 
 static bool need_ctx(json_int_t id)
 {
 	if (!g_ctx || g_ctx_closed) {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     g_ctx ? "the context is closed" : "no context: send 'context' first");
 		return false;
 	}
@@ -287,8 +287,8 @@ static void cmd_listen(json_int_t id, const json_t *req)
 	const char **urls;
 	size_t n;
 	char err[256];
-	if (tw_agent_parse_urls(req, &urls, &n, err, sizeof(err))) {
-		tw_agent_respond_err(id, "inval", "bad_request", err);
+	if (twc_agent_parse_urls(req, &urls, &n, err, sizeof(err))) {
+		twc_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
 	tw_listener *l;
@@ -324,14 +324,14 @@ static void cmd_listen(json_int_t id, const json_t *req)
 		free(e);
 		json_decref(bound);
 		tw_listener_destroy(l);
-		tw_agent_respond_err(id, "nomem", "malloc", "listen: out of memory");
+		twc_agent_respond_err(id, "nomem", "malloc", "listen: out of memory");
 		return;
 	}
 	e->listener = l;
 	snprintf(e->id, sizeof(e->id), "l%lu", g_next_listener++);
 	g_listeners[g_nlisteners++] = e;
 	pthread_mutex_unlock(&g_lock);
-	tw_agent_respond_ok(id, json_pack("{s:s,s:o}", "listener", e->id, "urls", bound));
+	twc_agent_respond_ok(id, json_pack("{s:s,s:o}", "listener", e->id, "urls", bound));
 }
 
 static void on_accept(tw_listener *listener, tw_status_t status, const char *detail, tw_pipe *pipe,
@@ -344,9 +344,9 @@ static void on_accept(tw_listener *listener, tw_status_t status, const char *det
 		pipe_entry *e = add_pipe(pipe, true);
 		if (!e) {
 			tw_pipe_destroy(pipe);
-			tw_agent_event_err("accept", o->id, "nomem", "adapter", "adapter: out of memory");
+			twc_agent_event_err("accept", o->id, "nomem", "adapter", "adapter: out of memory");
 		} else {
-			tw_agent_event_ok("accept", o->id, json_pack("{s:s}", "pipe", e->id));
+			twc_agent_event_ok("accept", o->id, json_pack("{s:s}", "pipe", e->id));
 		}
 	}
 	op_free(o);
@@ -356,12 +356,12 @@ static void cmd_accept(json_int_t id, const json_t *req)
 {
 	listener_entry *le = find_listener(req);
 	if (!le) {
-		tw_agent_respond_err(id, "inval", "bad_request", "accept: unknown listener");
+		twc_agent_respond_err(id, "inval", "bad_request", "accept: unknown listener");
 		return;
 	}
 	op *o = op_new(id, NULL);
 	if (!o) {
-		tw_agent_respond_err(id, "nomem", "malloc", "accept: out of memory");
+		twc_agent_respond_err(id, "nomem", "malloc", "accept: out of memory");
 		return;
 	}
 	/* The event may overtake the response (spec/agent.md 3.4). On failure
@@ -372,7 +372,7 @@ static void cmd_accept(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_listener_accept");
 		return;
 	}
-	tw_agent_respond_ok(id, NULL);
+	twc_agent_respond_ok(id, NULL);
 }
 
 static void cmd_connect(json_int_t id, const json_t *req)
@@ -389,10 +389,10 @@ static void cmd_connect(json_int_t id, const json_t *req)
 	pipe_entry *e = add_pipe(p, false);
 	if (!e) {
 		tw_pipe_destroy(p);
-		tw_agent_respond_err(id, "nomem", "malloc", "connect: out of memory");
+		twc_agent_respond_err(id, "nomem", "malloc", "connect: out of memory");
 		return;
 	}
-	tw_agent_respond_ok(id, json_pack("{s:s}", "pipe", e->id));
+	twc_agent_respond_ok(id, json_pack("{s:s}", "pipe", e->id));
 }
 
 static void on_write(tw_pipe *pipe, tw_status_t status, const char *detail, void *arg)
@@ -401,11 +401,11 @@ static void on_write(tw_pipe *pipe, tw_status_t status, const char *detail, void
 	if (status != TW_OK)
 		event_status("write", o->id, status, detail);
 	else
-		tw_agent_event_ok("write", o->id, NULL);
+		twc_agent_event_ok("write", o->id, NULL);
 	op_free(o);
 }
 
-static void to_tw_device(const tw_agent_device *d, tw_device *out)
+static void to_tw_device(const twc_agent_device *d, tw_device *out)
 {
 	memset(out, 0, sizeof(*out));
 	snprintf(out->type, sizeof(out->type), "%s", d->type);
@@ -416,13 +416,13 @@ static void cmd_write(json_int_t id, const json_t *req)
 {
 	pipe_entry *pe = find_pipe(req);
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "write: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "write: unknown pipe");
 		return;
 	}
 	char err[256];
-	tw_agent_msg *m;
-	if (tw_agent_msg_parse(json_object_get(req, "message"), &m, err, sizeof(err)) != 0) {
-		tw_agent_respond_err(id, "inval", "bad_request", err);
+	twc_agent_msg *m;
+	if (twc_agent_msg_parse(json_object_get(req, "message"), &m, err, sizeof(err)) != 0) {
+		twc_agent_respond_err(id, "inval", "bad_request", err);
 		return;
 	}
 	/* Metadata arrays are copied by tw_pipe_write; data buffers live in the op. */
@@ -433,7 +433,7 @@ static void cmd_write(json_int_t id, const json_t *req)
 	if (o)
 		o->bufs = calloc(nb, sizeof(void *));
 	bool failed = !o || !ps || !ts || !o->bufs;
-#define MAKE(b) (failed ? NULL : (o->bufs[o->nbufs++] = tw_agent_buf_make((b), &failed)))
+#define MAKE(b) (failed ? NULL : (o->bufs[o->nbufs++] = twc_agent_buf_make((b), &failed)))
 	tw_message msg = {0};
 	msg.metadata = MAKE(&m->metadata);
 	msg.metadata_length = (size_t)m->metadata.len;
@@ -444,7 +444,7 @@ static void cmd_write(json_int_t id, const json_t *req)
 		ps[i].metadata_length = (size_t)m->payloads[i].metadata.len;
 	}
 	for (size_t i = 0; i < m->num_tensors && !failed; i++) {
-		const tw_agent_tensor *t = &m->tensors[i];
+		const twc_agent_tensor *t = &m->tensors[i];
 		ts[i].data = MAKE(&t->data);
 		ts[i].length = (size_t)t->data.len;
 		to_tw_device(&t->source_device, &ts[i].source_device);
@@ -459,12 +459,12 @@ static void cmd_write(json_int_t id, const json_t *req)
 	msg.payloads = ps;
 	msg.num_tensors = m->num_tensors;
 	msg.tensors = ts;
-	tw_agent_msg_free(m);
+	twc_agent_msg_free(m);
 	if (failed) {
 		free(ps);
 		free(ts);
 		op_free(o);
-		tw_agent_respond_err(id, "nomem", "malloc", "write: cannot allocate the message's buffers");
+		twc_agent_respond_err(id, "nomem", "malloc", "write: cannot allocate the message's buffers");
 		return;
 	}
 	tw_status_t st = tw_pipe_write(pe->pipe, &msg, on_write, o);
@@ -475,7 +475,7 @@ static void cmd_write(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_pipe_write");
 		return;
 	}
-	tw_agent_respond_ok(id, NULL);
+	twc_agent_respond_ok(id, NULL);
 }
 
 static json_t *device_json(const tw_device *d)
@@ -492,7 +492,7 @@ static json_t *descriptor_json(const tw_message *d)
 		const tw_payload *p = &d->payloads[i];
 		json_array_append_new(ps, json_pack("{s:I,s:o}", "len", (json_int_t)p->length,
 		                                    "metadata",
-		                                    tw_agent_sum_json(p->metadata, p->metadata_length)));
+		                                    twc_agent_sum_json(p->metadata, p->metadata_length)));
 	}
 	for (size_t i = 0; i < d->num_tensors; i++) {
 		const tw_tensor *t = &d->tensors[i];
@@ -500,10 +500,10 @@ static json_t *descriptor_json(const tw_message *d)
 		        ts, json_pack("{s:I,s:o,s:o,s:o}", "len", (json_int_t)t->length, "source_device",
 		                      device_json(&t->source_device), "target_device",
 		                      t->has_target_device ? device_json(&t->target_device) : json_null(),
-		                      "metadata", tw_agent_sum_json(t->metadata, t->metadata_length)));
+		                      "metadata", twc_agent_sum_json(t->metadata, t->metadata_length)));
 	}
 	return json_pack("{s:o,s:o,s:o}", "metadata",
-	                 tw_agent_sum_json(d->metadata, d->metadata_length), "payloads", ps, "tensors",
+	                 twc_agent_sum_json(d->metadata, d->metadata_length), "payloads", ps, "tensors",
 	                 ts);
 }
 
@@ -527,7 +527,7 @@ static void on_descriptor(tw_pipe *pipe, tw_status_t status, const char *detail,
 	if (overflow)
 		fprintf(stderr, "tensorwire adapter: more than %d unread descriptors; "
 		                "the harness should read before asking for more\n", MAX_DESCS);
-	tw_agent_event_ok("read_descriptor", o->id, json_pack("{s:o}", "descriptor", dj));
+	twc_agent_event_ok("read_descriptor", o->id, json_pack("{s:o}", "descriptor", dj));
 	op_free(o);
 }
 
@@ -535,12 +535,12 @@ static void cmd_read_descriptor(json_int_t id, const json_t *req)
 {
 	pipe_entry *pe = find_pipe(req);
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "read_descriptor: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "read_descriptor: unknown pipe");
 		return;
 	}
 	op *o = op_new(id, pe);
 	if (!o) {
-		tw_agent_respond_err(id, "nomem", "malloc", "read_descriptor: out of memory");
+		twc_agent_respond_err(id, "nomem", "malloc", "read_descriptor: out of memory");
 		return;
 	}
 	tw_status_t st = tw_pipe_read_descriptor(pe->pipe, on_descriptor, o);
@@ -549,7 +549,7 @@ static void cmd_read_descriptor(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_pipe_read_descriptor");
 		return;
 	}
-	tw_agent_respond_ok(id, NULL);
+	twc_agent_respond_ok(id, NULL);
 }
 
 static void on_read(tw_pipe *pipe, tw_status_t status, const char *detail, void *arg)
@@ -562,14 +562,14 @@ static void on_read(tw_pipe *pipe, tw_status_t status, const char *detail, void 
 	}
 	json_t *ps = json_array(), *ts = json_array();
 	for (size_t i = 0; i < o->npayloads; i++)
-		json_array_append_new(ps, tw_agent_sum_json(o->bufs[i], o->lens[i]));
+		json_array_append_new(ps, twc_agent_sum_json(o->bufs[i], o->lens[i]));
 	for (size_t i = 0; i < o->ntensors; i++) {
 		size_t k = o->npayloads + i;
-		json_t *tj = tw_agent_sum_json(o->bufs[k], o->lens[k]);
+		json_t *tj = twc_agent_sum_json(o->bufs[k], o->lens[k]);
 		json_object_set_new(tj, "device", json_string(o->devs[i]));
 		json_array_append_new(ts, tj);
 	}
-	tw_agent_event_ok("read", o->id, json_pack("{s:o,s:o}", "payloads", ps, "tensors", ts));
+	twc_agent_event_ok("read", o->id, json_pack("{s:o,s:o}", "payloads", ps, "tensors", ts));
 	op_free(o);
 }
 
@@ -577,7 +577,7 @@ static void cmd_read(json_int_t id, const json_t *req)
 {
 	pipe_entry *pe = find_pipe(req);
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "read: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "read: unknown pipe");
 		return;
 	}
 	const tw_message *d = NULL;
@@ -589,7 +589,7 @@ static void cmd_read(json_int_t id, const json_t *req)
 	}
 	pthread_mutex_unlock(&g_lock);
 	if (!d) {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     "read: no descriptor delivered that was not read yet");
 		return;
 	}
@@ -625,12 +625,12 @@ static void cmd_read(json_int_t id, const json_t *req)
 		const char *want =
 		        json_string_value(json_object_get(json_array_get(adev, i), "device"));
 		if (want) {
-			tw_agent_device ad;
-			if (tw_agent_device_parse(want, &ad) != 0) {
+			twc_agent_device ad;
+			if (twc_agent_device_parse(want, &ad) != 0) {
 				op_free(o);
 				free(pbufs);
 				free(tas);
-				tw_agent_respond_err(id, "inval", "bad_request",
+				twc_agent_respond_err(id, "inval", "bad_request",
 				                     "read: allocation.tensors[].device is malformed");
 				return;
 			}
@@ -649,21 +649,21 @@ static void cmd_read(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_pipe_read");
 		return;
 	}
-	tw_agent_respond_ok(id, NULL);
+	twc_agent_respond_ok(id, NULL);
 	return;
 
 err_nomem:
 	op_free(o);
 	free(pbufs);
 	free(tas);
-	tw_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate the buffers");
+	twc_agent_respond_err(id, "nomem", "malloc", "read: cannot allocate the buffers");
 }
 
 static void cmd_info(json_int_t id, const json_t *req)
 {
 	pipe_entry *pe = find_pipe(req);
 	if (!pe) {
-		tw_agent_respond_err(id, "inval", "bad_request", "info: unknown pipe");
+		twc_agent_respond_err(id, "inval", "bad_request", "info: unknown pipe");
 		return;
 	}
 	tw_pipe_info info;
@@ -672,7 +672,7 @@ static void cmd_info(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_pipe_get_info");
 		return;
 	}
-	tw_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", info.transport, "channel",
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", info.transport, "channel",
 	                                  info.channel, "remote_name", info.remote_name, "is_server",
 	                                  info.is_server));
 }
@@ -682,14 +682,14 @@ static void cmd_close(json_int_t id, const json_t *req)
 	if (json_object_get(req, "pipe")) {
 		pipe_entry *pe = find_pipe(req);
 		if (!pe) {
-			tw_agent_respond_err(id, "inval", "bad_request", "close: unknown pipe");
+			twc_agent_respond_err(id, "inval", "bad_request", "close: unknown pipe");
 			return;
 		}
 		tw_pipe_close(pe->pipe);
 	} else if (json_object_get(req, "listener")) {
 		listener_entry *le = find_listener(req);
 		if (!le) {
-			tw_agent_respond_err(id, "inval", "bad_request", "close: unknown listener");
+			twc_agent_respond_err(id, "inval", "bad_request", "close: unknown listener");
 			return;
 		}
 		tw_listener_close(le->listener);
@@ -699,11 +699,11 @@ static void cmd_close(json_int_t id, const json_t *req)
 			tw_context_close(g_ctx);
 		}
 	} else {
-		tw_agent_respond_err(id, "inval", "bad_request",
+		twc_agent_respond_err(id, "inval", "bad_request",
 		                     "close: name a 'pipe', a 'listener' or 'context': true");
 		return;
 	}
-	tw_agent_respond_ok(id, NULL);
+	twc_agent_respond_ok(id, NULL);
 }
 
 static tw_status_t shutdown_context(void)
@@ -739,14 +739,14 @@ static void release_all(void)
 int main(void)
 {
 	json_t *req;
-	while ((req = tw_agent_read_request()) != NULL) {
+	while ((req = twc_agent_read_request()) != NULL) {
 		const json_t *idj = json_object_get(req, "id");
 		json_int_t id = json_is_integer(idj) ? json_integer_value(idj) : -1;
 		const char *cmd = json_string_value(json_object_get(req, "cmd"));
 		if (!cmd)
 			cmd = "";
 		if (id < 0)
-			tw_agent_respond_err(-1, "inval", "bad_request",
+			twc_agent_respond_err(-1, "inval", "bad_request",
 			                     "request without a non-negative integer 'id'");
 		else if (!strcmp(cmd, "hello"))
 			cmd_hello(id);
@@ -769,17 +769,17 @@ int main(void)
 		else if (!strcmp(cmd, "close"))
 			cmd_close(id, req);
 		else if (!strcmp(cmd, "fds"))
-			tw_agent_cmd_fds(id, req);
+			twc_agent_cmd_fds(id, req);
 		else if (!strcmp(cmd, "shutdown")) {
 			tw_status_t st = shutdown_context();
 			if (st != TW_OK)
 				respond_status(id, st, "tw_context_join");
 			else
-				tw_agent_respond_ok(id, NULL);
+				twc_agent_respond_ok(id, NULL);
 		} else {
 			char text[128];
 			snprintf(text, sizeof(text), "unknown command '%.64s'", cmd);
-			tw_agent_respond_err(id, "unsupported", "unknown_command", text);
+			twc_agent_respond_err(id, "unsupported", "unknown_command", text);
 		}
 		json_decref(req);
 	}

@@ -12,7 +12,7 @@
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
 
-static int alloc_parts(tw_agent_msg *m, size_t np, size_t nt)
+static int alloc_parts(twc_agent_msg *m, size_t np, size_t nt)
 {
 	memset(m, 0, sizeof(*m));
 	m->num_payloads = np;
@@ -22,17 +22,17 @@ static int alloc_parts(tw_agent_msg *m, size_t np, size_t nt)
 	if (nt && !(m->tensors = calloc(nt, sizeof(*m->tensors))))
 		return -1;
 	for (size_t i = 0; i < nt; i++)
-		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].source_device);
+		(void)twc_agent_device_parse("cpu:0", &m->tensors[i].source_device);
 	return 0;
 }
 
-static void set_target_cpu(tw_agent_tensor *t)
+static void set_target_cpu(twc_agent_tensor *t)
 {
 	t->has_target_device = true;
-	(void)tw_agent_device_parse("cpu:0", &t->target_device);
+	(void)twc_agent_device_parse("cpu:0", &t->target_device);
 }
 
-static int shape_metadata_only(int index, tw_agent_msg *m)
+static int shape_metadata_only(int index, twc_agent_msg *m)
 {
 	static const uint64_t lens[] = {1, 127, 128, 65536 + 3};
 	if (alloc_parts(m, 0, 0))
@@ -41,7 +41,7 @@ static int shape_metadata_only(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_payloads_only(int index, tw_agent_msg *m)
+static int shape_payloads_only(int index, twc_agent_msg *m)
 {
 	static const uint64_t lens[] = {1, 255, 4096, 300 * KiB + 7};
 	if (alloc_parts(m, 3, 0))
@@ -53,7 +53,7 @@ static int shape_payloads_only(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_tensors_only(int index, tw_agent_msg *m)
+static int shape_tensors_only(int index, twc_agent_msg *m)
 {
 	static const uint64_t lens[] = {8, 4096, 1 * MiB + 1};
 	if (alloc_parts(m, 0, 3))
@@ -66,7 +66,7 @@ static int shape_tensors_only(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_mixed(int index, tw_agent_msg *m)
+static int shape_mixed(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 2, 3))
 		return -1;
@@ -82,7 +82,7 @@ static int shape_mixed(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_zero_length(int index, tw_agent_msg *m)
+static int shape_zero_length(int index, twc_agent_msg *m)
 {
 	static const uint64_t lens[] = {0, 100, 0, 5000, 0};
 	if (alloc_parts(m, 3, 5))
@@ -99,7 +99,7 @@ static int shape_zero_length(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_100_tensors(int index, tw_agent_msg *m)
+static int shape_100_tensors(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 0, 100))
 		return -1;
@@ -113,7 +113,7 @@ static int shape_100_tensors(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_burst(int index, tw_agent_msg *m)
+static int shape_burst(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 1, 1))
 		return -1;
@@ -124,7 +124,7 @@ static int shape_burst(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_64mib(int index, tw_agent_msg *m)
+static int shape_64mib(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 0, 1))
 		return -1;
@@ -134,7 +134,7 @@ static int shape_64mib(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_no_target(int index, tw_agent_msg *m)
+static int shape_no_target(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 1, 4))
 		return -1;
@@ -149,7 +149,7 @@ static int shape_no_target(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_2_5gib(int index, tw_agent_msg *m)
+static int shape_2_5gib(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 0, 1))
 		return -1;
@@ -159,7 +159,7 @@ static int shape_2_5gib(int index, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_4_5gib(int index, tw_agent_msg *m)
+static int shape_4_5gib(int index, twc_agent_msg *m)
 {
 	if (alloc_parts(m, 0, 1))
 		return -1;
@@ -169,7 +169,7 @@ static int shape_4_5gib(int index, tw_agent_msg *m)
 	return 0;
 }
 
-const tw_interop_case tw_interop_cases[] = {
+const twc_interop_case twc_interop_cases[] = {
 	{"metadata_only", "message metadata only, no payloads or tensors", 4, false, false, 60,
 	 shape_metadata_only},
 	{"payloads_only", "three payloads per message, no tensors", 4, false, false, 60,
@@ -188,13 +188,13 @@ const tw_interop_case tw_interop_cases[] = {
 	{"tensor_2_5gib", "one 2.5 GiB tensor", 1, false, true, 1200, shape_2_5gib},
 	{"tensor_4_5gib", "one 4.5 GiB tensor", 1, false, true, 1200, shape_4_5gib},
 };
-const int tw_interop_num_cases = (int)(sizeof(tw_interop_cases) / sizeof(tw_interop_cases[0]));
+const int twc_interop_num_cases = (int)(sizeof(twc_interop_cases) / sizeof(twc_interop_cases[0]));
 
-const tw_interop_case *tw_interop_case_find(const char *id)
+const twc_interop_case *twc_interop_case_find(const char *id)
 {
-	for (int i = 0; i < tw_interop_num_cases; i++) {
-		if (strcmp(tw_interop_cases[i].id, id) == 0)
-			return &tw_interop_cases[i];
+	for (int i = 0; i < twc_interop_num_cases; i++) {
+		if (strcmp(twc_interop_cases[i].id, id) == 0)
+			return &twc_interop_cases[i];
 	}
 	return NULL;
 }

@@ -4,14 +4,14 @@
  * A case only shapes messages (counts, lengths, devices); the driver
  * (harness/interop.c) assigns seeds, sends, receives and checks.
  */
-#ifndef TW_SUITES_INTEROP_CASES_H
-#define TW_SUITES_INTEROP_CASES_H
+#ifndef TWC_SUITES_INTEROP_CASES_H
+#define TWC_SUITES_INTEROP_CASES_H
 
 #include <stdbool.h>
 
 #include "agent.h"
 
-typedef struct tw_interop_case {
+typedef struct twc_interop_case {
 	const char *id;      /* stable name used in test names and the matrix */
 	const char *title;   /* one line for humans */
 	int num_messages;    /* per direction */
@@ -20,21 +20,21 @@ typedef struct tw_interop_case {
 	int wait_s;          /* how long any single wait may take */
 	/* Shapes message `index`: counts, lengths, devices (seeds are the
 	 * driver's). Returns -1 on allocation failure. */
-	int (*shape)(int index, tw_agent_msg *m);
-} tw_interop_case;
+	int (*shape)(int index, twc_agent_msg *m);
+} twc_interop_case;
 
-extern const tw_interop_case tw_interop_cases[];
-extern const int tw_interop_num_cases;
+extern const twc_interop_case twc_interop_cases[];
+extern const int twc_interop_num_cases;
 
-const tw_interop_case *tw_interop_case_find(const char *id);
+const twc_interop_case *twc_interop_case_find(const char *id);
 
 /* Runs one case: `ccmd` as client, `scmd` as server (spec/agent.md adapter
  * commands, or "unavailable:<reason>"). wait_s > 0 overrides the case's
  * bound on each wait. Returns 0 (PASS), 1 (FAIL) or 77 (SKIP), with the
  * reason in `reason`; `transport`/`channel` (32 bytes each, may be NULL) get
  * what the client reported. Progress lines ("# ...") go to stdout. */
-int tw_interop_run_case(const tw_interop_case *c, const char *ccmd, const char *scmd,
+int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char *scmd,
                         const char *cname, const char *sname, int wait_s, char *reason,
                         size_t reasonlen, char *transport, char *channel);
 
-#endif /* TW_SUITES_INTEROP_CASES_H */
+#endif /* TWC_SUITES_INTEROP_CASES_H */

@@ -11,35 +11,35 @@
 #include "cases.h"
 #include "session.h"
 
-int tw_interop_run_case(const tw_interop_case *c, const char *ccmd, const char *scmd,
+int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char *scmd,
                         const char *cname, const char *sname, int wait_s, char *reason,
                         size_t reasonlen, char *transport, char *channel)
 {
 	const char *why;
-	if (tw_cmd_unavailable(scmd, &why) || tw_cmd_unavailable(ccmd, &why)) {
-		snprintf(reason, reasonlen, "%s (%s): %s", tw_cmd_unavailable(scmd, NULL) ? "server" : "client",
-		         tw_cmd_unavailable(scmd, NULL) ? sname : cname, why);
+	if (twc_cmd_unavailable(scmd, &why) || twc_cmd_unavailable(ccmd, &why)) {
+		snprintf(reason, reasonlen, "%s (%s): %s", twc_cmd_unavailable(scmd, NULL) ? "server" : "client",
+		         twc_cmd_unavailable(scmd, NULL) ? sname : cname, why);
 		return 77;
 	}
-	int case_no = (int)(c - tw_interop_cases);
+	int case_no = (int)(c - twc_interop_cases);
 	uint64_t base = (uint64_t)(case_no + 1) << 36;
-	tw_session s;
+	twc_session s;
 	printf("# case %s: %s; client %s, server %s\n", c->id, c->title, cname, sname);
 	fflush(stdout);
-	int rc = tw_session_start(&s, ccmd, scmd, cname, sname,
+	int rc = twc_session_start(&s, ccmd, scmd, cname, sname,
 	                          (wait_s > 0 ? wait_s : c->wait_s) * 1000, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_connect(&s, NULL);
+		rc = twc_session_connect(&s, NULL);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, c->shape, c->num_messages, c->burst, base);
+		rc = twc_session_transfer(&s, true, c->shape, c->num_messages, c->burst, base);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, c->shape, c->num_messages, c->burst,
+		rc = twc_session_transfer(&s, false, c->shape, c->num_messages, c->burst,
 		                         base + (UINT64_C(1) << 35));
 	if (rc == 0)
-		rc = tw_session_check_info(&s, "uv", "basic");
+		rc = twc_session_check_info(&s, "uv", "basic");
 	if (rc == 0)
-		rc = tw_session_finish(&s);
-	tw_session_destroy(&s);
+		rc = twc_session_finish(&s);
+	twc_session_destroy(&s);
 	snprintf(reason, reasonlen, "%s", rc == 0 ? "" : s.reason);
 	if (transport)
 		snprintf(transport, 32, "%s", s.transport);

@@ -11,29 +11,29 @@
 #include "suites.h"
 #include "cases.h"
 
-static tw_outcome_t run_interop(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_interop(const twc_case *c, twc_case_env *env)
 {
-	const tw_interop_case *ic = c->arg;
+	const twc_interop_case *ic = c->arg;
 	/* the case's own bound on each wait, or the runner's if that is shorter */
 	int wait_s = env->wait_ms > 0 ? (env->wait_ms + 999) / 1000 : ic->wait_s;
 	if (wait_s > ic->wait_s)
 		wait_s = ic->wait_s;
-	int rc = tw_interop_run_case(ic, env->iut_cmd, env->peer_cmd, env->iut_name, env->peer_name,
+	int rc = twc_interop_run_case(ic, env->iut_cmd, env->peer_cmd, env->iut_name, env->peer_name,
 	                             wait_s, env->reason, sizeof(env->reason), env->transport,
 	                             env->channel);
-	return rc == 0 ? TW_PASS : rc == 77 ? TW_SKIP : TW_FAIL;
+	return rc == 0 ? TWC_PASS : rc == 77 ? TWC_SKIP : TWC_FAIL;
 }
 
 /* "Interop tests [...] each ours->stock, stock->ours and ours<->ours: [...]
  * Data is compared by checksum." (tensorwire issue 2 item 8; spec/agent.md 8) */
-const tw_case *tw_suite_interop(int *count_out)
+const twc_case *twc_suite_interop(int *count_out)
 {
-	static tw_case *cases;
+	static twc_case *cases;
 	static char (*ids)[64], (*descs)[160], (*secs)[96];
 	static int n = -1;
 	if (n < 0) {
 		n = 0;
-		size_t k = (size_t)tw_interop_num_cases + 1;
+		size_t k = (size_t)twc_interop_num_cases + 1;
 		cases = calloc(k, sizeof(*cases));
 		ids = calloc(k, sizeof(*ids));
 		descs = calloc(k, sizeof(*descs));
@@ -42,8 +42,8 @@ const tw_case *tw_suite_interop(int *count_out)
 			fprintf(stderr, "tensorwire-conform: out of memory\n");
 			exit(2);
 		}
-		for (int i = 0; i < tw_interop_num_cases; i++) {
-			const tw_interop_case *ic = &tw_interop_cases[i];
+		for (int i = 0; i < twc_interop_num_cases; i++) {
+			const twc_interop_case *ic = &twc_interop_cases[i];
 			snprintf(ids[n], sizeof(ids[n]), "interop.%s", ic->id);
 			snprintf(descs[n], sizeof(descs[n]), "%s, both directions over one pipe", ic->title);
 			/* every case runs the handshake and the message flow between the two
@@ -54,11 +54,11 @@ const tw_case *tw_suite_interop(int *count_out)
 			                    : !strcmp(ic->id, "tensors_100")      ? ", wire.md 3.10 (3.10.d)"
 			                                                          : "";
 			snprintf(secs[n], sizeof(secs[n]), "agent.md 8, wire.md 3.9, wire.md 3.10%s", extra);
-			cases[n] = (tw_case){
+			cases[n] = (twc_case){
 				.id = ids[n],
 				.suite = "interop",
 				.section = secs[n],
-				.level = TW_MUST,
+				.level = TWC_MUST,
 				.needs = ic->large ? "memory:10GiB" : "",
 				.description = descs[n],
 				.requirement = "every received buffer's xxh3 and len equal those of the bytes "

@@ -25,7 +25,7 @@
 
 /* ---- message shapes -------------------------------------------------------------- */
 
-static int parts(tw_agent_msg *m, size_t np, size_t nt)
+static int parts(twc_agent_msg *m, size_t np, size_t nt)
 {
 	memset(m, 0, sizeof(*m));
 	m->num_payloads = np;
@@ -35,15 +35,15 @@ static int parts(tw_agent_msg *m, size_t np, size_t nt)
 	if (nt && !(m->tensors = calloc(nt, sizeof(*m->tensors))))
 		return -1;
 	for (size_t i = 0; i < nt; i++) {
-		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].source_device);
+		(void)twc_agent_device_parse("cpu:0", &m->tensors[i].source_device);
 		m->tensors[i].has_target_device = true;
-		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].target_device);
+		(void)twc_agent_device_parse("cpu:0", &m->tensors[i].target_device);
 	}
 	return 0;
 }
 
 /* Every message differs in size, so a swap or a loss shows in the descriptor. */
-static int shape_ordered(int i, tw_agent_msg *m)
+static int shape_ordered(int i, twc_agent_msg *m)
 {
 	if (parts(m, 1, 1))
 		return -1;
@@ -55,7 +55,7 @@ static int shape_ordered(int i, tw_agent_msg *m)
 
 /* Every other message has a tensor without a target device, so it waits for
  * its DescriptorReply while the one behind it is ready to go. */
-static int shape_reply_gaps(int i, tw_agent_msg *m)
+static int shape_reply_gaps(int i, twc_agent_msg *m)
 {
 	if (shape_ordered(i, m))
 		return -1;
@@ -63,7 +63,7 @@ static int shape_reply_gaps(int i, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_64k(int i, tw_agent_msg *m)
+static int shape_64k(int i, twc_agent_msg *m)
 {
 	if (parts(m, 0, 1))
 		return -1;
@@ -72,7 +72,7 @@ static int shape_64k(int i, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_4m(int i, tw_agent_msg *m)
+static int shape_4m(int i, twc_agent_msg *m)
 {
 	if (parts(m, 1, 1))
 		return -1;
@@ -81,7 +81,7 @@ static int shape_4m(int i, tw_agent_msg *m)
 	return 0;
 }
 
-static int shape_small(int i, tw_agent_msg *m)
+static int shape_small(int i, twc_agent_msg *m)
 {
 	if (parts(m, 1, 1))
 		return -1;
@@ -93,48 +93,48 @@ static int shape_small(int i, tw_agent_msg *m)
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-static tw_outcome_t from_session(tw_session *s, tw_case_env *env, int rc)
+static twc_outcome_t from_session(twc_session *s, twc_case_env *env, int rc)
 {
 	snprintf(env->transport, sizeof(env->transport), "%s", s->transport);
 	snprintf(env->channel, sizeof(env->channel), "%s", s->channel);
-	tw_session_destroy(s);
+	twc_session_destroy(s);
 	if (rc == 0)
-		return TW_PASS;
-	return tw_case_result(env, TW_FAIL, "%s", s->reason);
+		return TWC_PASS;
+	return twc_case_result(env, TWC_FAIL, "%s", s->reason);
 }
 
 /* The client is the IUT; the server is the peer the runner chose (the IUT
  * itself, or the reference implementation for a cross run). */
-static int begin(tw_session *s, tw_case_env *env, const json_t *ctx, const json_t *urls)
+static int begin(twc_session *s, twc_case_env *env, const json_t *ctx, const json_t *urls)
 {
 	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
 	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
-	int rc = tw_session_start(s, env->iut_cmd, scmd, env->iut_name, sname, env->wait_ms, ctx,
+	int rc = twc_session_start(s, env->iut_cmd, scmd, env->iut_name, sname, env->wait_ms, ctx,
 	                          urls);
 	if (rc == 0)
-		rc = tw_session_connect(s, NULL);
+		rc = twc_session_connect(s, NULL);
 	return rc;
 }
 
 /* A pending operation must end with exactly one error event. */
-static int expect_error_event(tw_session *s, tw_adapter *a, json_int_t id, const char *name,
+static int expect_error_event(twc_session *s, twc_adapter *a, json_int_t id, const char *name,
                               const char *want_kind, char *kind_out, size_t kind_len)
 {
 	json_t *ev;
-	if (tw_session_event(s, a, id, name, &ev))
+	if (twc_session_event(s, a, id, name, &ev))
 		return -1;
 	int rc = 0;
-	const char *kind = tw_event_error_kind(ev);
+	const char *kind = twc_event_error_kind(ev);
 	if (json_is_true(json_object_get(ev, "ok")))
-		rc = tw_session_fail(s, "%s: the pending %s succeeded; it should have failed",
-		                     tw_adapter_label(a), name);
+		rc = twc_session_fail(s, "%s: the pending %s succeeded; it should have failed",
+		                     twc_adapter_label(a), name);
 	else if (want_kind && (!kind || strcmp(kind, want_kind) != 0))
-		rc = tw_session_fail(s, "%s: the pending %s failed with kind '%s' (%s), expected '%s'",
-		                     tw_adapter_label(a), name, kind ? kind : "?",
-		                     tw_event_error_text(ev), want_kind);
+		rc = twc_session_fail(s, "%s: the pending %s failed with kind '%s' (%s), expected '%s'",
+		                     twc_adapter_label(a), name, kind ? kind : "?",
+		                     twc_event_error_text(ev), want_kind);
 	else
-		printf("# %s: pending %s failed as it should: %s (%s)\n", tw_adapter_label(a), name,
-		       kind ? kind : "?", tw_event_error_text(ev));
+		printf("# %s: pending %s failed as it should: %s (%s)\n", twc_adapter_label(a), name,
+		       kind ? kind : "?", twc_event_error_text(ev));
 	if (kind_out)
 		snprintf(kind_out, kind_len, "%s", kind ? kind : "?");
 	json_decref(ev);
@@ -144,25 +144,25 @@ static int expect_error_event(tw_session *s, tw_adapter *a, json_int_t id, const
 /* ---- cases ----------------------------------------------------------------------------- */
 
 /* n messages shaped by `shape` each way, all written before the first read. */
-static tw_outcome_t both_ways(tw_case_env *env, tw_shape_fn shape, int n, uint64_t seed)
+static twc_outcome_t both_ways(twc_case_env *env, twc_shape_fn shape, int n, uint64_t seed)
 {
-	tw_session s;
+	twc_session s;
 	int rc = begin(&s, env, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape, n, true, seed);
+		rc = twc_session_transfer(&s, true, shape, n, true, seed);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape, n, true, seed + 1999000);
+		rc = twc_session_transfer(&s, false, shape, n, true, seed + 1999000);
 	if (rc == 0)
-		rc = tw_session_check_info(&s, NULL, NULL);
+		rc = twc_session_check_info(&s, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* "D carries, per direction: descriptor0, payloads0..., descriptor1,
  * payloads1..., strictly in message order. [...] Callbacks are delivered to the
  * application in message order" (wire.md 3.11) */
-static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_ordering(const twc_case *c, twc_case_env *env)
 {
 	return both_ways(env, shape_ordered, 200, 1000);
 }
@@ -170,7 +170,7 @@ static tw_outcome_t run_ordering(const tw_case *c, tw_case_env *env)
 /* (3.12.a) again, where a message waits for its DescriptorReply (3.11) and
  * the messages behind it need none: their tensors must still follow its
  * tensors on the channel, never overtake them. */
-static tw_outcome_t run_ordering_behind_reply(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_ordering_behind_reply(const twc_case *c, twc_case_env *env)
 {
 	return both_ways(env, shape_reply_gaps, 40, 1500000);
 }
@@ -178,161 +178,161 @@ static tw_outcome_t run_ordering_behind_reply(const tw_case *c, tw_case_env *env
 /* "Stock sender pipelining: [...] up to several descriptors can be in flight
  * [...] there is no flow control beyond the transports'." (wire.md 3.11);
  * "many writes in flight before any read" (issue 3 item 5) */
-static tw_outcome_t run_in_flight(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_in_flight(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
+	twc_session s;
 	int rc = begin(&s, env, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_64k, 1000, true, 3000000);
+		rc = twc_session_transfer(&s, true, shape_64k, 1000, true, 3000000);
 	if (rc == 0)
-		rc = tw_session_check_info(&s, NULL, NULL);
+		rc = twc_session_check_info(&s, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* "both sides writing at once" (issue 3 item 5): each side queues 8 messages
  * of 4 MiB before either side reads; nothing may deadlock or mix. */
-static tw_outcome_t run_both_write(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_both_write(const twc_case *c, twc_case_env *env)
 {
 	enum { N = 8 };
-	tw_session s;
-	tw_agent_msg msgs[2][N];
+	twc_session s;
+	twc_agent_msg msgs[2][N];
 	json_int_t wids[2][N];
 	memset(msgs, 0, sizeof(msgs));
 	int rc = begin(&s, env, NULL, NULL);
-	tw_adapter *side[2] = {s.client, s.server};
+	twc_adapter *side[2] = {s.client, s.server};
 	const char *pipe[2] = {s.cpipe, s.spipe};
 	for (int d = 0; rc == 0 && d < 2; d++) {
 		for (int i = 0; rc == 0 && i < N; i++) {
 			if (shape_4m(i, &msgs[d][i])) {
-				rc = tw_session_fail(&s, "harness: out of memory");
+				rc = twc_session_fail(&s, "harness: out of memory");
 				break;
 			}
-			tw_msg_assign_seeds(&msgs[d][i], 4000000 + (uint64_t)d * 100000 + (uint64_t)i * 100);
+			twc_msg_assign_seeds(&msgs[d][i], 4000000 + (uint64_t)d * 100000 + (uint64_t)i * 100);
 		}
 	}
 	/* every write on both sides first */
 	for (int i = 0; rc == 0 && i < N; i++) {
 		for (int d = 0; d < 2 && rc == 0; d++) {
-			wids[d][i] = tw_session_arm(&s, side[d], json_pack("{s:s,s:s,s:o}", "cmd", "write",
+			wids[d][i] = twc_session_arm(&s, side[d], json_pack("{s:s,s:s,s:o}", "cmd", "write",
 			                                                   "pipe", pipe[d], "message",
-			                                                   tw_msg_json(&msgs[d][i])));
+			                                                   twc_msg_json(&msgs[d][i])));
 			rc = wids[d][i] < 0 ? -1 : 0;
 		}
 	}
 	/* then both sides read what the other wrote, alternating */
 	for (int i = 0; rc == 0 && i < N; i++) {
 		for (int d = 0; d < 2 && rc == 0; d++) {
-			tw_adapter *rx = side[1 - d];
+			twc_adapter *rx = side[1 - d];
 			char why[1024];
 			json_t *ev = NULL;
-			json_int_t id = tw_session_arm(&s, rx, json_pack("{s:s,s:s}", "cmd",
+			json_int_t id = twc_session_arm(&s, rx, json_pack("{s:s,s:s}", "cmd",
 			                                                 "read_descriptor", "pipe",
 			                                                 pipe[1 - d]));
-			rc = id < 0 || tw_session_ok_event(&s, rx, id, "read_descriptor", &ev) ? -1 : 0;
-			if (rc == 0 && tw_msg_check_descriptor(&msgs[d][i], json_object_get(ev, "descriptor"),
+			rc = id < 0 || twc_session_ok_event(&s, rx, id, "read_descriptor", &ev) ? -1 : 0;
+			if (rc == 0 && twc_msg_check_descriptor(&msgs[d][i], json_object_get(ev, "descriptor"),
 			                                       why, sizeof(why)))
-				rc = tw_session_fail(&s, "message %d from %s: %s", i,
-				                     tw_adapter_label(side[d]), why);
+				rc = twc_session_fail(&s, "message %d from %s: %s", i,
+				                     twc_adapter_label(side[d]), why);
 			json_decref(ev);
 			ev = NULL;
 			if (rc)
 				break;
-			id = tw_session_arm(&s, rx, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+			id = twc_session_arm(&s, rx, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
 			                                      pipe[1 - d]));
-			rc = id < 0 || tw_session_ok_event(&s, rx, id, "read", &ev) ? -1 : 0;
-			if (rc == 0 && tw_msg_check_read(&msgs[d][i], ev, why, sizeof(why)))
-				rc = tw_session_fail(&s, "message %d from %s: %s", i,
-				                     tw_adapter_label(side[d]), why);
+			rc = id < 0 || twc_session_ok_event(&s, rx, id, "read", &ev) ? -1 : 0;
+			if (rc == 0 && twc_msg_check_read(&msgs[d][i], ev, why, sizeof(why)))
+				rc = twc_session_fail(&s, "message %d from %s: %s", i,
+				                     twc_adapter_label(side[d]), why);
 			json_decref(ev);
 		}
 	}
 	for (int i = 0; rc == 0 && i < N; i++)
 		for (int d = 0; d < 2 && rc == 0; d++)
-			rc = tw_session_ok_event(&s, side[d], wids[d][i], "write", NULL);
+			rc = twc_session_ok_event(&s, side[d], wids[d][i], "write", NULL);
 	for (int d = 0; d < 2; d++)
 		for (int i = 0; i < N; i++)
-			tw_msg_clear(&msgs[d][i]);
+			twc_msg_clear(&msgs[d][i]);
 	if (rc == 0)
-		rc = tw_session_check_info(&s, NULL, NULL);
+		rc = twc_session_check_info(&s, NULL, NULL);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* "Every callback fires exactly once, with an error if the object closes
  * first." (STYLE.md; tensorwire.h: "on close each pending callback fires with
  * an error") - here: a descriptor delivered and never read, then close. */
-static tw_outcome_t run_descriptor_then_close(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_descriptor_then_close(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
-	tw_agent_msg m;
+	twc_session s;
+	twc_agent_msg m;
 	json_t *ev = NULL;
 	int rc = begin(&s, env, NULL, NULL);
 	memset(&m, 0, sizeof(m));
 	if (rc == 0 && shape_small(0, &m))
-		rc = tw_session_fail(&s, "harness: out of memory");
-	tw_msg_assign_seeds(&m, 5000000);
-	json_int_t w = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
+		rc = twc_session_fail(&s, "harness: out of memory");
+	twc_msg_assign_seeds(&m, 5000000);
+	json_int_t w = rc ? -1 : twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
 	                                                                "write", "pipe", s.cpipe,
-	                                                                "message", tw_msg_json(&m)));
-	json_int_t rd = w < 0 ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	                                                                "message", twc_msg_json(&m)));
+	json_int_t rd = w < 0 ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
 	                                                                    "read_descriptor", "pipe",
 	                                                                    s.spipe));
-	rc = rd < 0 ? -1 : tw_session_ok_event(&s, s.server, rd, "read_descriptor", &ev);
+	rc = rd < 0 ? -1 : twc_session_ok_event(&s, s.server, rd, "read_descriptor", &ev);
 	json_decref(ev);
-	tw_msg_clear(&m);
+	twc_msg_clear(&m);
 	if (rc == 0) {
-		json_t *r = tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
+		json_t *r = twc_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
 		                                                    s.spipe));
 		rc = r ? 0 : -1;
 		json_decref(r);
 	}
 	/* the writer's callback fires once, whether it completed or failed */
 	if (rc == 0)
-		rc = tw_session_event(&s, s.client, w, "write", &ev);
+		rc = twc_session_event(&s, s.client, w, "write", &ev);
 	if (rc == 0) {
 		printf("# the client's write ended: %s\n",
-		       json_is_true(json_object_get(ev, "ok")) ? "ok" : tw_event_error_text(ev));
+		       json_is_true(json_object_get(ev, "ok")) ? "ok" : twc_event_error_text(ev));
 		json_decref(ev);
 	}
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* "Every callback fires exactly once, with an error if the object closes
  * first." (STYLE.md) and tensorwire.h: "When the object closes first, each
  * pending callback fires with an error (TW_ERR_CLOSED for a local close)". */
-static tw_outcome_t run_close_with_pending(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_close_with_pending(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
-	tw_agent_msg m;
+	twc_session s;
+	twc_agent_msg m;
 	int rc = begin(&s, env, NULL, NULL);
 	memset(&m, 0, sizeof(m));
 	/* a write that cannot finish: its tensor has no target device, so it
 	 * waits for a DescriptorReply the server never sends (it never reads) */
 	if (rc == 0 && parts(&m, 0, 1))
-		rc = tw_session_fail(&s, "harness: out of memory");
+		rc = twc_session_fail(&s, "harness: out of memory");
 	if (rc == 0) {
 		m.tensors[0].data.len = 1 << 20;
 		m.tensors[0].has_target_device = false;
-		tw_msg_assign_seeds(&m, 6000000);
+		twc_msg_assign_seeds(&m, 6000000);
 	}
-	json_int_t w = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
+	json_int_t w = rc ? -1 : twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
 	                                                                "write", "pipe", s.cpipe,
-	                                                                "message", tw_msg_json(&m)));
-	tw_msg_clear(&m);
-	json_int_t crd = w < 0 ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	                                                                "message", twc_msg_json(&m)));
+	twc_msg_clear(&m);
+	json_int_t crd = w < 0 ? -1 : twc_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
 	                                                                     "read_descriptor",
 	                                                                     "pipe", s.cpipe));
-	json_int_t acc = crd < 0 ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	json_int_t acc = crd < 0 ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
 	                                                                       "accept", "listener",
 	                                                                       s.lid));
 	rc = acc < 0 ? -1 : 0;
 	/* close the client's pipe: its write and read_descriptor are pending */
-	json_t *r = rc ? NULL : tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+	json_t *r = rc ? NULL : twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
 	                                                                "pipe", s.cpipe));
 	rc = rc || !r ? -1 : 0;
 	json_decref(r);
@@ -341,68 +341,68 @@ static tw_outcome_t run_close_with_pending(const tw_case *c, tw_case_env *env)
 	if (rc == 0)
 		rc = expect_error_event(&s, s.client, crd, "read_descriptor", "closed", NULL, 0);
 	/* close the listener: its accept is pending */
-	r = rc ? NULL : tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close",
+	r = rc ? NULL : twc_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd", "close",
 	                                                        "listener", s.lid));
 	rc = rc || !r ? -1 : 0;
 	json_decref(r);
 	if (rc == 0)
 		rc = expect_error_event(&s, s.server, acc, "accept", "closed", NULL, 0);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* The adapter has exited cleanly with every callback once. */
-static int adapter_done(tw_session *s, tw_adapter *a)
+static int adapter_done(twc_session *s, twc_adapter *a)
 {
-	char err[TW_REASON_MAX];
-	if (tw_adapter_finish(a, 30000, err, sizeof(err)) ||
-	    tw_adapter_check_callbacks(a, err, sizeof(err)))
-		return tw_session_fail(s, "%s", err);
+	char err[TWC_REASON_MAX];
+	if (twc_adapter_finish(a, 30000, err, sizeof(err)) ||
+	    twc_adapter_check_callbacks(a, err, sizeof(err)))
+		return twc_session_fail(s, "%s", err);
 	return 0;
 }
 
 /* One side alone ends in order (its peer is gone or finished): close its
  * pipe, shut it down, and adapter_done. */
-static int finish_one(tw_session *s, tw_adapter *a, const char *pipe)
+static int finish_one(twc_session *s, twc_adapter *a, const char *pipe)
 {
-	json_t *r = tw_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
+	json_t *r = twc_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
 	json_decref(r);
-	r = r ? tw_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+	r = r ? twc_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
 	json_decref(r);
 	return r ? adapter_done(s, a) : -1;
 }
 
 /* One run of "the peer goes away while the server waits for a descriptor":
  * gracefully (close, shutdown, exit) or killed with SIGKILL. */
-static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len, char *why,
+static int peer_gone(twc_case_env *env, bool kill_it, char *kind, size_t kind_len, char *why,
                      size_t why_len)
 {
-	tw_session s;
+	twc_session s;
 	int rc = begin(&s, env, NULL, NULL);
 	/* one message first, so the pipe is established on both ends (a peer that
 	 * leaves mid-handshake is a wire-suite case, wire.close_after_answer) */
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_small, 1, false, 9000000);
-	json_int_t rd = rc ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		rc = twc_session_transfer(&s, true, shape_small, 1, false, 9000000);
+	json_int_t rd = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
 	                                                                 "read_descriptor", "pipe",
 	                                                                 s.spipe));
 	rc = rd < 0 ? -1 : 0;
 	if (rc == 0 && kill_it) {
 		printf("# killing the client with SIGKILL\n");
-		tw_adapter_kill(s.client);
+		twc_adapter_kill(s.client);
 	} else if (rc == 0) {
-		json_t *r = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
+		json_t *r = twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
 		                                                    s.cpipe));
 		json_decref(r);
-		r = r ? tw_session_call(&s, s.client, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+		r = r ? twc_session_call(&s, s.client, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
 		rc = r ? 0 : -1;
 		json_decref(r);
 	}
 	if (rc == 0)
 		rc = expect_error_event(&s, s.server, rd, "read_descriptor", NULL, kind, kind_len);
 	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
-		rc = tw_session_fail(&s, "the pending read failed with kind '%s', not an end-of-file or "
+		rc = twc_session_fail(&s, "the pending read failed with kind '%s', not an end-of-file or "
 		                         "connection-reset error (wire.md 5.6.a)", kind);
 	/* end the server in order; the client is gone (or going) */
 	if (rc == 0)
@@ -410,7 +410,7 @@ static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len
 	if (rc == 0 && !kill_it)
 		rc = adapter_done(&s, s.client);
 	snprintf(why, why_len, "%s", s.reason);
-	tw_session_destroy(&s);
+	twc_session_destroy(&s);
 	return rc;
 }
 
@@ -418,85 +418,85 @@ static int peer_gone(tw_case_env *env, bool kill_it, char *kind, size_t kind_len
  * errors)" (issue 3 item 5). The MUST half: either way the pending operation
  * ends with exactly one error, no hang. The SHOULD half (arg != NULL): the two
  * errors are of different kinds. */
-static tw_outcome_t run_peer_gone(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_peer_gone(const twc_case *c, twc_case_env *env)
 {
-	char k1[32] = "", k2[32] = "", why[TW_REASON_MAX];
+	char k1[32] = "", k2[32] = "", why[TWC_REASON_MAX];
 	if (peer_gone(env, false, k1, sizeof(k1), why, sizeof(why)))
-		return tw_case_result(env, TW_FAIL, "graceful close: %s", why);
+		return twc_case_result(env, TWC_FAIL, "graceful close: %s", why);
 	if (peer_gone(env, true, k2, sizeof(k2), why, sizeof(why)))
-		return tw_case_result(env, TW_FAIL, "SIGKILL: %s", why);
+		return twc_case_result(env, TWC_FAIL, "SIGKILL: %s", why);
 	snprintf(env->transport, sizeof(env->transport), "uv");
 	snprintf(env->channel, sizeof(env->channel), "basic");
 	if (c->arg && !strcmp(k1, k2))
-		return tw_case_result(env, TW_FAIL, "a graceful close and a SIGKILL both end the "
+		return twc_case_result(env, TWC_FAIL, "a graceful close and a SIGKILL both end the "
 		                                    "peer's pending read with kind '%s'", k1);
 	/* Distinct is not enough: the close must read as an end-of-file and the
 	 * death as a reset (wire.md 8.2), not the other way round. */
 	if (c->arg && (strcmp(k1, "eof") != 0 || strcmp(k2, "reset") != 0))
-		return tw_case_result(env, TW_FAIL, "a graceful close ended the peer's pending read "
+		return twc_case_result(env, TWC_FAIL, "a graceful close ended the peer's pending read "
 		                                    "with kind '%s' and a SIGKILL with '%s'; expected "
 		                                    "'eof' and 'reset'", k1, k2);
-	return tw_case_result(env, TW_PASS, "graceful close: %s; SIGKILL: %s", k1, k2);
+	return twc_case_result(env, TWC_PASS, "graceful close: %s; SIGKILL: %s", k1, k2);
 }
 
 /* "The server iterates its own viable transports from highest to lowest
  * priority and picks the first one that (a) its listener also listens on, (b)
  * appears in the client's brochure [...]. Channels: iterating its channels
  * from highest to lowest priority [...]" (wire.md 3.5) */
-static tw_outcome_t run_channel_priority(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_channel_priority(const twc_case *c, twc_case_env *env)
 {
 	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i},{s:s,s:s,s:i}]}", "transports",
 	                        "name", "uv", "kind", "uv", "priority", 0, "channels", "name",
 	                        "basic", "kind", "basic", "priority", 0, "name", "basic_hi", "kind",
 	                        "basic", "priority", 10);
-	tw_session s;
+	twc_session s;
 	int rc = begin(&s, env, ctx, NULL);
 	json_decref(ctx);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_small, 3, false, 7000000);
+		rc = twc_session_transfer(&s, true, shape_small, 3, false, 7000000);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape_small, 3, false, 7100000);
+		rc = twc_session_transfer(&s, false, shape_small, 3, false, 7100000);
 	if (rc == 0)
-		rc = tw_session_check_info(&s, "uv", "basic_hi");
+		rc = twc_session_check_info(&s, "uv", "basic_hi");
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
-static tw_outcome_t run_transport_priority(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_transport_priority(const twc_case *c, twc_case_env *env)
 {
 	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i},{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports",
 	                        "name", "uv", "kind", "uv", "priority", 0, "name", "uv_hi", "kind",
 	                        "uv", "priority", 10, "channels", "name", "basic", "kind", "basic",
 	                        "priority", 0);
 	json_t *urls = json_pack("[s,s]", "uv://127.0.0.1:0", "uv_hi://127.0.0.1:0");
-	tw_session s;
+	twc_session s;
 	/* the client connects through "uv"; the server must move the pipe to
 	 * "uv_hi", the higher priority, which means a new descriptor connection */
 	int rc = begin(&s, env, ctx, urls);
 	json_decref(ctx);
 	json_decref(urls);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_small, 3, false, 8000000);
+		rc = twc_session_transfer(&s, true, shape_small, 3, false, 8000000);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape_small, 3, false, 8100000);
+		rc = twc_session_transfer(&s, false, shape_small, 3, false, 8100000);
 	if (rc == 0)
-		rc = tw_session_check_info(&s, "uv_hi", "basic");
+		rc = twc_session_check_info(&s, "uv_hi", "basic");
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* ---- the end of a pipe and liveness (issue 10) ---------------------------------------- */
 
-static tw_outcome_t end_session(tw_session *s, tw_case_env *env, int rc)
+static twc_outcome_t end_session(twc_session *s, twc_case_env *env, int rc)
 {
 	snprintf(env->transport, sizeof(env->transport), "uv");
 	snprintf(env->channel, sizeof(env->channel), "basic");
-	char why[TW_REASON_MAX];
+	char why[TWC_REASON_MAX];
 	snprintf(why, sizeof(why), "%s", s->reason);
-	tw_session_destroy(s);
-	return rc == 0 ? TW_PASS : tw_case_result(env, TW_FAIL, "%s", why);
+	twc_session_destroy(s);
+	return rc == 0 ? TWC_PASS : twc_case_result(env, TWC_FAIL, "%s", why);
 }
 
 /* "(5.6.c) An implementation MUST hand the application every frame that
@@ -512,29 +512,29 @@ static tw_outcome_t end_session(tw_session *s, tw_case_env *env, int rc)
  * than the writer's send buffer holds however the writes are packed into
  * segments: with 1500 x 1 KiB a slow adapter's trickled writes did not
  * always fit, and the case then hung until a liveness bound ended it. */
-static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_delivered_after_close(const twc_case *c, twc_case_env *env)
 {
 	enum { N = 600, LEN = 1024, PAUSE_MS = 3000, PACE_US = 5000 };
-	tw_session s;
+	twc_session s;
 	int rc = begin(&s, env, NULL, NULL);
-	tw_agent_msg *msgs = calloc(N, sizeof(*msgs));
+	twc_agent_msg *msgs = calloc(N, sizeof(*msgs));
 	json_int_t *wids = calloc(N, sizeof(*wids));
 	if (!msgs || !wids)
-		rc = rc ? rc : tw_session_fail(&s, "harness: out of memory");
+		rc = rc ? rc : twc_session_fail(&s, "harness: out of memory");
 	for (int i = 0; rc == 0 && i < N; i++) {
 		if (parts(&msgs[i], 1, 0)) {
-			rc = tw_session_fail(&s, "harness: out of memory");
+			rc = twc_session_fail(&s, "harness: out of memory");
 			break;
 		}
 		msgs[i].payloads[0].data.len = LEN;
-		tw_msg_assign_seeds(&msgs[i], 11000000 + (uint64_t)i * 10);
-		wids[i] = tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
+		twc_msg_assign_seeds(&msgs[i], 11000000 + (uint64_t)i * 10);
+		wids[i] = twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
 		                                                 "pipe", s.cpipe, "message",
-		                                                 tw_msg_json(&msgs[i])));
+		                                                 twc_msg_json(&msgs[i])));
 		rc = wids[i] < 0 ? -1 : 0;
 	}
 	for (int i = 0; rc == 0 && i < N; i++)
-		rc = tw_session_ok_event(&s, s.client, wids[i], "write", NULL);
+		rc = twc_session_ok_event(&s, s.client, wids[i], "write", NULL);
 	if (rc == 0) {
 		printf("# %d writes succeeded; the client closes its pipe and exits\n", N);
 		rc = finish_one(&s, s.client, s.cpipe);
@@ -544,46 +544,46 @@ static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env
 		usleep(PAUSE_MS * 1000);
 	}
 	int got = 0;
-	long long t0 = tw_now_ms();
+	long long t0 = twc_now_ms();
 	for (int i = 0; rc == 0 && i < N; i++, got++) {
 		char why[1024];
 		json_t *ev = NULL;
-		json_int_t id = tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		json_int_t id = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
 		                                                       "read_descriptor", "pipe",
 		                                                       s.spipe));
-		rc = id < 0 || tw_session_ok_event(&s, s.server, id, "read_descriptor", &ev) ? -1 : 0;
-		if (rc == 0 && tw_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
+		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read_descriptor", &ev) ? -1 : 0;
+		if (rc == 0 && twc_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
 		                                       sizeof(why)))
-			rc = tw_session_fail(&s, "message %d: %s", i, why);
+			rc = twc_session_fail(&s, "message %d: %s", i, why);
 		json_decref(ev);
 		ev = NULL;
-		id = rc ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+		id = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
 		                                                      s.spipe));
-		rc = id < 0 || tw_session_ok_event(&s, s.server, id, "read", &ev) ? -1 : 0;
-		if (rc == 0 && tw_msg_check_read(&msgs[i], ev, why, sizeof(why)))
-			rc = tw_session_fail(&s, "message %d: %s", i, why);
+		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read", &ev) ? -1 : 0;
+		if (rc == 0 && twc_msg_check_read(&msgs[i], ev, why, sizeof(why)))
+			rc = twc_session_fail(&s, "message %d: %s", i, why);
 		json_decref(ev);
 		usleep(PACE_US); /* a slow reader: 3 s in all, beyond any grace period */
 	}
 	printf("# the server read %d of %d messages in %lld ms after the writer left\n", got, N,
-	       tw_now_ms() - t0);
+	       twc_now_ms() - t0);
 	if (rc && got < N)
-		rc = tw_session_fail(&s, "only %d of %d acknowledged messages were delivered after the "
+		rc = twc_session_fail(&s, "only %d of %d acknowledged messages were delivered after the "
 		                         "writer closed (first loss at message %d): %s",
 		                     got, N, got, s.reason);
-	json_int_t last = rc ? -1 : tw_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	json_int_t last = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
 	                                                                  "read_descriptor", "pipe",
 	                                                                  s.spipe));
 	char kind[32] = "";
 	rc = last < 0 ? -1 : expect_error_event(&s, s.server, last, "read_descriptor", NULL, kind,
 	                                        sizeof(kind));
 	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
-		rc = tw_session_fail(&s, "the read after the last message failed with kind '%s', not "
+		rc = twc_session_fail(&s, "the read after the last message failed with kind '%s', not "
 		                         "an end-of-file or reset error", kind);
 	if (rc == 0)
 		rc = finish_one(&s, s.server, s.spipe);
 	for (int i = 0; msgs && i < N; i++)
-		tw_msg_clear(&msgs[i]);
+		twc_msg_clear(&msgs[i]);
 	free(msgs);
 	free(wids);
 	return end_session(&s, env, rc);
@@ -594,13 +594,13 @@ static tw_outcome_t run_delivered_after_close(const tw_case *c, tw_case_env *env
  * whose bytes travel on other connections and leave at once. */
 enum { QUEUED_WRITES = 4 };
 
-static int queue_behind_stalled(tw_session *s, json_int_t wids[QUEUED_WRITES])
+static int queue_behind_stalled(twc_session *s, json_int_t wids[QUEUED_WRITES])
 {
 	int rc = 0;
 	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++) {
-		tw_agent_msg m;
+		twc_agent_msg m;
 		if (i == 0 ? parts(&m, 0, 1) : parts(&m, i == 3 ? 0 : 1, i == 3 ? 1 : 0))
-			return tw_session_fail(s, "harness: out of memory");
+			return twc_session_fail(s, "harness: out of memory");
 		if (i == 0)
 			m.tensors[0].data.len = (uint64_t)64 << 20;
 		else if (i == 3)
@@ -608,19 +608,19 @@ static int queue_behind_stalled(tw_session *s, json_int_t wids[QUEUED_WRITES])
 		else
 			m.payloads[0].data.len = 1024;
 		m.metadata.len = 16;
-		tw_msg_assign_seeds(&m, 12000000 + (uint64_t)i * 100);
-		wids[i] = tw_session_arm(s, s->client, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe",
-		                                                 s->cpipe, "message", tw_msg_json(&m)));
-		tw_msg_clear(&m);
+		twc_msg_assign_seeds(&m, 12000000 + (uint64_t)i * 100);
+		wids[i] = twc_session_arm(s, s->client, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe",
+		                                                 s->cpipe, "message", twc_msg_json(&m)));
+		twc_msg_clear(&m);
 		rc = wids[i] < 0 ? -1 : 0;
 	}
 	/* let the transport hand over all it can */
-	long long until = tw_now_ms() + 500;
-	while (rc == 0 && tw_now_ms() < until)
-		tw_adapter_pump(50);
+	long long until = twc_now_ms() + 500;
+	while (rc == 0 && twc_now_ms() < until)
+		twc_adapter_pump(50);
 	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++)
-		if (tw_adapter_events_seen(s->client, wids[i]))
-			rc = tw_session_fail(s, "write %d completed before the server read anything", i);
+		if (twc_adapter_events_seen(s->client, wids[i]))
+			rc = twc_session_fail(s, "write %d completed before the server read anything", i);
 	return rc;
 }
 
@@ -629,42 +629,42 @@ static int queue_behind_stalled(tw_session *s, json_int_t wids[QUEUED_WRITES])
  * succeeded. Once the pipe fails [...] every write whose callback has not
  * run [...] MUST fail with that error." Here the writer closes its pipe:
  * all four fail with kind 'closed'. */
-static tw_outcome_t run_writes_fail_at_close(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_writes_fail_at_close(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
+	twc_session s;
 	json_int_t wids[QUEUED_WRITES];
 	int rc = begin(&s, env, NULL, NULL);
 	if (rc == 0)
 		rc = queue_behind_stalled(&s, wids);
-	json_t *r = rc ? NULL : tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+	json_t *r = rc ? NULL : twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
 	                                                                "pipe", s.cpipe));
 	rc = rc || !r ? -1 : 0;
 	json_decref(r);
 	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++)
 		rc = expect_error_event(&s, s.client, wids[i], "write", "closed", NULL, 0);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* The same when the reader is killed with SIGKILL: all four fail with an
  * end-of-file or reset error, none reports success. */
-static tw_outcome_t run_writes_fail_at_peer_death(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_writes_fail_at_peer_death(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
+	twc_session s;
 	json_int_t wids[QUEUED_WRITES];
 	int rc = begin(&s, env, NULL, NULL);
 	if (rc == 0)
 		rc = queue_behind_stalled(&s, wids);
 	if (rc == 0) {
 		printf("# killing the server with SIGKILL\n");
-		tw_adapter_kill(s.server);
+		twc_adapter_kill(s.server);
 	}
 	for (int i = 0; rc == 0 && i < QUEUED_WRITES; i++) {
 		char kind[32] = "";
 		rc = expect_error_event(&s, s.client, wids[i], "write", NULL, kind, sizeof(kind));
 		if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
-			rc = tw_session_fail(&s, "write %d failed with kind '%s', not an end-of-file or "
+			rc = twc_session_fail(&s, "write %d failed with kind '%s', not an end-of-file or "
 			                         "reset error", i, kind);
 	}
 	if (rc == 0)
@@ -681,59 +681,59 @@ static tw_outcome_t run_writes_fail_at_peer_death(const tw_case *c, tw_case_env 
  * read_descriptor must fail with kind 'timedout' within the bound plus a
  * margin, and a later write with it too. */
 #define OP_TIMEOUT_MS 1500
-static tw_outcome_t run_silent_peer_deadline(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_silent_peer_deadline(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
+	twc_session s;
 	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}],s:i}", "transports", "name",
 	                        "uv", "kind", "uv", "priority", 0, "channels", "name", "basic", "kind",
 	                        "basic", "priority", 0, "operation_timeout_ms", OP_TIMEOUT_MS);
 	int rc = begin(&s, env, ctx, NULL);
 	json_decref(ctx);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_small, 1, false, 13000000);
-	if (rc == 0 && tw_adapter_signal(s.server, SIGSTOP) != 0)
-		rc = tw_session_fail(&s, "cannot stop the server adapter");
-	long long t0 = tw_now_ms();
-	json_int_t rd = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+		rc = twc_session_transfer(&s, true, shape_small, 1, false, 13000000);
+	if (rc == 0 && twc_adapter_signal(s.server, SIGSTOP) != 0)
+		rc = twc_session_fail(&s, "cannot stop the server adapter");
+	long long t0 = twc_now_ms();
+	json_int_t rd = rc ? -1 : twc_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
 	                                                                "read_descriptor", "pipe",
 	                                                                s.cpipe));
 	json_t *ev = NULL;
-	char err[TW_REASON_MAX];
-	if (rd >= 0 && !(ev = tw_adapter_event(s.client, rd, "read_descriptor",
+	char err[TWC_REASON_MAX];
+	if (rd >= 0 && !(ev = twc_adapter_event(s.client, rd, "read_descriptor",
 	                                       OP_TIMEOUT_MS + 6000, err, sizeof(err))))
-		rc = tw_session_fail(&s, "the client's read_descriptor was still pending %d ms after "
+		rc = twc_session_fail(&s, "the client's read_descriptor was still pending %d ms after "
 		                         "it was armed, with operation_timeout_ms %d and the peer "
 		                         "stopped: %s",
 		                     OP_TIMEOUT_MS + 6000, OP_TIMEOUT_MS, err);
 	else if (rd < 0)
 		rc = -1;
-	const char *kind = ev ? tw_event_error_kind(ev) : NULL;
+	const char *kind = ev ? twc_event_error_kind(ev) : NULL;
 	if (rc == 0 && (json_is_true(json_object_get(ev, "ok")) || !kind ||
 	                strcmp(kind, "timedout") != 0))
-		rc = tw_session_fail(&s, "the client's read_descriptor ended with kind '%s' (%s), "
+		rc = twc_session_fail(&s, "the client's read_descriptor ended with kind '%s' (%s), "
 		                         "expected 'timedout'", kind ? kind : "ok",
-		                     tw_event_error_text(ev));
+		                     twc_event_error_text(ev));
 	if (rc == 0)
-		printf("# read_descriptor failed after %lld ms: %s (%s)\n", tw_now_ms() - t0, kind,
-		       tw_event_error_text(ev));
+		printf("# read_descriptor failed after %lld ms: %s (%s)\n", twc_now_ms() - t0, kind,
+		       twc_event_error_text(ev));
 	json_decref(ev);
 	/* nothing waits behind it: a later write fails too */
-	tw_agent_msg m;
+	twc_agent_msg m;
 	memset(&m, 0, sizeof(m));
 	if (rc == 0 && parts(&m, 1, 0))
-		rc = tw_session_fail(&s, "harness: out of memory");
+		rc = twc_session_fail(&s, "harness: out of memory");
 	if (rc == 0) {
 		m.payloads[0].data.len = 10;
-		tw_msg_assign_seeds(&m, 13100000);
+		twc_msg_assign_seeds(&m, 13100000);
 	}
-	json_int_t w = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
+	json_int_t w = rc ? -1 : twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd",
 	                                                                "write", "pipe", s.cpipe,
-	                                                                "message", tw_msg_json(&m)));
-	tw_msg_clear(&m);
+	                                                                "message", twc_msg_json(&m)));
+	twc_msg_clear(&m);
 	rc = rc || w < 0 ? -1 : expect_error_event(&s, s.client, w, "write", "timedout", NULL, 0);
-	tw_adapter_signal(s.server, SIGCONT);
+	twc_adapter_signal(s.server, SIGCONT);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
@@ -746,20 +746,20 @@ static tw_outcome_t run_silent_peer_deadline(const tw_case *c, tw_case_env *env)
  * ways, and once the descriptors are released a third client pipe must be
  * accepted and carry messages. */
 #define REFUSE_MS 10000
-static int fds_call(tw_session *s, json_t *free_count, bool *unsupported)
+static int fds_call(twc_session *s, json_t *free_count, bool *unsupported)
 {
 	char err[512];
-	json_t *r = tw_adapter_request(s->server, json_pack("{s:s,s:o}", "cmd", "fds", "free",
+	json_t *r = twc_adapter_request(s->server, json_pack("{s:s,s:o}", "cmd", "fds", "free",
 	                                                    free_count),
 	                               s->wait_ms, err, sizeof(err));
 	if (!r)
-		return tw_session_fail(s, "fds: %s", err);
+		return twc_session_fail(s, "fds: %s", err);
 	int rc = 0;
 	if (!json_is_true(json_object_get(r, "ok"))) {
 		const char *kind = json_string_value(json_object_get(json_object_get(r, "error"),
 		                                                     "kind"));
 		*unsupported = kind && !strcmp(kind, "unsupported");
-		rc = tw_session_fail(s, "fds: %s", tw_event_error_text(r));
+		rc = twc_session_fail(s, "fds: %s", twc_event_error_text(r));
 	} else {
 		printf("# server adapter holds %" JSON_INTEGER_FORMAT " descriptors\n",
 		       json_integer_value(json_object_get(r, "held")));
@@ -768,57 +768,57 @@ static int fds_call(tw_session *s, json_t *free_count, bool *unsupported)
 	return rc;
 }
 
-static tw_outcome_t run_listener_out_of_fds(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_listener_out_of_fds(const twc_case *c, twc_case_env *env)
 {
-	tw_session s;
+	twc_session s;
 	bool unsupported = false;
 	int rc = begin(&s, env, NULL, NULL);
 	if (rc == 0)
 		rc = fds_call(&s, json_integer(0), &unsupported);
 	if (unsupported) {
 		snprintf(env->transport, sizeof(env->transport), "uv");
-		tw_session_destroy(&s);
-		return tw_case_result(env, TW_SKIP, "the server's adapter has no 'fds' command");
+		twc_session_destroy(&s);
+		return twc_case_result(env, TWC_SKIP, "the server's adapter has no 'fds' command");
 	}
 	/* a second client pipe while the server has no descriptor to spare */
 	char p2[64] = "";
-	json_t *r = rc ? NULL : tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	json_t *r = rc ? NULL : twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd",
 	                                                                 "connect", "url", s.url));
 	if (r)
 		snprintf(p2, sizeof(p2), "%s", json_string_value(json_object_get(r, "pipe")) ?: "");
 	json_decref(r);
 	rc = rc || !r ? -1 : 0;
-	json_int_t rd = rc ? -1 : tw_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
+	json_int_t rd = rc ? -1 : twc_session_arm(&s, s.client, json_pack("{s:s,s:s}", "cmd",
 	                                                                "read_descriptor", "pipe",
 	                                                                p2));
-	long long t0 = tw_now_ms();
+	long long t0 = twc_now_ms();
 	char err[512];
 	json_t *ev = rd < 0 ? NULL
-	                    : tw_adapter_event(s.client, rd, "read_descriptor", REFUSE_MS, err,
+	                    : twc_adapter_event(s.client, rd, "read_descriptor", REFUSE_MS, err,
 	                                       sizeof(err));
 	if (rd >= 0 && !ev)
-		rc = tw_session_fail(&s, "a client pipe to a server out of descriptors was still "
+		rc = twc_session_fail(&s, "a client pipe to a server out of descriptors was still "
 		                         "pending after %d ms (it must be refused promptly): %s",
 		                     REFUSE_MS, err);
 	else if (ev && json_is_true(json_object_get(ev, "ok")))
-		rc = tw_session_fail(&s, "a read_descriptor on a pipe the server could not take "
+		rc = twc_session_fail(&s, "a read_descriptor on a pipe the server could not take "
 		                         "succeeded");
 	else if (ev)
-		printf("# the second client pipe failed after %lld ms: %s: %s\n", tw_now_ms() - t0,
-		       tw_event_error_kind(ev) ?: "?", tw_event_error_text(ev) ?: "");
+		printf("# the second client pipe failed after %lld ms: %s: %s\n", twc_now_ms() - t0,
+		       twc_event_error_kind(ev) ?: "?", twc_event_error_text(ev) ?: "");
 	json_decref(ev);
 	/* the pipe the server has is still served, while it is short */
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_small, 2, false, 14000000);
+		rc = twc_session_transfer(&s, true, shape_small, 2, false, 14000000);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape_small, 2, false, 14100000);
+		rc = twc_session_transfer(&s, false, shape_small, 2, false, 14100000);
 	if (rc == 0)
 		rc = fds_call(&s, json_null(), &unsupported);
 	/* descriptors are free again: a new client pipe is accepted and works */
 	if (rc == 0) {
-		json_t *cr = tw_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+		json_t *cr = twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
 		                                                     "pipe", s.cpipe));
-		json_t *sr = cr ? tw_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		json_t *sr = cr ? twc_session_call(&s, s.server, json_pack("{s:s,s:s}", "cmd",
 		                                                          "close", "pipe", s.spipe))
 		                : NULL;
 		rc = cr && sr ? 0 : -1;
@@ -826,28 +826,28 @@ static tw_outcome_t run_listener_out_of_fds(const tw_case *c, tw_case_env *env)
 		json_decref(sr);
 	}
 	if (rc == 0)
-		rc = tw_session_connect(&s, NULL);
+		rc = twc_session_connect(&s, NULL);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, true, shape_small, 2, false, 14200000);
+		rc = twc_session_transfer(&s, true, shape_small, 2, false, 14200000);
 	if (rc == 0)
-		rc = tw_session_transfer(&s, false, shape_small, 2, false, 14300000);
+		rc = twc_session_transfer(&s, false, shape_small, 2, false, 14300000);
 	if (rc == 0)
-		rc = tw_session_finish(&s);
+		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
 }
 
 /* ---- declarations ---------------------------------------------------------------------- */
 
-static const tw_case cases[] = {
+static const twc_case cases[] = {
 	{.id = "semantic.ordering", .suite = "semantic", .section = "wire.md 3.12 (3.12.a, 3.12.c)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "200 messages of distinct sizes each way arrive in write order",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order. (3.12.c) A receiver MUST deliver "
 	                "messages to the application in the order their Descriptors arrived.",
 	 .timeout_s = 300, .run = run_ordering, .cross = true},
 	{.id = "semantic.ordering_behind_reply", .suite = "semantic",
-	 .section = "wire.md 3.12 (3.12.a), wire.md 3.11 (3.11.a)", .level = TW_MUST, .needs = "",
+	 .section = "wire.md 3.12 (3.12.a), wire.md 3.11 (3.11.a)", .level = TWC_MUST, .needs = "",
 	 .description = "40 messages each way, every other one waiting for its DescriptorReply: "
 	                "tensors arrive in write order",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
@@ -855,26 +855,26 @@ static const tw_case cases[] = {
 	                "DescriptorReply (3.11.a) holds back the tensors of the messages behind it.",
 	 .timeout_s = 120, .run = run_ordering_behind_reply, .cross = true},
 	{.id = "semantic.writes_in_flight", .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "1000 writes of 64 KiB tensors queued before the first read",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order; with many writes in flight before "
 	                "any read (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_in_flight, .cross = true},
 	{.id = "semantic.both_sides_write", .suite = "semantic", .section = "wire.md 3.1",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "both ends queue 8 x 4 MiB messages before either reads",
 	 .requirement = "After its first frame every connection is symmetric. (wire.md 3.1) - "
 	                "both sides writing at once (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_both_write, .cross = true},
 	{.id = "semantic.descriptor_then_close", .suite = "semantic", .section = "agent.md 6.10",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "read_descriptor without read, then close: every callback once, clean exit",
 	 .requirement = "Every callback fires exactly once, with an error if the object closes "
 	                "first. (STYLE.md)",
 	 .timeout_s = 120, .run = run_descriptor_then_close, .cross = true},
 	{.id = "semantic.close_with_pending", .suite = "semantic", .section = "agent.md 6.10",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "closing a pipe and a listener fails their pending write, read_descriptor "
 	                "and accept with kind 'closed', once each",
 	 .requirement = "When the object closes (or fails) first, each pending callback fires with "
@@ -882,7 +882,7 @@ static const tw_case cases[] = {
 	                "fires exactly once (STYLE.md)",
 	 .timeout_s = 120, .run = run_close_with_pending, .cross = true},
 	{.id = "semantic.peer_gone", .suite = "semantic", .section = "wire.md 5.6 (5.6.a)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "a peer that closes, and one killed with SIGKILL: the pending read fails "
 	                "once, no hang",
 	 .requirement = "(5.6.a) An implementation MUST treat the end of any connection of a pipe "
@@ -891,14 +891,14 @@ static const tw_case cases[] = {
 	 .timeout_s = 120, .run = run_peer_gone, .cross = true},
 	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic",
 	 .section = "wire.md 5.6, wire.md 8.2 (8.2.c, 8.2.d)",
-	 .level = TW_SHOULD, .needs = "",
+	 .level = TWC_SHOULD, .needs = "",
 	 .description = "a graceful close and a SIGKILL of the peer give different error kinds",
 	 .requirement = "a graceful close versus a peer killed with SIGKILL (distinguishable "
 	                "errors) (issue 3 item 5); (8.2.c) end-of-file after a goodbye, (8.2.d) "
 	                "connection reset without one",
 	 .timeout_s = 120, .run = run_peer_gone, .cross = true, .arg = "distinct"},
 	{.id = "semantic.delivered_after_close", .suite = "semantic",
-	 .section = "wire.md 5.6 (5.6.c)", .level = TW_MUST, .needs = "",
+	 .section = "wire.md 5.6 (5.6.c)", .level = TWC_MUST, .needs = "",
 	 .description = "600 acknowledged messages, then the writer closes and exits; the reader "
 	                "waits 3 s, reads them all, slowly, then gets eof",
 	 .requirement = "(5.6.c) An implementation MUST hand the application every frame that "
@@ -906,7 +906,7 @@ static const tw_case cases[] = {
 	                "the application reads: no timer may discard them.",
 	 .timeout_s = 300, .run = run_delivered_after_close, .cross = true},
 	{.id = "semantic.writes_fail_at_close", .suite = "semantic",
-	 .section = "wire.md 5.6 (5.6.d)", .level = TW_MUST, .needs = "",
+	 .section = "wire.md 5.6 (5.6.d)", .level = TWC_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the writer closes: all "
 	                "4 fail with 'closed', none succeeds",
 	 .requirement = "(5.6.d) A write callback MUST report success only if every byte of the "
@@ -915,7 +915,7 @@ static const tw_case cases[] = {
 	                "run [...] MUST fail with that error.",
 	 .timeout_s = 120, .run = run_writes_fail_at_close, .cross = true},
 	{.id = "semantic.writes_fail_at_peer_death", .suite = "semantic",
-	 .section = "wire.md 5.6 (5.6.d)", .level = TW_MUST, .needs = "",
+	 .section = "wire.md 5.6 (5.6.d)", .level = TWC_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the reader is killed: "
 	                "all 4 fail with eof or reset, none succeeds",
 	 .requirement = "(5.6.d) Once the pipe fails or the peer is known to be gone, every write "
@@ -923,7 +923,7 @@ static const tw_case cases[] = {
 	                "that was not, MUST fail with that error.",
 	 .timeout_s = 120, .run = run_writes_fail_at_peer_death, .cross = true},
 	{.id = "semantic.silent_peer_deadline", .suite = "semantic",
-	 .section = "wire.md 5.8 (5.8.c)", .level = TW_SHOULD, .needs = "",
+	 .section = "wire.md 5.8 (5.8.c)", .level = TWC_SHOULD, .needs = "",
 	 .description = "the peer is stopped (SIGSTOP); a read_descriptor under operation_timeout_ms "
 	                "1500 fails 'timedout' in time, and a later write too",
 	 .requirement = "(5.8.c) An implementation MAY offer a deadline per operation. When an "
@@ -932,7 +932,7 @@ static const tw_case cases[] = {
 	                "operation.",
 	 .timeout_s = 120, .run = run_silent_peer_deadline, .cross = true},
 	{.id = "semantic.listener_out_of_fds", .suite = "semantic",
-	 .section = "wire.md 5.8 (5.8.d)", .level = TW_MUST, .needs = "",
+	 .section = "wire.md 5.8 (5.8.d)", .level = TWC_MUST, .needs = "",
 	 .description = "the server holds every free descriptor: a new client pipe fails within "
 	                "10 s, the existing pipe still works, and after the release a new pipe is "
 	                "accepted",
@@ -941,7 +941,7 @@ static const tw_case cases[] = {
 	                "it has and accept again once descriptors are free.",
 	 .timeout_s = 120, .run = run_listener_out_of_fds, .cross = true},
 	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",
 	 .requirement = "Channels: the server walks its own channels from highest to lowest "
 	                "priority. For each channel the brochure also names, and for each pair [...] "
@@ -950,7 +950,7 @@ static const tw_case cases[] = {
 	                "transport and channels as described",
 	 .timeout_s = 120, .run = run_channel_priority, .cross = true},
 	{.id = "semantic.transport_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a), wire.md 3.6 (3.6.b), wire.md 3.7 (3.7.b)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "connected through uv, a server that also listens on uv_hi (10) moves the "
 	                "pipe there",
 	 .requirement = "Transport: the server walks its own transports from highest to lowest "
@@ -962,7 +962,7 @@ static const tw_case cases[] = {
 	 .timeout_s = 120, .run = run_transport_priority, .cross = true},
 };
 
-const tw_case *tw_suite_semantic(int *count_out)
+const twc_case *twc_suite_semantic(int *count_out)
 {
 	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
 	return cases;

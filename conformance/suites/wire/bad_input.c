@@ -40,13 +40,13 @@ static void md_escape(const char *s, char *out, size_t len)
 }
 
 /* "close_before_hello" for "wire.close_before_hello", as the document names it */
-static const char *short_id(const tw_case *c)
+static const char *short_id(const twc_case *c)
 {
 	return strncmp(c->id, "wire.", 5) ? c->id : c->id + 5;
 }
 
 /* the input in words: the description without its "raw client: " */
-static const char *what(const tw_case *c)
+static const char *what(const twc_case *c)
 {
 	static const char prefix[] = "raw client: ";
 	return strncmp(c->description, prefix, sizeof(prefix) - 1)
@@ -54,7 +54,7 @@ static const char *what(const tw_case *c)
 	           : c->description + sizeof(prefix) - 1;
 }
 
-static int find_case(const tw_case *cases, int n, const char *id)
+static int find_case(const twc_case *cases, int n, const char *id)
 {
 	for (int k = 0; k < n; k++)
 		if (!strcmp(cases[k].id, id) || !strcmp(short_id(&cases[k]), id))
@@ -62,8 +62,8 @@ static int find_case(const tw_case *cases, int n, const char *id)
 	return -1;
 }
 
-static int run(int argc, char **argv, const tw_case *cases, int ncases, bool *want,
-               tw_raw_obs *results, bool *did)
+static int run(int argc, char **argv, const twc_case *cases, int ncases, bool *want,
+               twc_raw_obs *results, bool *did)
 {
 	const char *cmd = NULL;
 	int window_ms = 1500;
@@ -106,12 +106,12 @@ static int run(int argc, char **argv, const tw_case *cases, int ncases, bool *wa
 	}
 	int failures = 0;
 	for (int k = 0; k < ncases; k++) {
-		const tw_case *rc = &cases[k];
+		const twc_case *rc = &cases[k];
 		if (some && !want[k])
 			continue;
-		tw_raw_obs *o = &results[k];
+		twc_raw_obs *o = &results[k];
 		did[k] = true;
-		if (tw_raw_run(cmd, rc->id, rc->arg, window_ms, o) != 0) {
+		if (twc_raw_run(cmd, rc->id, rc->arg, window_ms, o) != 0) {
 			printf("ERROR %s: %s\n", short_id(rc), o->note);
 			failures++;
 			continue;
@@ -131,8 +131,8 @@ static int run(int argc, char **argv, const tw_case *cases, int ncases, bool *wa
 		for (int k = 0; k < ncases; k++) {
 			if (!did[k])
 				continue;
-			const tw_case *rc = &cases[k];
-			tw_raw_obs *o = &results[k];
+			const twc_case *rc = &cases[k];
+			twc_raw_obs *o = &results[k];
 			char e1[320], e2[320], e3[320];
 			md_escape(o->stderr_line[0] ? o->stderr_line : "-", e1, sizeof(e1));
 			md_escape(o->accept[0] ? o->accept : "-", e2, sizeof(e2));
@@ -150,9 +150,9 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	int ncases;
-	const tw_case *cases = tw_suite_wire(&ncases);
+	const twc_case *cases = twc_suite_wire(&ncases);
 	bool *want = calloc((size_t)ncases + 1, sizeof(*want));
-	tw_raw_obs *results = calloc((size_t)ncases + 1, sizeof(*results));
+	twc_raw_obs *results = calloc((size_t)ncases + 1, sizeof(*results));
 	bool *did = calloc((size_t)ncases + 1, sizeof(*did));
 	int st = 2;
 	if (want && results && did)

@@ -74,16 +74,16 @@ static void put_cpu0(buf *w)
 	put_byte(w, 0x00);
 }
 
-static void put_gen_str(buf *w, const tw_agent_buf *b)
+static void put_gen_str(buf *w, const twc_agent_buf *b)
 {
 	unsigned char tmp[256];
 	size_t n = b->len < sizeof(tmp) ? (size_t)b->len : sizeof(tmp);
-	tw_agent_gen_fill(tmp, n, b->seed);
+	twc_agent_gen_fill(tmp, n, b->seed);
 	put_str(w, tmp, n);
 }
 
 /* Descriptor of a message (spec/wire.md 3.2, 3.10), canonical. */
-static void put_descriptor(buf *w, const tw_agent_msg *m)
+static void put_descriptor(buf *w, const twc_agent_msg *m)
 {
 	put_byte(w, 0xb9);
 	put_byte(w, 0x03);
@@ -161,12 +161,12 @@ static void put_answer(buf *w, answer_kind k, int port)
 /* ---- the run -------------------------------------------------------------------------- */
 
 typedef struct run {
-	tw_case_env *env;
-	tw_adapter *a;
+	twc_case_env *env;
+	twc_adapter *a;
 	int lfd, port;
 	int boot, reply, basic;
 	char pipe[32];
-	char why[TW_REASON_MAX];
+	char why[TWC_REASON_MAX];
 } run;
 
 static int failf(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -194,7 +194,7 @@ static int expect_frame(run *r, int fd, const char *what, const unsigned char *w
 {
 	static unsigned char got[1 << 16];
 	char err[512];
-	long n = tw_raw_recv_frame(fd, got, sizeof(got), r->env->wait_ms, err, sizeof(err));
+	long n = twc_raw_recv_frame(fd, got, sizeof(got), r->env->wait_ms, err, sizeof(err));
 	if (n < 0)
 		return failf(r, "%s: %s", what, n == -2 ? "the IUT closed the connection" : err);
 	if ((size_t)n != wn || memcmp(got, want, wn) != 0) {
@@ -206,18 +206,18 @@ static int expect_frame(run *r, int fd, const char *what, const unsigned char *w
 	return 0;
 }
 
-/* The Brochure: uv + basic (tw_raw_brochure_uv_basic), where the transports
+/* The Brochure: uv + basic (twc_raw_brochure_uv_basic), where the transports
  * map may also hold the extension request of spec/wire.md §8.1, one entry
  * "tensorwire.ext" -> any string, before or after "uv" (map order is the
  * writer's, §1.7). */
 static bool ext_brochure(const unsigned char *g, size_t n)
 {
-	const unsigned char *plain = tw_raw_brochure_uv_basic;
+	const unsigned char *plain = twc_raw_brochure_uv_basic;
 	static const unsigned char head[] = {0xb9, 0x02, 0xbb, 0x02};
 	static const unsigned char ext[] = {0xbd, 0x0e, 't', 'e', 'n', 's', 'o', 'r', 'w',
 	                                    'i', 'r', 'e', '.', 'e', 'x', 't'};
 	const size_t uv_len = 10, rest_off = 14; /* plain: b9 02 bb 01 <uv entry> <channels> */
-	const size_t rest_len = tw_raw_brochure_uv_basic_len - rest_off;
+	const size_t rest_len = twc_raw_brochure_uv_basic_len - rest_off;
 	if (n < sizeof(head) || memcmp(g, head, sizeof(head)) != 0)
 		return false;
 	for (int ext_first = 0; ext_first < 2; ext_first++) {
@@ -249,24 +249,24 @@ static int expect_brochure(run *r)
 	static unsigned char got[1 << 16];
 	char err[512];
 	const char *what = "Brochure (wire.md 3.4.a, uv + basic)";
-	long n = tw_raw_recv_frame(r->boot, got, sizeof(got), r->env->wait_ms, err, sizeof(err));
+	long n = twc_raw_recv_frame(r->boot, got, sizeof(got), r->env->wait_ms, err, sizeof(err));
 	if (n < 0)
 		return failf(r, "%s: %s", what, n == -2 ? "the IUT closed the connection" : err);
-	if (((size_t)n == tw_raw_brochure_uv_basic_len &&
-	     memcmp(got, tw_raw_brochure_uv_basic, (size_t)n) == 0) ||
+	if (((size_t)n == twc_raw_brochure_uv_basic_len &&
+	     memcmp(got, twc_raw_brochure_uv_basic, (size_t)n) == 0) ||
 	    ext_brochure(got, (size_t)n))
 		return 0;
 	char g[400], w[400];
 	hex(got, (size_t)n, g, sizeof(g));
-	hex(tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, w, sizeof(w));
+	hex(twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, w, sizeof(w));
 	return failf(r, "%s: got %ld bytes [%s], expected %zu [%s] (or with a tensorwire.ext entry, "
-	                "wire.md 8.1)", what, n, g, tw_raw_brochure_uv_basic_len, w);
+	                "wire.md 8.1)", what, n, g, twc_raw_brochure_uv_basic_len, w);
 }
 
 static json_t *call(run *r, json_t *req)
 {
 	char err[1024];
-	json_t *resp = tw_adapter_call(r->a, req, r->env->wait_ms, err, sizeof(err));
+	json_t *resp = twc_adapter_call(r->a, req, r->env->wait_ms, err, sizeof(err));
 	if (!resp)
 		failf(r, "%s", err);
 	return resp;
@@ -283,7 +283,7 @@ static json_int_t arm(run *r, json_t *req)
 static json_t *event(run *r, json_int_t id, const char *name)
 {
 	char err[1024];
-	json_t *ev = tw_adapter_event(r->a, id, name, r->env->wait_ms, err, sizeof(err));
+	json_t *ev = twc_adapter_event(r->a, id, name, r->env->wait_ms, err, sizeof(err));
 	if (!ev)
 		failf(r, "%s", err);
 	return ev;
@@ -292,13 +292,13 @@ static json_t *event(run *r, json_int_t id, const char *name)
 static int send_frame(run *r, int fd, const void *b, size_t n, const char *what)
 {
 	char err[256];
-	if (tw_raw_send_frame(fd, b, n, err, sizeof(err)))
+	if (twc_raw_send_frame(fd, b, n, err, sizeof(err)))
 		return failf(r, "sending %s: %s", what, err);
 	return 0;
 }
 
 /* The IUT connects; the harness checks hello and Brochure, then answers. */
-static int handshake(run *r, answer_kind kind, const tw_agent_msg *first, json_int_t *wid)
+static int handshake(run *r, answer_kind kind, const twc_agent_msg *first, json_int_t *wid)
 {
 	char err[512];
 	json_t *resp = call(r, json_pack("{s:s}", "cmd", "hello"));
@@ -320,13 +320,13 @@ static int handshake(run *r, answer_kind kind, const tw_agent_msg *first, json_i
 	json_decref(resp);
 	/* a write right away: a client may write before the handshake ends (3.7.f) */
 	*wid = arm(r, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe", r->pipe, "message",
-	                        tw_msg_json(first)));
+	                        twc_msg_json(first)));
 	if (*wid < 0)
 		return -1;
-	if ((r->boot = tw_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err))) < 0)
+	if ((r->boot = twc_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err))) < 0)
 		return failf(r, "the IUT did not connect: %s", err);
 	unsigned char hello[64];
-	size_t hn = tw_raw_hello("rawtest", hello, sizeof(hello));
+	size_t hn = twc_raw_hello("rawtest", hello, sizeof(hello));
 	if (expect_frame(r, r->boot, "hello (wire.md 3.3.a: SpontaneousConnection{\"rawtest\"})",
 	                 hello, hn) ||
 	    expect_brochure(r))
@@ -341,13 +341,13 @@ static int accept_requested(run *r)
 {
 	char err[512];
 	for (int k = 0; k < 2; k++) {
-		int fd = tw_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err));
+		int fd = twc_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err));
 		if (fd < 0)
 			return failf(r, "requested connection %d of 2 never came: %s", k + 1, err);
 		unsigned char f[64], want_r[16], want_b[16];
-		size_t rn = tw_raw_requested(REPLY_ID, want_r, sizeof(want_r));
-		size_t bn = tw_raw_requested(BASIC_ID, want_b, sizeof(want_b));
-		long n = tw_raw_recv_frame(fd, f, sizeof(f), r->env->wait_ms, err, sizeof(err));
+		size_t rn = twc_raw_requested(REPLY_ID, want_r, sizeof(want_r));
+		size_t bn = twc_raw_requested(BASIC_ID, want_b, sizeof(want_b));
+		long n = twc_raw_recv_frame(fd, f, sizeof(f), r->env->wait_ms, err, sizeof(err));
 		if (n == (long)rn && !memcmp(f, want_r, rn) && r->reply < 0) {
 			r->reply = fd;
 		} else if (n == (long)bn && !memcmp(f, want_b, bn) && r->basic < 0) {
@@ -363,7 +363,7 @@ static int accept_requested(run *r)
 	return 0;
 }
 
-static int shape(tw_agent_msg *m, size_t np, size_t nt)
+static int shape(twc_agent_msg *m, size_t np, size_t nt)
 {
 	memset(m, 0, sizeof(*m));
 	m->num_payloads = np;
@@ -373,21 +373,21 @@ static int shape(tw_agent_msg *m, size_t np, size_t nt)
 	if ((np && !m->payloads) || (nt && !m->tensors))
 		return -1;
 	for (size_t i = 0; i < nt; i++)
-		(void)tw_agent_device_parse("cpu:0", &m->tensors[i].source_device);
+		(void)twc_agent_device_parse("cpu:0", &m->tensors[i].source_device);
 	return 0;
 }
 
 static int finish(run *r)
 {
-	char err[TW_REASON_MAX];
+	char err[TWC_REASON_MAX];
 	json_t *resp = call(r, json_pack("{s:s,s:s}", "cmd", "close", "pipe", r->pipe));
 	json_decref(resp);
 	resp = resp ? call(r, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
 	json_decref(resp);
 	if (!resp)
 		return -1;
-	if (tw_adapter_finish(r->a, 30000, err, sizeof(err)) ||
-	    tw_adapter_check_callbacks(r->a, err, sizeof(err)))
+	if (twc_adapter_finish(r->a, 30000, err, sizeof(err)) ||
+	    twc_adapter_check_callbacks(r->a, err, sizeof(err)))
 		return failf(r, "%s", err);
 	return 0;
 }
@@ -401,31 +401,31 @@ static int finish(run *r)
  * message that has at least one tensor without a target device" */
 static int client_handshake(run *r)
 {
-	tw_agent_msg out, in;
+	twc_agent_msg out, in;
 	json_int_t wid;
 	int rc = -1;
 	if (shape(&out, 1, 1) || shape(&in, 1, 1)) {
 		failf(r, "harness: out of memory");
 		goto done;
 	}
-	out.metadata = (tw_agent_buf){5, 11};
-	out.payloads[0].data = (tw_agent_buf){8, 12};
-	out.payloads[0].metadata = (tw_agent_buf){2, 13};
-	out.tensors[0].data = (tw_agent_buf){16, 14};
-	out.tensors[0].metadata = (tw_agent_buf){3, 15};
+	out.metadata = (twc_agent_buf){5, 11};
+	out.payloads[0].data = (twc_agent_buf){8, 12};
+	out.payloads[0].metadata = (twc_agent_buf){2, 13};
+	out.tensors[0].data = (twc_agent_buf){16, 14};
+	out.tensors[0].metadata = (twc_agent_buf){3, 15};
 	out.tensors[0].has_target_device = true;
-	(void)tw_agent_device_parse("cpu:0", &out.tensors[0].target_device);
-	in.metadata = (tw_agent_buf){4, 21};
-	in.payloads[0].data = (tw_agent_buf){6, 22};
-	in.tensors[0].data = (tw_agent_buf){12, 23}; /* no target device: DescriptorReply */
+	(void)twc_agent_device_parse("cpu:0", &out.tensors[0].target_device);
+	in.metadata = (twc_agent_buf){4, 21};
+	in.payloads[0].data = (twc_agent_buf){6, 22};
+	in.tensors[0].data = (twc_agent_buf){12, 23}; /* no target device: DescriptorReply */
 	if (handshake(r, ANSWER_GOOD, &out, &wid) || accept_requested(r))
 		goto done;
 	/* the IUT's message, byte for byte */
 	buf d = {.n = 0};
 	put_descriptor(&d, &out);
 	unsigned char pay[8], ten[16], ten_in[12], pay_in[6];
-	tw_agent_gen_fill(pay, sizeof(pay), 12);
-	tw_agent_gen_fill(ten, sizeof(ten), 14);
+	twc_agent_gen_fill(pay, sizeof(pay), 12);
+	twc_agent_gen_fill(ten, sizeof(ten), 14);
 	if (expect_frame(r, r->boot, "the IUT's Descriptor (wire.md 3.10.a, 3.2.a)", d.b, d.n) ||
 	    expect_frame(r, r->boot, "the IUT's payload frame (wire.md 3.10.b)", pay, sizeof(pay)) ||
 	    expect_frame(r, r->basic, "the IUT's tensor on the basic channel (wire.md 4.2)", ten,
@@ -435,7 +435,7 @@ static int client_handshake(run *r)
 	if (!ev)
 		goto done;
 	if (!json_is_true(json_object_get(ev, "ok"))) {
-		failf(r, "the IUT's write failed: %s", tw_event_error_text(ev));
+		failf(r, "the IUT's write failed: %s", twc_event_error_text(ev));
 		json_decref(ev);
 		goto done;
 	}
@@ -444,7 +444,7 @@ static int client_handshake(run *r)
 	json_int_t rd = arm(r, json_pack("{s:s,s:s}", "cmd", "read_descriptor", "pipe", r->pipe));
 	buf d2 = {.n = 0};
 	put_descriptor(&d2, &in);
-	tw_agent_gen_fill(pay_in, sizeof(pay_in), 22);
+	twc_agent_gen_fill(pay_in, sizeof(pay_in), 22);
 	if (rd < 0 || send_frame(r, r->boot, d2.b, d2.n, "a Descriptor") ||
 	    send_frame(r, r->boot, pay_in, sizeof(pay_in), "a payload"))
 		goto done;
@@ -452,9 +452,9 @@ static int client_handshake(run *r)
 	if (!(ev = event(r, rd, "read_descriptor")))
 		goto done;
 	if (!json_is_true(json_object_get(ev, "ok")) ||
-	    tw_msg_check_descriptor(&in, json_object_get(ev, "descriptor"), why, sizeof(why))) {
+	    twc_msg_check_descriptor(&in, json_object_get(ev, "descriptor"), why, sizeof(why))) {
 		failf(r, "the IUT's read_descriptor: %s",
-		      json_is_true(json_object_get(ev, "ok")) ? why : tw_event_error_text(ev));
+		      json_is_true(json_object_get(ev, "ok")) ? why : twc_event_error_text(ev));
 		json_decref(ev);
 		goto done;
 	}
@@ -462,7 +462,7 @@ static int client_handshake(run *r)
 	json_int_t rid = arm(r, json_pack("{s:s,s:s}", "cmd", "read", "pipe", r->pipe));
 	static const unsigned char reply[] = {0xb9, 0x01, 0xba, 0x01, 0xb9, 0x02, 0xbd,
 	                                      0x03, 'c', 'p', 'u', 0x00};
-	tw_agent_gen_fill(ten_in, sizeof(ten_in), 23);
+	twc_agent_gen_fill(ten_in, sizeof(ten_in), 23);
 	if (rid < 0 ||
 	    expect_frame(r, r->reply, "the IUT's DescriptorReply (wire.md 3.11.a, 3.11.b)", reply,
 	                 sizeof(reply)) ||
@@ -471,17 +471,17 @@ static int client_handshake(run *r)
 	if (!(ev = event(r, rid, "read")))
 		goto done;
 	if (!json_is_true(json_object_get(ev, "ok")) ||
-	    tw_msg_check_read(&in, ev, why, sizeof(why))) {
+	    twc_msg_check_read(&in, ev, why, sizeof(why))) {
 		failf(r, "the IUT's read: %s",
-		      json_is_true(json_object_get(ev, "ok")) ? why : tw_event_error_text(ev));
+		      json_is_true(json_object_get(ev, "ok")) ? why : twc_event_error_text(ev));
 		json_decref(ev);
 		goto done;
 	}
 	json_decref(ev);
 	rc = finish(r);
 done:
-	tw_msg_clear(&out);
-	tw_msg_clear(&in);
+	twc_msg_clear(&out);
+	twc_msg_clear(&in);
 	return rc;
 }
 
@@ -489,44 +489,44 @@ done:
  * error (its pending write reports it), and the process lives on. */
 static int client_refuses(run *r, answer_kind kind)
 {
-	tw_agent_msg out;
+	twc_agent_msg out;
 	json_int_t wid;
 	int rc = -1;
 	if (shape(&out, 1, 0)) {
 		failf(r, "harness: out of memory");
 		goto done;
 	}
-	out.payloads[0].data = (tw_agent_buf){8, 31};
+	out.payloads[0].data = (twc_agent_buf){8, 31};
 	if (handshake(r, kind, &out, &wid))
 		goto done;
 	json_t *ev = event(r, wid, "write");
 	if (!ev)
 		goto done;
-	const char *k = tw_event_error_kind(ev);
+	const char *k = twc_event_error_kind(ev);
 	if (json_is_true(json_object_get(ev, "ok")))
 		failf(r, "the IUT accepted the answer: its write succeeded");
 	else if (!k || strcmp(k, "proto") != 0)
 		failf(r, "the pipe failed with kind '%s' (%s), not a protocol error", k ? k : "?",
-		      tw_event_error_text(ev));
+		      twc_event_error_text(ev));
 	else
-		printf("# the pipe failed as it should: %s\n", tw_event_error_text(ev));
+		printf("# the pipe failed as it should: %s\n", twc_event_error_text(ev));
 	json_decref(ev);
 	if (!r->why[0])
 		rc = finish(r);
 done:
-	tw_msg_clear(&out);
+	twc_msg_clear(&out);
 	return rc;
 }
 
-static tw_outcome_t run_client_case(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 {
 	run r = {.env = env, .boot = -1, .reply = -1, .basic = -1};
 	char err[1024];
-	if ((r.lfd = tw_raw_listen(&r.port, err, sizeof(err))) < 0)
-		return tw_case_result(env, TW_ERROR, "%s", err);
-	if (!(r.a = tw_adapter_spawn(env->iut_cmd, "client", err, sizeof(err)))) {
+	if ((r.lfd = twc_raw_listen(&r.port, err, sizeof(err))) < 0)
+		return twc_case_result(env, TWC_ERROR, "%s", err);
+	if (!(r.a = twc_adapter_spawn(env->iut_cmd, "client", err, sizeof(err)))) {
 		close(r.lfd);
-		return tw_case_result(env, TW_ERROR, "%s", err);
+		return twc_case_result(env, TWC_ERROR, "%s", err);
 	}
 	const char *which = c->arg;
 	int rc;
@@ -540,10 +540,10 @@ static tw_outcome_t run_client_case(const tw_case *c, tw_case_env *env)
 		rc = client_refuses(&r, ANSWER_TRUNCATED);
 	if (rc != 0) {
 		int st;
-		if (tw_adapter_exited(r.a, &st)) {
+		if (twc_adapter_exited(r.a, &st)) {
 			char s[64];
-			tw_adapter_describe_status(st, s, sizeof(s));
-			const char *tail = tw_adapter_stderr(r.a);
+			twc_adapter_describe_status(st, s, sizeof(s));
+			const char *tail = twc_adapter_stderr(r.a);
 			size_t tl = strlen(tail);
 			printf("# the IUT ended: %s; stderr tail: %s\n", s, tl > 400 ? tail + tl - 400 : tail);
 		}
@@ -552,20 +552,20 @@ static tw_outcome_t run_client_case(const tw_case *c, tw_case_env *env)
 	for (int i = 0; i < 4; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	tw_adapter_destroy(r.a);
+	twc_adapter_destroy(r.a);
 	snprintf(env->transport, sizeof(env->transport), "uv");
 	snprintf(env->channel, sizeof(env->channel), "basic");
 	if (rc == 0)
-		return TW_PASS;
-	return tw_case_result(env, TW_FAIL, "%s", r.why);
+		return TWC_PASS;
+	return twc_case_result(env, TWC_FAIL, "%s", r.why);
 }
 
-static const tw_case cases[] = {
+static const twc_case cases[] = {
 	{.id = "wire.client_handshake", .suite = "wire",
 	 .section = "wire.md 3.3 (3.3.a), wire.md 3.4 (3.4.a), wire.md 3.7 (3.7.c, 3.7.e), "
 	            "wire.md 3.10 (3.10.a, 3.10.b), wire.md 3.11 (3.11.a, 3.11.b), wire.md 2.2 (2.2.a), "
 	            "wire.md 3.2 (3.2.a), wire.md 2.1 (2.1.a)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "raw server: the IUT connects; hello, Brochure, requested connections, a "
 	                "message and a DescriptorReply checked byte for byte",
 	 .requirement = "(3.3.a) A client MUST send a SpontaneousConnection as the first frame of "
@@ -578,7 +578,7 @@ static const tw_case cases[] = {
 	                "target device, in tensor order.",
 	 .timeout_s = 60, .run = run_client_case, .arg = "handshake"},
 	{.id = "wire.client_unknown_transport", .suite = "wire", .section = "wire.md 3.7 (3.7.a)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "raw server: a BrochureAnswer naming transport 'zz', which the client never "
 	                "offered: the pipe fails with a protocol error",
 	 .requirement = "(3.7.a) A client MUST fail the pipe with a protocol error if transport "
@@ -586,7 +586,7 @@ static const tw_case cases[] = {
 	                "transportDomainDescriptor.",
 	 .timeout_s = 60, .run = run_client_case, .arg = "unknown_transport"},
 	{.id = "wire.client_bad_channels", .suite = "wire", .section = "wire.md 3.7 (3.7.d)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "raw server: a BrochureAnswer whose channelForDevicePair names channel "
 	                "'zz': the pipe fails with a protocol error",
 	 .requirement = "(3.7.d) A client MUST recompute the channel selection with its own "
@@ -595,7 +595,7 @@ static const tw_case cases[] = {
 	                "channel",
 	 .timeout_s = 60, .run = run_client_case, .arg = "bad_channels"},
 	{.id = "wire.client_truncated_answer", .suite = "wire", .section = "wire.md 5.2 (5.2.a)",
-	 .level = TW_MUST, .needs = "",
+	 .level = TWC_MUST, .needs = "",
 	 .description = "raw server: a BrochureAnswer cut inside its first string: the pipe fails "
 	                "with a protocol error",
 	 .requirement = "(5.2.a) An implementation that receives a malformed packet MUST fail only "
@@ -604,7 +604,7 @@ static const tw_case cases[] = {
 	 .timeout_s = 60, .run = run_client_case, .arg = "truncated"},
 };
 
-const tw_case *tw_suite_wire_client(int *count_out)
+const twc_case *twc_suite_wire_client(int *count_out)
 {
 	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
 	return cases;

@@ -118,7 +118,7 @@ static bool in_list(const char *list, const char *word)
 	return false;
 }
 
-static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_finding(const twc_case *c, twc_case_env *env)
 {
 	const finding *f = c->arg;
 	printf("# reproducer: %s\n# saved for (stock): %s\n# class: %s\n", f->path, f->s.signature,
@@ -136,15 +136,15 @@ static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
 	snprintf(env->transport, sizeof(env->transport), "uv");
 	snprintf(env->channel, sizeof(env->channel), "basic");
 	if (wf_replay(env->iut_cmd, &f->s, &o, &r, err, sizeof(err)))
-		return tw_case_result(env, TW_ERROR, "%s", err);
+		return twc_case_result(env, TWC_ERROR, "%s", err);
 	printf("# script: %s\n", r.stopped);
 	if (r.pending[0])
 		printf("# SHOULD not met: %s\n", r.pending);
 	if (f->s.should && r.pending[0] && !wf_result_failed(&r))
-		return tw_case_result(env, TW_FAIL, "%s", r.pending);
+		return twc_case_result(env, TWC_FAIL, "%s", r.pending);
 	if (wf_result_failed(&r)) {
 		printf("# observed: %s\n", r.detail);
-		return tw_case_result(env, TW_FAIL, "%s", r.signature);
+		return twc_case_result(env, TWC_FAIL, "%s", r.signature);
 	}
 	/* The file's `kind` line ("proto" where the spec says "fails with a
 	 * protocol error"): the kind, not only survival. A pipe of this input
@@ -152,9 +152,9 @@ static tw_outcome_t run_finding(const tw_case *c, tw_case_env *env)
 	 * any pipe existed has no kind to check). */
 	printf("# pipe error kinds: %s\n", r.kinds[0] ? r.kinds : "-");
 	if (f->s.fail_kind[0] && r.kinds[0] && !in_list(r.kinds, f->s.fail_kind))
-		return tw_case_result(env, TW_FAIL, "the input's pipe failed with kind '%s'; the spec "
+		return twc_case_result(env, TWC_FAIL, "the input's pipe failed with kind '%s'; the spec "
 		                                    "asks for '%s'", r.kinds, f->s.fail_kind);
-	return tw_case_result(env, TW_PASS, "survived; only that pipe failed; a well-formed peer "
+	return twc_case_result(env, TWC_PASS, "survived; only that pipe failed; a well-formed peer "
 	                      "is still served");
 }
 
@@ -164,9 +164,9 @@ static int by_path(const void *a, const void *b)
 	return strcmp(x->path, y->path);
 }
 
-const tw_case *tw_suite_wire_fuzz(int *count_out)
+const twc_case *twc_suite_wire_fuzz(int *count_out)
 {
-	static tw_case *cases;
+	static twc_case *cases;
 	static int n = -1;
 	if (n >= 0) {
 		*count_out = n;
@@ -223,11 +223,11 @@ const tw_case *tw_suite_wire_fuzz(int *count_out)
 		         f->s.role == WF_SERVER ? "server" : "client", f->s.klass,
 		         f->s.expect[0] ? f->s.expect : "the IUT survives and keeps serving");
 		add_quotes(f->section, f->req, sizeof(f->req));
-		cases[n] = (tw_case){
+		cases[n] = (twc_case){
 			.id = f->s.case_id,
 			.suite = "wire",
 			.section = f->section,
-			.level = f->s.should ? TW_SHOULD : TW_MUST,
+			.level = f->s.should ? TWC_SHOULD : TWC_MUST,
 			.needs = "",
 			.description = f->desc,
 			.requirement = f->req,

@@ -18,14 +18,14 @@
 #include "rawserver.h"
 #include "suites.h"
 
-typedef tw_raw_ctx ctx;
+typedef twc_raw_ctx ctx;
 
 static const unsigned char empty_descriptor[] = {0xb9, 0x03, 0xbd, 0x00, 0xba, 0x00, 0xba, 0x00};
 /* ---- what the raw client sends -------------------------------------------------------------------------- */
 
 static int send_close_before_hello(ctx *c)
 {
-	int fd = tw_raw_open(c);
+	int fd = twc_raw_open(c);
 	if (fd < 0)
 		return -1;
 	close(fd);
@@ -35,8 +35,8 @@ static int send_close_before_hello(ctx *c)
 
 static int send_frame_only(ctx *c, const unsigned char *b, size_t n)
 {
-	int fd = tw_raw_open(c);
-	return fd < 0 ? -1 : tw_raw_frame(c, fd, b, n);
+	int fd = twc_raw_open(c);
+	return fd < 0 ? -1 : twc_raw_frame(c, fd, b, n);
 }
 
 static int send_bad_type_byte(ctx *c)
@@ -60,7 +60,7 @@ static int send_empty_variant(ctx *c)
 static int send_unknown_id(ctx *c)
 {
 	unsigned char b[16];
-	return send_frame_only(c, b, tw_raw_requested(12345, b, sizeof(b)));
+	return send_frame_only(c, b, twc_raw_requested(12345, b, sizeof(b)));
 }
 
 static int send_truncated_hello(ctx *c)
@@ -72,11 +72,11 @@ static int send_truncated_hello(ctx *c)
 static int send_huge_length(ctx *c)
 {
 	static const unsigned char hdr[] = {0, 0, 0, 0, 0, 0, 0, 0x40}; /* 2^62 */
-	int fd = tw_raw_open(c);
+	int fd = twc_raw_open(c);
 	if (fd < 0)
 		return -1;
-	if (tw_raw_send(fd, hdr, sizeof(hdr), c->err, sizeof(c->err))) {
-		tw_raw_note(c, "%.250s", c->err);
+	if (twc_raw_send(fd, hdr, sizeof(hdr), c->err, sizeof(c->err))) {
+		twc_raw_note(c, "%.250s", c->err);
 		return -1;
 	}
 	return 0;
@@ -85,11 +85,11 @@ static int send_huge_length(ctx *c)
 static int send_silent_mid_header(ctx *c)
 {
 	static const unsigned char half[] = {0x09, 0x00, 0x00, 0x00}; /* 4 of 8 header bytes */
-	int fd = tw_raw_open(c);
+	int fd = twc_raw_open(c);
 	if (fd < 0)
 		return -1;
-	if (tw_raw_send(fd, half, sizeof(half), c->err, sizeof(c->err))) {
-		tw_raw_note(c, "%.250s", c->err);
+	if (twc_raw_send(fd, half, sizeof(half), c->err, sizeof(c->err))) {
+		twc_raw_note(c, "%.250s", c->err);
 		return -1;
 	}
 	return 0; /* and stay connected, silent, while the listener is probed */
@@ -100,11 +100,11 @@ static int send_silent_mid_body(ctx *c)
 	/* header announces 64 bytes; only the 6 of a hello follow */
 	static const unsigned char b[] = {0x40, 0, 0, 0, 0, 0, 0, 0, 0xb8, 0x00, 0xb9, 0x01, 0xbd,
 	                                  0x00};
-	int fd = tw_raw_open(c);
+	int fd = twc_raw_open(c);
 	if (fd < 0)
 		return -1;
-	if (tw_raw_send(fd, b, sizeof(b), c->err, sizeof(c->err))) {
-		tw_raw_note(c, "%.250s", c->err);
+	if (twc_raw_send(fd, b, sizeof(b), c->err, sizeof(c->err))) {
+		twc_raw_note(c, "%.250s", c->err);
 		return -1;
 	}
 	return 0;
@@ -113,15 +113,15 @@ static int send_silent_mid_body(ctx *c)
 static int send_trailing_junk(ctx *c)
 {
 	unsigned char b[64];
-	int fd = tw_raw_open(c);
+	int fd = twc_raw_open(c);
 	if (fd < 0)
 		return -1;
-	size_t n = tw_raw_hello("junk", b, sizeof(b));
+	size_t n = twc_raw_hello("junk", b, sizeof(b));
 	memcpy(b + n, "\xde\xad\xbe\xef", 4);
-	if (tw_raw_frame(c, fd, b, n + 4) ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+	if (twc_raw_frame(c, fd, b, n + 4) ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true))
 		return -1;
-	return tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+	return twc_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
 }
 
 static int send_no_common_transport(ctx *c)
@@ -131,8 +131,8 @@ static int send_no_common_transport(ctx *c)
 		0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x03, 'i', 'b', 'v', 0xbd, 0x05, 'i', 'b', 'v', ':', '*',
 		0xbb, 0x01, 0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01, 0xb9, 0x02, 0xbd,
 		0x03, 'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y'};
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "nocommon") || tw_raw_frame(c, fd, br, sizeof(br)))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "nocommon") || twc_raw_frame(c, fd, br, sizeof(br)))
 		return -1;
 	return 0;
 }
@@ -142,10 +142,10 @@ static int send_no_channels(ctx *c)
 	/* {uv: "uv:*"}, {} */
 	static const unsigned char br[] = {0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v',
 	                                   0xbd, 0x04, 'u', 'v', ':', '*', 0xbb, 0x00};
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "nochan") || tw_raw_handshake(c, fd, br, sizeof(br), true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "nochan") || twc_raw_handshake(c, fd, br, sizeof(br), true))
 		return -1;
-	return tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+	return twc_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
 }
 
 static int send_unknown_names(ctx *c)
@@ -159,30 +159,30 @@ static int send_unknown_names(ctx *c)
 		'c', 'p', 'u', 0x00, 0xbd, 0x03, 'a', 'n', 'y',
 		0xbd, 0x02, 'y', 'y', 0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00, 0xbd,
 		0x03, 'a', 'n', 'y'};
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "names") || tw_raw_handshake(c, fd, br, sizeof(br), true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "names") || twc_raw_handshake(c, fd, br, sizeof(br), true))
 		return -1;
 	if (strcmp(c->ans.transport, "uv") != 0)
-		tw_raw_check(c, "the answer chose transport '%s', not 'uv'", c->ans.transport);
+		twc_raw_check(c, "the answer chose transport '%s', not 'uv'", c->ans.transport);
 	if (strcmp(c->ans.channels, "basic") != 0)
-		tw_raw_check(c, "the answer selected channels '%s', not just 'basic'", c->ans.channels);
-	return tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+		twc_raw_check(c, "the answer selected channels '%s', not just 'basic'", c->ans.channels);
+	return twc_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
 }
 
 static int send_reused_registration_id(ctx *c)
 {
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "reuse") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "reuse") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true))
 		return -1;
 	/* a second connection claiming the descriptor-reply id again */
-	int dup = tw_raw_open_requested(c, "duplicate", c->ans.reply_id);
+	int dup = twc_raw_open_requested(c, "duplicate", c->ans.reply_id);
 	if (dup < 0)
 		return -1;
-	if (tw_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor)))
+	if (twc_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor)))
 		return -1;
-	if (tw_raw_wait_closed(dup, 1000) != 1)
-		tw_raw_check(c, "a connection reusing registration id %llu was not closed within 1 s",
+	if (twc_raw_wait_closed(dup, 1000) != 1)
+		twc_raw_check(c, "a connection reusing registration id %llu was not closed within 1 s",
 		       (unsigned long long)c->ans.reply_id);
 	return 0;
 }
@@ -190,22 +190,22 @@ static int send_reused_registration_id(ctx *c)
 static int send_truncated_descriptor(ctx *c)
 {
 	static const unsigned char d[] = {0xb9, 0x03, 0xbd, 0x01};
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "truncdesc") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "truncdesc") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true))
 		return -1;
-	return tw_raw_frame(c, fd, d, sizeof(d));
+	return twc_raw_frame(c, fd, d, sizeof(d));
 }
 
 static int send_huge_descriptor(ctx *c)
 {
 	static const unsigned char hdr[] = {0, 0, 0, 0, 0, 0, 0, 0x40}; /* 2^62 */
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "hugedesc") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "hugedesc") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true))
 		return -1;
-	if (tw_raw_send(fd, hdr, sizeof(hdr), c->err, sizeof(c->err))) {
-		tw_raw_note(c, "%.250s", c->err);
+	if (twc_raw_send(fd, hdr, sizeof(hdr), c->err, sizeof(c->err))) {
+		twc_raw_note(c, "%.250s", c->err);
 		return -1;
 	}
 	return 0;
@@ -217,11 +217,11 @@ static int send_payload_mismatch(ctx *c)
 	static const unsigned char d[] = {0xb9, 0x03, 0xbd, 0x00, 0xba, 0x01, 0xb9,
 	                                  0x02, 0x08, 0xbd, 0x00, 0xba, 0x00};
 	c->want_read = true;
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "mismatch") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "mismatch") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true))
 		return -1;
-	return tw_raw_frame(c, fd, d, sizeof(d)) || tw_raw_frame(c, fd, "123456789", 9) ? -1 : 0;
+	return twc_raw_frame(c, fd, d, sizeof(d)) || twc_raw_frame(c, fd, "123456789", 9) ? -1 : 0;
 }
 
 /* Descriptor{"", [], [Tensor{16, cpu:0, cpu:0, ""}]} */
@@ -234,17 +234,17 @@ static int send_tensor_mismatch(ctx *c)
 {
 	unsigned char t[17];
 	c->want_read = true;
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "tmismatch") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "tmismatch") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true))
 		return -1;
 	if (c->basic_fd <= 0) {
-		tw_raw_note(c, "the answer selected no basic channel");
+		twc_raw_note(c, "the answer selected no basic channel");
 		return -1;
 	}
-	tw_agent_gen_fill(t, sizeof(t), 5);
-	return tw_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
-	       tw_raw_frame(c, c->basic_fd, t, sizeof(t)) ? -1 : 0;
+	twc_agent_gen_fill(t, sizeof(t), 5);
+	return twc_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
+	       twc_raw_frame(c, c->basic_fd, t, sizeof(t)) ? -1 : 0;
 }
 
 static int send_descriptor_reply(ctx *c)
@@ -261,22 +261,22 @@ static int send_descriptor_reply(ctx *c)
 	unsigned char t0[16], t1[8], reply[256];
 	c->want_read = true;
 	c->nexpect = 2;
-	c->expect[0] = (tw_agent_buf){.len = 16, .seed = 70};
-	c->expect[1] = (tw_agent_buf){.len = 8, .seed = 71};
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "reply") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, true) ||
-	    tw_raw_frame(c, fd, d, sizeof(d)))
+	c->expect[0] = (twc_agent_buf){.len = 16, .seed = 70};
+	c->expect[1] = (twc_agent_buf){.len = 8, .seed = 71};
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "reply") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, true) ||
+	    twc_raw_frame(c, fd, d, sizeof(d)))
 		return -1;
 	if (c->basic_fd <= 0) {
-		tw_raw_note(c, "the answer selected no basic channel");
+		twc_raw_note(c, "the answer selected no basic channel");
 		return -1;
 	}
 	/* The IUT sends its DescriptorReply once the application reads. */
-	tw_raw_observe(c, 3000, true);
-	long n = tw_raw_recv_frame(c->reply_fd, reply, sizeof(reply), 3000, c->err, sizeof(c->err));
+	twc_raw_observe(c, 3000, true);
+	long n = twc_raw_recv_frame(c->reply_fd, reply, sizeof(reply), 3000, c->err, sizeof(c->err));
 	if (n < 0) {
-		tw_raw_check(c, "no DescriptorReply on the descriptor-reply connection: %.150s",
+		twc_raw_check(c, "no DescriptorReply on the descriptor-reply connection: %.150s",
 		       n == -2 ? "closed" : c->err);
 		return -1;
 	}
@@ -284,19 +284,19 @@ static int send_descriptor_reply(ctx *c)
 		char hex[3 * 64 + 1] = "";
 		for (long i = 0; i < n && i < 64; i++)
 			snprintf(hex + 3 * i, 4, "%02x ", reply[i]);
-		tw_raw_check(c, "DescriptorReply is %s, expected b9 01 ba 01 b9 02 bd 03 63 70 75 00", hex);
+		twc_raw_check(c, "DescriptorReply is %s, expected b9 01 ba 01 b9 02 bd 03 63 70 75 00", hex);
 	}
-	tw_agent_gen_fill(t0, sizeof(t0), 70);
-	tw_agent_gen_fill(t1, sizeof(t1), 71);
-	return tw_raw_frame(c, c->basic_fd, t0, sizeof(t0)) || tw_raw_frame(c, c->basic_fd, t1, sizeof(t1)) ? -1
+	twc_agent_gen_fill(t0, sizeof(t0), 70);
+	twc_agent_gen_fill(t1, sizeof(t1), 71);
+	return twc_raw_frame(c, c->basic_fd, t0, sizeof(t0)) || twc_raw_frame(c, c->basic_fd, t1, sizeof(t1)) ? -1
 	                                                                                       : 0;
 }
 
 static int send_close_after_answer(ctx *c)
 {
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "quitter") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, false))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "quitter") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, false))
 		return -1;
 	close(fd);
 	c->nfds--;
@@ -307,9 +307,9 @@ static int send_close_after_answer(ctx *c)
  * can end the server pipe (the case asks the IUT for one, 3.8.e). */
 static int send_registration_timeout(ctx *c)
 {
-	int fd = tw_raw_open(c);
-	if (fd < 0 || tw_raw_say_hello(c, fd, "dawdler") ||
-	    tw_raw_handshake(c, fd, tw_raw_brochure_uv_basic, tw_raw_brochure_uv_basic_len, false))
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "dawdler") ||
+	    twc_raw_handshake(c, fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len, false))
 		return -1;
 	return 0;
 }
@@ -317,12 +317,12 @@ static int send_registration_timeout(ctx *c)
 /* Sections: spec/wire.md, with the numbered requirement checked. */
 /* ---- running and judging ------------------------------------------------------------- */
 
-static tw_outcome_t run_raw(const tw_case *c, tw_case_env *env)
+static twc_outcome_t run_raw(const twc_case *c, twc_case_env *env)
 {
-	const tw_raw_input *in = c->arg;
-	tw_raw_obs o;
-	if (tw_raw_run(env->iut_cmd, c->id, in, 1500, &o) != 0)
-		return tw_case_result(env, TW_ERROR, "%s", o.note);
+	const twc_raw_input *in = c->arg;
+	twc_raw_obs o;
+	if (twc_raw_run(env->iut_cmd, c->id, in, 1500, &o) != 0)
+		return twc_case_result(env, TWC_ERROR, "%s", o.note);
 	printf("# process: %s\n# stderr: %s\n# accept: %s\n# pipe: %s\n# listener: %s\n"
 	       "# class: %s\n",
 	       o.process, o.stderr_line[0] ? o.stderr_line : "-", o.accept[0] ? o.accept : "-",
@@ -330,22 +330,22 @@ static tw_outcome_t run_raw(const tw_case *c, tw_case_env *env)
 	snprintf(env->transport, sizeof(env->transport), "uv");
 	snprintf(env->channel, sizeof(env->channel), "basic");
 	char why[1024];
-	if (tw_raw_robust(in, &o, why, sizeof(why)))
-		return tw_case_result(env, TW_PASS, "%s", o.klass);
+	if (twc_raw_robust(in, &o, why, sizeof(why)))
+		return twc_case_result(env, TWC_PASS, "%s", o.klass);
 	/* Stock TensorPipe's failure here is recorded (docs/stock-bad-input.md)
 	 * and excused by its profile; a different failure is news, and the
 	 * record is stale: no profile may excuse it. */
 	if (in->stock_class && env->iut_impl && !strcmp(env->iut_impl, "tensorpipe") &&
-	    !tw_raw_as_stock(in, &o)) {
+	    !twc_raw_as_stock(in, &o)) {
 		env->unexcused = true;
-		return tw_case_result(env, TW_FAIL,
+		return twc_case_result(env, TWC_FAIL,
 		                      "%s; docs/stock-bad-input.md records stock's outcome as '%s'%s%s, "
 		                      "observed '%s' (stderr: %s)",
 		                      why, in->stock_class, in->stock_stderr ? " with stderr " : "",
 		                      in->stock_stderr ? in->stock_stderr : "", o.klass,
 		                      o.stderr_line[0] ? o.stderr_line : "-");
 	}
-	return tw_case_result(env, TW_FAIL, "%s", why);
+	return twc_case_result(env, TWC_FAIL, "%s", why);
 }
 
 /* ---- the cases -------------------------------------------------------------------------- */
@@ -357,130 +357,130 @@ static tw_outcome_t run_raw(const tw_case *c, tw_case_env *env)
 	"on one accepted connection."
 
 /* A raw-client case: id, section, level, the input in words, the
- * requirement quoted, then the tw_raw_input (send, robust class, stock's
+ * requirement quoted, then the twc_raw_input (send, robust class, stock's
  * class and stderr, handshake timeout, error kind). */
 #define RAW(id_, sec_, level_, what_, req_, ...)                                                \
 	{                                                                                       \
 		.id = "wire." id_, .suite = "wire", .section = "wire.md " sec_, .level = level_, \
 		.needs = "", .description = "raw client: " what_, .requirement = req_,          \
-		.timeout_s = 60, .run = run_raw, .arg = &(const tw_raw_input){__VA_ARGS__},      \
+		.timeout_s = 60, .run = run_raw, .arg = &(const twc_raw_input){__VA_ARGS__},      \
 	}
 
-static const tw_case cases[] = {
-	RAW("close_before_hello", "5.4 (5.4.a)", TW_MUST,
+static const twc_case cases[] = {
+	RAW("close_before_hello", "5.4 (5.4.a)", TWC_MUST,
 	    "TCP connect, then close without sending anything",
 	    "(5.4.a) A connection that closes, or sends a malformed hello, before its hello is complete "
 	    "MUST be dropped without affecting the listener. And always: "
 	    ALWAYS,
 	    send_close_before_hello, NULL, "listener-dies", NULL, 0, NULL),
-	RAW("bad_type_byte", "5.2 (5.2.c)", TW_MUST,
+	RAW("bad_type_byte", "5.2 (5.2.c)", TWC_MUST,
 	    "hello frame ff ff ff ff ff (no such nop type)",
 	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
 	    "accepting. And always: "
 	    ALWAYS,
 	    send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0, NULL),
-	RAW("bad_variant_index", "5.2 (5.2.c)", TW_MUST,
+	RAW("bad_variant_index", "5.2 (5.2.c)", TWC_MUST,
 	    "hello with Packet variant index 2 (b8 02 b9 01 00)",
 	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
 	    "accepting. And always: "
 	    ALWAYS,
 	    send_bad_variant, NULL, "crash", "Unexpected Variant Type", 0, NULL),
-	RAW("empty_variant", "3.3 (3.3.e)", TW_MUST,
+	RAW("empty_variant", "3.3 (3.3.e)", TWC_MUST,
 	    "hello = the empty variant (b8 ff be)",
 	    "(3.3.e) On the empty variant a listener MUST close that connection and keep listening. And "
 	    "always: "
 	    ALWAYS,
 	    send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0, NULL),
-	RAW("unknown_registration_id", "3.8 (3.8.b)", TW_MUST,
+	RAW("unknown_registration_id", "3.8 (3.8.b)", TWC_MUST,
 	    "RequestedConnection{12345}, an id never handed out",
 	    "(3.8.b) A listener MUST close a connection whose RequestedConnection names an id that is "
 	    "not registered (never was, or was already used, or its pipe closed). And always: "
 	    ALWAYS,
 	    send_unknown_id, "connection-dropped", "connection-dropped", NULL, 0, NULL),
-	RAW("truncated_hello", "5.2 (5.2.c)", TW_MUST,
+	RAW("truncated_hello", "5.2 (5.2.c)", TWC_MUST,
 	    "hello whose string length runs past the frame (b8 00 b9 01 bd 40)",
 	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
 	    "accepting. And always: "
 	    ALWAYS,
 	    send_truncated_hello, NULL, "crash", "Read Limit Reached", 0, NULL),
-	RAW("huge_length_prefix", "5.3 (5.3.a), wire.md 2.2 (2.2.b, 2.2.c)", TW_MUST,
+	RAW("huge_length_prefix", "5.3 (5.3.a), wire.md 2.2 (2.2.b, 2.2.c)", TWC_MUST,
 	    "uv length prefix 2^62",
 	    "(5.3.a) A frame length above the receiver's limit for what it expects MUST fail that "
 	    "connection or pipe with a protocol error, before any allocation of that size. And always: "
 	    ALWAYS,
 	    send_huge_length, NULL, "crash", "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
 	    "allocation size", 0, NULL),
-	RAW("silent_mid_header", "3.3 (3.3.f)", TW_MUST,
+	RAW("silent_mid_header", "3.3 (3.3.f)", TWC_MUST,
 	    "4 of the 8 bytes of a frame header, then silence (connection kept open)",
 	    "(3.3.f) A listener MUST keep accepting after any of these, and after any error on one "
 	    "accepted connection. (issue 3 item 4: a peer that goes silent mid-frame) And always: "
 	    ALWAYS,
 	    send_silent_mid_header, NULL, "ignored", NULL, 0, NULL),
-	RAW("silent_mid_body", "3.3 (3.3.f)", TW_MUST,
+	RAW("silent_mid_body", "3.3 (3.3.f)", TWC_MUST,
 	    "a frame header announcing 64 bytes, 6 of them, then silence (connection kept open)",
 	    "(3.3.f) A listener MUST keep accepting after any of these, and after any error on one "
 	    "accepted connection. (issue 3 item 4: a peer that goes silent mid-frame) And always: "
 	    ALWAYS,
 	    send_silent_mid_body, NULL, "ignored", NULL, 0, NULL),
-	RAW("trailing_junk", "1.12 (1.12.a)", TW_MUST,
+	RAW("trailing_junk", "1.12 (1.12.a)", TWC_MUST,
 	    "hello followed by 4 junk bytes in the same frame, then a normal handshake and an empty "
 	    "message",
 	    "(1.12.a) A decoder MUST ignore bytes left in a frame after the packet's value ends. And "
 	    "always: "
 	    ALWAYS,
 	    send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
-	RAW("no_common_transport", "3.5 (3.5.b)", TW_MUST,
+	RAW("no_common_transport", "3.5 (3.5.b)", TWC_MUST,
 	    "Brochure offering only ibv",
 	    "(3.5.b) If no transport qualifies, a server MUST fail only that pipe (closing the "
 	    "bootstrap connection) with a protocol error, and keep its listener accepting. And always: "
 	    ALWAYS,
 	    send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0, NULL),
-	RAW("no_channels", "3.5 (3.5.c)", TW_MUST,
+	RAW("no_channels", "3.5 (3.5.c)", TWC_MUST,
 	    "Brochure with no channels, then an empty message",
 	    "(3.5.c) A brochure with no common channel MUST still yield a pipe; messages without "
 	    "tensors then work. And always: "
 	    ALWAYS,
 	    send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
-	RAW("unknown_names", "3.5 (3.5.d)", TW_MUST,
+	RAW("unknown_names", "3.5 (3.5.d)", TWC_MUST,
 	    "Brochure with an unknown transport (zz) and channel (yy) besides uv and basic, then an "
 	    "empty message: the answer must pick uv and basic only",
 	    "(3.5.d) A server MUST ignore transport and channel names it does not know. And always: "
 	    ALWAYS,
 	    send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
-	RAW("reused_registration_id", "3.8 (3.8.b)", TW_MUST,
+	RAW("reused_registration_id", "3.8 (3.8.b)", TWC_MUST,
 	    "after a handshake, a second connection with the descriptor-reply id already used, then an "
 	    "empty message on the first",
 	    "(3.8.b) A listener MUST close a connection whose RequestedConnection names an id that is "
 	    "not registered (never was, or was already used, or its pipe closed). And always: "
 	    ALWAYS,
 	    send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
-	RAW("truncated_descriptor", "5.2 (5.2.a)", TW_MUST,
+	RAW("truncated_descriptor", "5.2 (5.2.a)", TWC_MUST,
 	    "after the handshake, Descriptor frame b9 03 bd 01",
 	    "(5.2.a) An implementation that receives a malformed packet MUST fail only the connection, "
 	    "or the pipe the connection belongs to, with a protocol error. And always: "
 	    ALWAYS,
 	    send_truncated_descriptor, "pipe-failed", "crash", "Read Limit Reached", 0, "proto"),
-	RAW("huge_descriptor_length", "5.3 (5.3.a), wire.md 2.2 (2.2.b)", TW_MUST,
+	RAW("huge_descriptor_length", "5.3 (5.3.a), wire.md 2.2 (2.2.b)", TWC_MUST,
 	    "after the handshake, a Descriptor frame whose length prefix says 2^62 bytes",
 	    "(5.3.a) A frame length above the receiver's limit for what it expects MUST fail that "
 	    "connection or pipe with a protocol error, before any allocation of that size. And always: "
 	    ALWAYS,
 	    send_huge_descriptor, "pipe-failed", "crash", "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
 	    "allocation size", 0, "proto"),
-	RAW("payload_length_mismatch", "5.5 (5.5.a), wire.md 3.10 (3.10.c), wire.md 2.2 (2.2.d)", TW_MUST,
+	RAW("payload_length_mismatch", "5.5 (5.5.a), wire.md 3.10 (3.10.c), wire.md 2.2 (2.2.d)", TWC_MUST,
 	    "Descriptor announcing an 8-byte payload, then a 9-byte frame",
 	    "(5.5.a) A payload or basic-channel frame whose length differs from the Descriptor MUST "
 	    "fail the pipe with a protocol error. And always: "
 	    ALWAYS,
 	    send_payload_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"),
-	RAW("tensor_length_mismatch", "4.2 (4.2.a)", TW_MUST,
+	RAW("tensor_length_mismatch", "4.2 (4.2.a)", TWC_MUST,
 	    "Descriptor announcing a 16-byte tensor, then a 17-byte frame on the basic channel",
 	    "(4.2.a) A receiver MUST fail the channel (and pipe) with a protocol error if the frame's "
 	    "length differs from the tensor's length. (issue 3 item 4: a peer that sends more bytes "
 	    "than announced) And always: "
 	    ALWAYS,
 	    send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"),
-	RAW("descriptor_reply", "3.11 (3.11.a)", TW_MUST,
+	RAW("descriptor_reply", "3.11 (3.11.a)", TWC_MUST,
 	    "Descriptor with a tensor that has a target device and one that has none: the IUT must "
 	    "answer DescriptorReply [cpu:0] on the reply connection, then receive both tensors",
 	    "(3.11.a) A receiver MUST send exactly one DescriptorReply per message that has at least "
@@ -488,14 +488,14 @@ static const tw_case cases[] = {
 	    "per tensor that lacked a target device, in tensor order. And always: "
 	    ALWAYS,
 	    send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0, NULL),
-	RAW("close_after_answer", "5.4 (5.4.a)", TW_MUST,
+	RAW("close_after_answer", "5.4 (5.4.a)", TWC_MUST,
 	    "client closes the bootstrap connection right after the BrochureAnswer",
 	    "(5.4.a) A connection that closes [...] before its hello is complete MUST be dropped "
 	    "without affecting the listener; here the handshake is abandoned later, after the "
 	    "BrochureAnswer. And always: "
 	    ALWAYS,
 	    send_close_after_answer, NULL, "pipe-pending", NULL, 0, NULL),
-	RAW("close_after_answer_noticed", "5.6 (5.6.b)", TW_SHOULD,
+	RAW("close_after_answer_noticed", "5.6 (5.6.b)", TWC_SHOULD,
 	    "client closes the bootstrap connection right after the BrochureAnswer: the server pipe "
 	    "should fail rather than wait forever",
 	    "(5.6.b) An implementation SHOULD notice a peer's close even when no read is pending. "
@@ -503,7 +503,7 @@ static const tw_case cases[] = {
 	    "a bounded time. And always: "
 	    ALWAYS,
 	    send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0, NULL),
-	RAW("registration_timeout", "3.8 (3.8.e)", TW_SHOULD,
+	RAW("registration_timeout", "3.8 (3.8.e)", TWC_SHOULD,
 	    "hello and Brochure, then nothing: the requested connections never come (the bootstrap "
 	    "connection stays open); with the IUT's handshake timeout set to 2 s the server pipe should "
 	    "fail within 5 s",
@@ -513,7 +513,7 @@ static const tw_case cases[] = {
 	    send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000, NULL),
 };
 
-const tw_case *tw_suite_wire(int *count_out)
+const twc_case *twc_suite_wire(int *count_out)
 {
 	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
 	return cases;
