@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/loop.h"
+#include "platform/loop.h"
 #include "tensorwire/tensorwire.h"
 #include "transport/transport.h"
 

@@ -24,9 +24,9 @@
 #include <stdint.h>
 
 #include "channel/channel.h"
-#include "core/error.h"
-#include "core/list.h"
-#include "core/loop.h"
+#include "platform/error.h"
+#include "platform/list.h"
+#include "platform/loop.h"
 #include "tensorwire/tensorwire.h"
 #include "transport/transport.h"
 #include "wire/packets.h"

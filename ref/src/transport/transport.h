@@ -69,7 +69,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/loop.h"
+#include "platform/loop.h"
 #include "tensorwire/tensorwire.h"
 
 typedef struct tw_transport tw_transport;

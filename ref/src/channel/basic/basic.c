@@ -13,7 +13,7 @@
 
 #include "channel/basic/basic.h"
 #include "channel/channel.h"
-#include "core/error.h"
+#include "platform/error.h"
 #include "platform/mutant.h"
 #include "platform/platform.h"
 

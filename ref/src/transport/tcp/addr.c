@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "platform/error.h"
 
 static int tw__tcp_parse_port(const char *p, unsigned *port)
 {

@@ -67,7 +67,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/error.h"
+#include "platform/error.h"
 #include "platform/fault.h"
 #include "platform/mutant.h"
 #include "platform/platform.h"

@@ -1,7 +1,7 @@
 /*
  * error.c - tw_last_error(), tw_status_name() and detail formatting.
  */
-#include "core/error.h"
+#include "platform/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
 /*
- * list.h - an intrusive doubly-linked list with a sentinel head, used for the
- * core's queues (pending messages, accepts, pipes of a context). It must not
+ * list.h - an intrusive doubly-linked list with a sentinel head, used for
+ * queues (pending messages, accepts, pipes of a context). It must not
  * allocate and does no locking: the owner decides which thread touches it.
  */
-#ifndef TW_CORE_LIST_H
-#define TW_CORE_LIST_H
+#ifndef TW_PLATFORM_LIST_H
+#define TW_PLATFORM_LIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,4 +39,4 @@ static inline tw_list *tw__list_front(const tw_list *head) { return tw__list_emp
 #define TW_LIST_FOREACH_SAFE(it, tmp, head) \
 	for ((it) = (head)->next, (tmp) = (it)->next; (it) != (head); (it) = (tmp), (tmp) = (it)->next)
 
-#endif /* TW_CORE_LIST_H */
+#endif /* TW_PLATFORM_LIST_H */

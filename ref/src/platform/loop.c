@@ -1,11 +1,11 @@
 /*
  * loop.c - the loop thread and its posted/deferred queues (see loop.h).
  */
-#include "core/loop.h"
+#include "platform/loop.h"
 
 #include <string.h>
 
-#include "core/error.h"
+#include "platform/error.h"
 
 struct tw_sync_call {
 	tw_deferred node;

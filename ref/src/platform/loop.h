@@ -15,8 +15,8 @@
  * pipe or transport is: the owner installs an `idle_check` hook that decides
  * when the loop may stop (tw__loop_finish).
  */
-#ifndef TW_CORE_LOOP_H
-#define TW_CORE_LOOP_H
+#ifndef TW_PLATFORM_LOOP_H
+#define TW_PLATFORM_LOOP_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -80,4 +80,4 @@ void tw__loop_join(tw_loop *l);
 /* Joins if needed and releases the queues' locks. Nothing may post after. */
 void tw__loop_free(tw_loop *l);
 
-#endif /* TW_CORE_LOOP_H */
+#endif /* TW_PLATFORM_LOOP_H */

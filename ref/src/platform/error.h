@@ -5,8 +5,8 @@
  * refused"). The function that decides an error records it once; callers
  * only propagate the status. Nothing here allocates.
  */
-#ifndef TW_CORE_ERROR_H
-#define TW_CORE_ERROR_H
+#ifndef TW_PLATFORM_ERROR_H
+#define TW_PLATFORM_ERROR_H
 
 #include <stddef.h>
 
@@ -22,4 +22,4 @@ void tw__api_clear(void);
 /* snprintf into a detail buffer (never overflows, always NUL-terminated). */
 void tw__detail(char *buf, size_t buflen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-#endif /* TW_CORE_ERROR_H */
+#endif /* TW_PLATFORM_ERROR_H */
