@@ -1,0 +1,392 @@
+/*
+ * pipe_write.c - writing messages (spec/wire.md 3.10): Descriptors and payloads
+ * on D, DescriptorReplies read from R, tensors handed to channels, and each
+ * write's callback exactly once, in order. The model is told in pipe.c's
+ * opening comment.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "core/pipe_impl.h"
+#include "platform/mutant.h"
+#include "platform/platform.h"
+
+/* ---- writing messages ---------------------------------------------------------------- */
+
+/* Where a mutant's early callback leaves the real one (a write and a read
+ * callback have the same type). */
+void tw__mutant_ignore_cb(tw_pipe *p, tw_status_t status, const char *detail, void *arg)
+{
+	(void)p;
+	(void)status;
+	(void)detail;
+	(void)arg;
+}
+
+static void tw__pipe_deliver_write(void *arg)
+{
+	tw_out_msg *m = arg;
+	tw_pipe *p = m->pipe;
+	if (!(TW_MUTANT("write_cb_never") && m->status == TW_OK))
+		m->cb(p, m->status, m->status == TW_OK ? "" : m->detail, m->arg);
+	if (TW_MUTANT("write_cb_twice"))
+		m->cb(p, m->status, m->status == TW_OK ? "" : m->detail, m->arg);
+	tw__out_msg_free(m);
+	tw__pipe_release(p);
+	tw__pipe_unref(p); /* the write call's reference */
+}
+
+/* Marks finished messages and delivers callbacks in message order. Once the
+ * pipe failed, or its peer is known to be gone (writes_dead), every message
+ * whose callback has not run gets that error as soon as no transport or
+ * channel operation holds its buffers any more: also one whose bytes were
+ * all handed over but that waits behind an earlier message, which the peer
+ * can then never receive in order (spec 5.6.d). */
+void tw__pipe_out_check_all(tw_pipe *p)
+{
+	bool failed = p->state == TW_PIPE_FAILED;
+	bool dead = failed || p->writes_dead;
+	tw_status_t dead_st = failed ? p->err : p->wr_status;
+	const char *dead_detail = failed ? p->err_detail : p->wr_detail;
+	tw_list *it, *tmp;
+	TW_LIST_FOREACH_SAFE(it, tmp, &p->out_msgs)
+	{
+		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (m->pending > 0)
+			continue;
+		if (dead && m->status == TW_OK && !TW_MUTANT("write_error_swallowed")) {
+			m->status = dead_st;
+			snprintf(m->detail, sizeof(m->detail), "%s", dead_detail);
+			m->done = true;
+			continue;
+		}
+		if (m->done || (m->held && !dead))
+			continue; /* the pipe's end decides its status */
+		if (m->status != TW_OK || m->state == TW_OUT_SENDING)
+			m->done = true;
+	}
+	while (!tw__list_empty(&p->out_msgs)) {
+		tw_out_msg *m = TW_CONTAINER_OF(p->out_msgs.next, tw_out_msg, link);
+		if (!m->done)
+			break;
+		tw__list_remove(&m->link);
+		p->inflight++;
+		tw__loop_defer(&p->ctx->loop, &m->dfr, tw__pipe_deliver_write, m);
+	}
+}
+
+/* An operation of message m failed on connection c (NULL: a channel's). The
+ * message takes the pipe's status once the pipe has failed. */
+static void tw__pipe_out_op_failed(tw_out_msg *m, tw_conn *c, tw_status_t status,
+                                   const char *what, const char *detail)
+{
+	m->held = true;
+	tw__pipe_conn_failed(m->pipe, c, status, what, detail);
+}
+
+static void tw__pipe_on_out_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
+{
+	tw_out_msg *m = arg;
+	tw_pipe *p = m->pipe;
+	m->pending--;
+	if (status != TW_OK)
+		tw__pipe_out_op_failed(m, c, status, "writing a Descriptor or payload", detail);
+	tw__pipe_out_check_all(p);
+	tw__pipe_release(p);
+}
+
+static void tw__pipe_on_tensor_sent(tw_channel *ch, tw_status_t status, const char *detail,
+                                    void *arg)
+{
+	tw_out_msg *m = arg;
+	tw_pipe *p = m->pipe;
+	m->pending--;
+	if (status != TW_OK)
+		tw__pipe_out_op_failed(m, NULL, status, "sending a tensor", detail);
+	tw__pipe_out_check_all(p);
+	tw__pipe_release(p);
+}
+
+/* Applies the DescriptorReply in buf to message m (spec 3.11). */
+static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint64_t len)
+{
+	tw_wire_descriptor_reply r;
+	char dd[TW_DETAIL_MAX] = "";
+	size_t used;
+	tw_status_t st = tw__wire_decode_descriptor_reply(buf, (size_t)len, &r, &used, dd, sizeof(dd));
+	if (st != TW_OK) {
+		tw__pipe_out_op_failed(m, NULL, st, "bad DescriptorReply", dd);
+		return;
+	}
+	if (r.num_target_devices != m->num_untargeted && !TW_MUTANT("descriptor_reply_unchecked")) {
+		tw__detail(dd, sizeof(dd), "it lists %zu devices for %zu tensors without a target device",
+		           r.num_target_devices, m->num_untargeted);
+		tw__wire_descriptor_reply_free(&r);
+		tw__pipe_out_op_failed(m, NULL, TW_ERR_PROTO, "bad DescriptorReply", dd);
+		return;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < m->msg.num_tensors; i++) {
+		if (m->tensors[i].has_target_device)
+			continue;
+		if (TW_MUTANT("descriptor_reply_unchecked") && k >= r.num_target_devices) {
+			m->targets[i] = m->tensors[i].source_device;
+			continue;
+		}
+		const tw_wire_device *wd = &r.target_devices[k++];
+		if (wd->type.n == 0 || wd->type.n >= TW_DEVICE_TYPE_MAX) {
+			tw__detail(dd, sizeof(dd), "targetDevices[%zu].type has %zu bytes", k - 1, wd->type.n);
+			tw__wire_descriptor_reply_free(&r);
+			tw__pipe_out_op_failed(m, NULL, TW_ERR_PROTO, "bad DescriptorReply", dd);
+			return;
+		}
+		tw__device_from_wire(&m->targets[i], wd);
+	}
+	tw__wire_descriptor_reply_free(&r);
+	m->state = TW_OUT_READY;
+	tw__pipe_pump_writes(p);
+}
+
+/* A stock peer's pipe: each message that needs a DescriptorReply reads its
+ * own from R (reads on one connection complete in order). */
+static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail, void *buf,
+                              uint64_t len, void *arg)
+{
+	tw_out_msg *m = arg;
+	tw_pipe *p = m->pipe;
+	m->pending--;
+	if (status != TW_OK)
+		tw__pipe_out_op_failed(m, c, status, "reading a DescriptorReply", detail);
+	else if (p->state != TW_PIPE_FAILED) {
+		p->heard = true;
+		tw__pipe_take_reply(p, m, buf, len);
+	}
+	tw__free(buf);
+	tw__pipe_out_check_all(p);
+	tw__pipe_release(p);
+}
+
+/* A goodbye pipe: R always has this read pending (spec 8.2.a). A non-empty
+ * frame is the DescriptorReply of the oldest message waiting for one; an
+ * empty one is the peer's goodbye. */
+static void tw__pipe_on_r_frame(tw_conn *c, tw_status_t status, const char *detail, void *buf,
+                                uint64_t len, void *arg)
+{
+	tw_pipe *p = arg;
+	if (p->state == TW_PIPE_FAILED)
+		goto out;
+	if (status != TW_OK) {
+		tw__pipe_conn_failed(p, c, status, "reading the descriptor-reply connection", detail);
+		goto out;
+	}
+	p->heard = true;
+	if (len == 0) {
+		p->goodbye_seen = true;
+		tw__pipe_conn_failed(p, c, TW_ERR_EOF, "the descriptor-reply connection",
+		                     "the peer said goodbye");
+		goto out; /* nothing follows a goodbye */
+	}
+	tw_out_msg *m = NULL;
+	tw_list *it;
+	for (it = p->out_msgs.next; it != &p->out_msgs && !m; it = it->next) {
+		tw_out_msg *x = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (x->state == TW_OUT_WAIT_REPLY)
+			m = x;
+	}
+	if (!m) {
+		tw__pipe_fail(p, TW_ERR_PROTO,
+		              "a DescriptorReply of %llu bytes arrived, but no message waits for one "
+		              "(spec 3.11.a)",
+		              (unsigned long long)len);
+		goto out;
+	}
+	tw__pipe_take_reply(p, m, buf, len);
+	tw__pipe_out_check_all(p);
+	if (p->state == TW_PIPE_ESTABLISHED)
+		tw__pipe_read_r(p);
+out:
+	tw__free(buf);
+	tw__pipe_release(p);
+}
+
+void tw__pipe_read_r(tw_pipe *p)
+{
+	tw_status_t st = p->r->ops->read_alloc(p->r, p->ctx->max_object, tw__pipe_on_r_frame, p);
+	if (st != TW_OK) {
+		tw__pipe_fail(p, st, "reading the descriptor-reply connection: out of memory");
+		return;
+	}
+	p->inflight++;
+}
+
+static bool tw__pipe_serves_source(const tw_pipe *p, const tw_device *src)
+{
+	for (size_t i = 0; i < p->num_pairs; i++)
+		if (tw__device_eq(&p->pairs[i].local, src))
+			return true;
+	return false;
+}
+
+/* Puts the Descriptor and payload frames of a queued message on D and, if
+ * it needs one, queues the read of its DescriptorReply on R. */
+static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
+{
+	char db1[40], db2[40];
+	for (size_t i = 0; i < m->msg.num_tensors; i++) {
+		const tw_tensor *t = &m->tensors[i];
+		bool ok = t->has_target_device
+		                  ? tw__pipe_find_pair(p, &t->source_device, &t->target_device) != NULL
+		                  : tw__pipe_serves_source(p, &t->source_device);
+		if (ok || t->length == 0)
+			continue;
+		m->status = TW_ERR_UNSUPPORTED;
+		if (t->has_target_device)
+			tw__detail(m->detail, sizeof(m->detail),
+			           "tw_pipe_write: %s: no channel of this pipe moves tensor %zu from %s to %s",
+			           p->label, i, tw__device_str(&t->source_device, db1, sizeof(db1)),
+			           tw__device_str(&t->target_device, db2, sizeof(db2)));
+		else
+			tw__detail(m->detail, sizeof(m->detail),
+			           "tw_pipe_write: %s: no channel of this pipe serves tensor %zu on %s",
+			           p->label, i, tw__device_str(&t->source_device, db1, sizeof(db1)));
+		return TW_OK; /* this message fails, the pipe does not */
+	}
+	tw_iov iov = { m->desc.buf, m->desc.len };
+	tw_status_t st = p->d->ops->write(p->d, &iov, 1, TW_WRITE_OBJECT, tw__pipe_on_out_written, m);
+	if (st != TW_OK)
+		return st;
+	m->pending++;
+	p->inflight++;
+	for (size_t j = 0; j < m->msg.num_payloads; j++) {
+		size_t i = TW_MUTANT("payloads_reordered") ? m->msg.num_payloads - 1 - j : j;
+		tw_iov piov = { m->payloads[i].data, m->payloads[i].length };
+		st = p->d->ops->write(p->d, &piov, 1, 0, tw__pipe_on_out_written, m);
+		if (st != TW_OK)
+			return st;
+		m->pending++;
+		p->inflight++;
+	}
+	if (m->num_untargeted > 0 && p->ext_goodbye) {
+		m->state = TW_OUT_WAIT_REPLY; /* R's standing read brings the reply */
+	} else if (m->num_untargeted > 0) {
+		st = p->r->ops->read_alloc(p->r, p->ctx->max_object, tw__pipe_on_reply, m);
+		if (st != TW_OK)
+			return st;
+		m->pending++;
+		p->inflight++;
+		m->state = TW_OUT_WAIT_REPLY;
+	} else {
+		m->state = TW_OUT_READY;
+	}
+	return TW_OK;
+}
+
+static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
+{
+	char db1[40], db2[40];
+	m->state = TW_OUT_SENDING;
+	for (size_t i = 0; i < m->msg.num_tensors; i++) {
+		const tw_tensor *t = &m->tensors[i];
+		if (t->length == 0 && !TW_MUTANT("zero_length_tensor_framed"))
+			continue; /* no channel traffic at all (spec 3.10) */
+		const tw_pipe_pair *pp = tw__pipe_find_pair(p, &t->source_device, &m->targets[i]);
+		if (!pp) {
+			tw__pipe_fail(p, TW_ERR_PROTO,
+			              "the peer asked for tensor %zu on %s; no channel moves %s to it", i,
+			              tw__device_str(&m->targets[i], db1, sizeof(db1)),
+			              tw__device_str(&t->source_device, db2, sizeof(db2)));
+			return TW_ERR_PROTO;
+		}
+		tw_buffer b = { t->data, t->length, t->source_device };
+		tw_channel *ch = p->chans[pp->chan].ch;
+		tw_status_t st = ch->ops->send(ch, &b, tw__pipe_on_tensor_sent, m);
+		if (st != TW_OK) {
+			tw__pipe_fail(p, st, "sending tensor %zu: out of memory", i);
+			return st;
+		}
+		m->pending++;
+		p->inflight++;
+	}
+	return TW_OK;
+}
+
+void tw__pipe_pump_writes(tw_pipe *p)
+{
+	if (p->state != TW_PIPE_ESTABLISHED)
+		return;
+	if (p->writes_dead) {
+		tw__pipe_out_check_all(p);
+		return;
+	}
+	tw_list *it;
+	for (it = p->out_msgs.next; it != &p->out_msgs; it = it->next) {
+		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (m->state != TW_OUT_QUEUED || m->status != TW_OK)
+			continue;
+		tw_status_t st = tw__pipe_post_descriptor(p, m);
+		if (st != TW_OK) {
+			tw__pipe_fail(p, st, "writing a message: out of memory");
+			return;
+		}
+	}
+	/* Tensors go to the channels strictly in message order (spec 3.11). */
+	for (it = p->out_msgs.next;
+	     it != &p->out_msgs && p->state == TW_PIPE_ESTABLISHED && !p->writes_dead;
+	     it = it->next) {
+		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (m->state == TW_OUT_SENDING || m->status != TW_OK)
+			continue;
+		if (m->state != TW_OUT_READY)
+			break;
+		if (TW_MUTANT("tensors_reordered") && it->next != &p->out_msgs) {
+			/* the next message's tensors overtake this one's */
+			tw_out_msg *n = TW_CONTAINER_OF(it->next, tw_out_msg, link);
+			if (n->state == TW_OUT_READY && n->status == TW_OK &&
+			    tw__pipe_send_tensors(p, n) != TW_OK)
+				return;
+		}
+		if (tw__pipe_send_tensors(p, m) != TW_OK)
+			return;
+	}
+	tw__pipe_out_check_all(p);
+}
+
+static void tw__pipe_do_write(void *arg)
+{
+	tw_out_msg *m = arg;
+	tw_pipe *p = m->pipe;
+	if (TW_MUTANT("write_cb_early")) {
+		m->cb(p, TW_OK, "", m->arg); /* before a byte left */
+		m->cb = tw__mutant_ignore_cb;
+	}
+	tw__list_push_back(&p->out_msgs, &m->link);
+	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
+	if (p->state == TW_PIPE_FAILED)
+		tw__pipe_out_check_all(p);
+	else
+		tw__pipe_pump_writes(p);
+}
+
+tw_status_t tw_pipe_write(tw_pipe *p, const tw_message *msg, tw_write_cb cb, void *arg)
+{
+	static const char fn[] = "tw_pipe_write";
+	tw__api_clear();
+	if (!p || !cb)
+		return tw__api_fail(TW_ERR_INVAL, "%s: pipe and cb must not be NULL", fn);
+	tw_out_msg *m;
+	tw_status_t st = tw__out_msg_new(fn, msg, &m);
+	if (st != TW_OK)
+		return st;
+	m->pipe = p;
+	m->cb = cb;
+	m->arg = arg;
+	tw__pipe_ref(p);
+	if (!tw__loop_post(&p->ctx->loop, &m->dfr, tw__pipe_do_write, m)) {
+		tw__out_msg_free(m);
+		tw__pipe_unref(p);
+		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+	}
+	return TW_OK;
+}
