@@ -1,6 +1,6 @@
 /*
  * fault_sweep_test.c - "fail the Nth call" sweeps over the library's fault
- * points (platform/platform.h), SQLite-style: for N = 1, 2, ... a child
+ * points (platform/fault_points.h), SQLite-style: for N = 1, 2, ... a child
  * process runs a small but complete scenario (listen, connect, handshake, a
  * message with a payload and a tensor without target device, close) with
  * TW_FAULTS=<point>:<N>, until a run where the point never fired. Each run

@@ -7,8 +7,11 @@
 #include "platform/fault.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "platform/fault_points.h"
 
 #define TW_FAULT_RULES_MAX 16
 #define TW_FAULT_NAME_MAX 48
@@ -25,25 +28,52 @@ static int num_rules;
 static unsigned long fired; /* atomic */
 static pthread_once_t rules_once = PTHREAD_ONCE_INIT;
 
+#define TW_FAULT_NAME_OF(name, what) name,
+static const char *const known_points[] = { TW_FAULT_POINTS(TW_FAULT_NAME_OF) };
+
+bool tw__fault_point_known(const char *name)
+{
+	for (size_t i = 0; i < sizeof(known_points) / sizeof(known_points[0]); i++)
+		if (strcmp(known_points[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* A rule that would silently inject nothing is a mistake in the test that
+ * set it: say which and stop. */
+static void tw__fault_bad_rule(const char *rule, size_t len, const char *why)
+{
+	fprintf(stderr, "libtensorwire: TW_FAULTS: bad rule '%.*s': %s\n", (int)len, rule, why);
+	abort();
+}
+
 static void tw__fault_parse(void)
 {
 	const char *env = getenv("TW_FAULTS");
 	if (!env)
 		return;
-	while (*env && num_rules < TW_FAULT_RULES_MAX) {
+	while (*env) {
 		const char *end = strchr(env, ',');
 		size_t len = end ? (size_t)(end - env) : strlen(env);
 		const char *colon = memchr(env, ':', len);
-		if (colon && (size_t)(colon - env) < TW_FAULT_NAME_MAX) {
-			struct tw_fault_rule *r = &rules[num_rules];
-			memcpy(r->name, env, (size_t)(colon - env));
-			r->name[colon - env] = '\0';
-			char *num_end;
-			r->nth = strtoul(colon + 1, &num_end, 10);
-			r->and_later = num_end < env + len && *num_end == '+';
-			if (r->nth > 0)
-				num_rules++;
-		}
+		if (!colon)
+			tw__fault_bad_rule(env, len, "expected <point>:<n> or <point>:<n>+");
+		if ((size_t)(colon - env) >= TW_FAULT_NAME_MAX)
+			tw__fault_bad_rule(env, len, "point name too long");
+		if (num_rules == TW_FAULT_RULES_MAX)
+			tw__fault_bad_rule(env, len, "too many rules (at most 16)");
+		struct tw_fault_rule *r = &rules[num_rules];
+		memcpy(r->name, env, (size_t)(colon - env));
+		r->name[colon - env] = '\0';
+		if (!tw__fault_point_known(r->name))
+			tw__fault_bad_rule(env, len, "no such fault point (see platform/fault_points.h)");
+		char *num_end;
+		r->nth = strtoul(colon + 1, &num_end, 10);
+		r->and_later = num_end < env + len && *num_end == '+';
+		if (r->nth == 0 || num_end == colon + 1 ||
+		    num_end + (r->and_later ? 1 : 0) != env + len)
+			tw__fault_bad_rule(env, len, "<n> must be a number from 1 up, optionally followed by +");
+		num_rules++;
 		env += len;
 		if (*env == ',')
 			env++;

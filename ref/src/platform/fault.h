@@ -1,5 +1,5 @@
 /*
- * fault.h - named fault points (TW_FAULT_POINT("tcp/read/short")).
+ * fault.h - named fault points (TW_FAULT_POINT("sys/read/short")).
  *
  * A fault point is a place where the library asks "should this call fail
  * now?". In a normal build the macro is the constant 0 and costs nothing.
@@ -8,11 +8,13 @@
  *     <point>:<n>      the n-th hit (1-based, counted per point, all threads)
  *                      of <point> fires
  *     <point>:<n>+     the n-th and every later hit fires
- * e.g. TW_FAULTS=tcp/read/short:1+,malloc:40. The code at the point decides
+ * e.g. TW_FAULTS=sys/read/short:1+,malloc:40. The code at the point decides
  * what "fire" means (a short transfer, an errno, a NULL).
  *
- * This file must not know what the points are: the list lives next to the
- * code that declares them (platform.c, transport/tcp/tcp.c).
+ * The points are listed in fault_points.h. A rule that names no listed
+ * point, or that cannot be parsed, is an error: the first fault point hit
+ * prints it on stderr and aborts, since a typo would otherwise turn a fault
+ * run into a pass without a single fault.
  */
 #ifndef TW_PLATFORM_FAULT_H
 #define TW_PLATFORM_FAULT_H
@@ -27,6 +29,9 @@
 
 /* True if the rule for `name` says this hit fails. Thread-safe. */
 bool tw__fault_hit(const char *name);
+
+/* True if `name` is in fault_points.h. */
+bool tw__fault_point_known(const char *name);
 
 /* Number of times any fault point fired so far (for sweeps: stop when a run
  * fires nothing). */

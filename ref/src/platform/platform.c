@@ -1,6 +1,6 @@
 /*
  * platform.c - allocation and socket wrappers with fault points (see
- * platform.h). Nothing here keeps state except the fault rule table.
+ * platform.h; ipc.c and host.c hold the rest of the door). Nothing here keeps state except the fault rule table.
  */
 #define _GNU_SOURCE /* accept4, GNU strerror_r */
 #include "platform/platform.h"
@@ -64,6 +64,10 @@ int tw__sys_socket(int domain, int type, int protocol)
 
 int tw__sys_bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
+	if (TW_FAULT_POINT("sys/bind")) {
+		errno = EADDRINUSE;
+		return -1;
+	}
 	return bind(fd, addr, len);
 }
 

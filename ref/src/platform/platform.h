@@ -1,24 +1,16 @@
 /*
  * platform.h - the one door between libtensorwire and the operating system.
  *
- * Every allocation and every socket system call the library makes goes
- * through these wrappers, so that fault points (fault.h) can make any of them
- * fail or come up short, and so that a port to another OS touches one folder.
+ * Every allocation and every system call the library makes (sockets,
+ * descriptor passing, shared memory, cross-memory copies, and what it reads
+ * about the host it runs on) goes through these wrappers, so that fault
+ * points (fault.h) can make any of them fail or come up short, and so that a
+ * port to another OS touches one folder.
  * The wrappers keep the system's conventions (-1 and errno, NULL) and add
  * nothing else: they must not log, retry or interpret errors - that is the
  * caller's job.
  *
- * Fault points declared here:
- *   malloc              tw__malloc/calloc/realloc return NULL
- *   sys/socket          socket() fails with EMFILE
- *   sys/accept          accept4() fails with EMFILE
- *   sys/connect         connect() fails with ECONNREFUSED
- *   sys/read/short      readv() reads at most 1 byte
- *   sys/read/fail       readv() fails with ECONNRESET
- *   sys/write/short     sendmsg() writes at most 1 byte
- *   sys/write/fail      sendmsg() fails with EPIPE
- *   sys/eintr           readv()/sendmsg()/recv() fail once with EINTR
- *   sys/peek/fail       the MSG_PEEK recv() fails with ECONNRESET
+ * Fault points: fault_points.h lists every one, with the errno it injects.
  */
 #ifndef TW_PLATFORM_PLATFORM_H
 #define TW_PLATFORM_PLATFORM_H
@@ -28,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 /* Linux moves at most this many bytes in one read/write call. */
 #define TW_RW_MAX ((size_t)0x7ffff000)
@@ -58,6 +51,62 @@ ssize_t tw__sys_writev(int fd, const struct iovec *iov, int iovcnt);
  * nothing. */
 ssize_t tw__sys_peek(int fd);
 int tw__sys_close(int fd);
+
+/* ---- UNIX sockets and descriptor passing (ipc.c) ---- */
+#define TW_ABSTRACT_NAME_MAX 107 /* sun_path less the leading NUL */
+/* Fills *addr with the abstract-namespace name `name` (len bytes, no NUL
+ * needed: a leading NUL is added) and *addr_len with its exact length. -1
+ * with ENAMETOOLONG if it does not fit. Makes no system call. */
+int tw__sockaddr_abstract(struct sockaddr_un *addr, socklen_t *addr_len, const char *name,
+                          size_t len);
+/* One sendmsg (MSG_NOSIGNAL) of len data bytes with nfds descriptors in one
+ * SCM_RIGHTS message (nfds may be 0). Returns bytes sent or -1 and errno. */
+ssize_t tw__sys_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds);
+/* One recvmsg (MSG_CMSG_CLOEXEC) of up to len bytes and up to maxfds
+ * descriptors, stored in fds[] with their number in *nfds_out; the caller
+ * owns them. If the control data came truncated (MSG_CTRUNC: the sender
+ * passed more than maxfds, or this process is out of descriptors), every
+ * descriptor that did arrive is closed and the call fails with EMSGSIZE.
+ * Returns bytes received (0: the peer closed) or -1 and errno. */
+ssize_t tw__sys_recv_fds(int fd, void *buf, size_t len, int *fds, int maxfds, int *nfds_out);
+
+/* ---- shared memory (ipc.c) ---- */
+/* memfd_create(name, MFD_CLOEXEC), through syscall() so that a libc without
+ * the wrapper still works; ENOSYS where the kernel lacks it. */
+int tw__sys_memfd_create(const char *name);
+/* An unnamed file in directory `dir` (open with O_TMPFILE | O_EXCL |
+ * O_RDWR | O_CLOEXEC): the fallback where memfd_create is missing. */
+int tw__sys_open_tmpfile(const char *dir);
+int tw__sys_ftruncate(int fd, uint64_t len);
+/* Reserves len bytes now, so that a full tmpfs fails here (ENOSPC) rather
+ * than with SIGBUS on first touch. */
+int tw__sys_fallocate(int fd, uint64_t len);
+/* The size of the file behind fd (fstat), for checking received segments. */
+int tw__sys_fd_size(int fd, uint64_t *size_out);
+/* mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); NULL and errno
+ * on failure (never MAP_FAILED). */
+void *tw__sys_mmap_shared(int fd, size_t len);
+int tw__sys_munmap(void *p, size_t len);
+
+/* ---- cross-memory attach (ipc.c) ---- */
+/* process_vm_readv(pid, local, nlocal, remote, nremote, 0). Like readv it
+ * may copy less than asked (a partial copy stops at an iovec boundary or a
+ * fault); the caller resumes. */
+ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned long nlocal,
+                                 const struct iovec *remote, unsigned long nremote);
+
+/* ---- who and where this process runs (host.c) ---- */
+#define TW_BOOT_ID_LEN 36 /* 8-4-4-4-12 hex digits and dashes */
+/* The first line of /proc/sys/kernel/random/boot_id, NUL-terminated, into
+ * out (at least TW_BOOT_ID_LEN + 1 bytes); -1 and errno (EPROTO if the file
+ * does not hold one). */
+int tw__sys_boot_id(char *out, size_t len);
+/* st_dev and st_ino of /proc/self/ns/<ns> ("pid", "ipc", "user", "mnt",
+ * "net", ...): two processes share that namespace iff both are equal. */
+int tw__sys_ns_id(const char *ns, uint64_t *dev_out, uint64_t *ino_out);
+/* Reads at most len - 1 bytes of a small file (procfs, sysfs) and adds a
+ * NUL. Returns the byte count or -1 and errno. */
+ssize_t tw__sys_read_file(const char *path, char *buf, size_t len);
 
 /* strerror that is safe from any thread; returns buf. */
 const char *tw__strerror(int err, char *buf, size_t buflen);

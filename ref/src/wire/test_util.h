@@ -2,7 +2,8 @@
  * test_util.h - the few helpers the wire unit tests share: TAP-style checks
  * that keep going after a failure, hex parsing and printing.
  *
- * Only for *_test.c files in this folder; must not be used by the library.
+ * Only for the unit tests of wire/ and platform/ (*_test.c); must not be used
+ * by the library.
  */
 #ifndef TW_WIRE_TEST_UTIL_H
 #define TW_WIRE_TEST_UTIL_H
