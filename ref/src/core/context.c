@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "core/core.h"
+#include "platform/options.h"
 #include "platform/platform.h"
 
 
@@ -153,43 +154,16 @@ tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url
 static tw_status_t tw__ctx_split_options(tw_context *ctx, const char *fn, const char *options,
                                          char *rest, size_t rest_len, uint64_t *max_object)
 {
-	rest[0] = '\0';
-	if (!options)
-		return TW_OK;
-	size_t out = 0;
-	const char *p = options;
-	while (*p) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		static const char key[] = "max_object_bytes=";
-		if (len > sizeof(key) - 1 && memcmp(p, key, sizeof(key) - 1) == 0) {
-			char num[32];
-			size_t nl = len - (sizeof(key) - 1);
-			if (nl >= sizeof(num))
-				goto bad;
-			memcpy(num, p + sizeof(key) - 1, nl);
-			num[nl] = '\0';
-			char *e;
-			unsigned long long v = strtoull(num, &e, 10);
-			if (*e != '\0' || num[0] < '0' || num[0] > '9' || v == 0)
-				goto bad;
-			*max_object = v;
-		} else if (len > 0) {
-			if (out + len + 2 > rest_len)
-				return tw__api_fail(TW_ERR_INVAL, "%s: options too long", fn);
-			if (out > 0)
-				rest[out++] = ',';
-			memcpy(rest + out, p, len);
-			out += len;
-			rest[out] = '\0';
-		}
-		p += len;
-		if (*p == ',')
-			p++;
-	}
+	(void)ctx;
+	static const tw_option table[] = {
+		{ "max_object_bytes", TW_OPT_U64, 0, 0, 1, UINT64_MAX },
+	};
+	char detail[TW_DETAIL_MAX];
+	tw_status_t st = tw__options_parse(fn, options, table, 1, max_object, rest, rest_len, detail,
+	                                   sizeof(detail));
+	if (st != TW_OK)
+		return tw__api_fail(st, "%s", detail);
 	return TW_OK;
-bad:
-	return tw__api_fail(TW_ERR_INVAL, "%s: bad max_object_bytes in '%s'", fn, options);
 }
 
 static tw_status_t tw__ctx_check_name(const char *fn, const char *name)

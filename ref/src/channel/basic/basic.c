@@ -14,6 +14,7 @@
 #include "channel/basic/basic.h"
 #include "channel/channel.h"
 #include "platform/error.h"
+#include "platform/options.h"
 #include "platform/mutant.h"
 #include "platform/platform.h"
 
@@ -156,11 +157,10 @@ static size_t basic_num_connections(tw_channel_ctx *c)
 static tw_status_t basic_create(const tw_channel_env *env, const char *options,
                                 tw_channel_ctx **out, char *detail, size_t detail_len)
 {
-	if (options && options[0] != '\0') {
-		tw__detail(detail, detail_len, "basic channel: unknown options '%s' (it takes none)",
-		           options);
-		return TW_ERR_INVAL;
-	}
+	tw_status_t st = tw__options_parse("basic channel", options, NULL, 0, NULL, NULL, 0, detail,
+	                                   detail_len);
+	if (st != TW_OK)
+		return st;
 	basic_ctx *c = tw__calloc(1, sizeof(*c));
 	if (!c)
 		goto err_nomem;
