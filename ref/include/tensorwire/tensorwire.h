@@ -362,7 +362,14 @@ typedef void (*tw_read_cb)(tw_pipe *pipe, tw_status_t status, const char *detail
 
 /* Queues a message. The message struct, its arrays and metadata are copied
  * before return; payload and tensor data buffers must stay valid and
- * unchanged until `cb` runs. Messages arrive in write order. */
+ * unchanged until `cb` runs. Messages arrive in write order.
+ * A message the pipe cannot carry fails alone, before any of it is sent:
+ * `cb` gets TW_ERR_UNSUPPORTED with a detail naming the part and the limit
+ * when no channel of the pipe serves a tensor's devices, or when a payload,
+ * a tensor or the Descriptor exceeds what the pipe's transport or the
+ * tensor's channel carries (spec/wire.md 2.5: shm and ibv frames are under
+ * 4 GiB, their packets at most 2 MiB); the pipe and later messages are not
+ * affected. */
 TW_NODISCARD tw_status_t tw_pipe_write(tw_pipe *pipe, const tw_message *msg, tw_write_cb cb,
                                        void *arg);
 

@@ -104,6 +104,10 @@ typedef struct tw_channel_instance_ops {
 	tw_status_t (*recv)(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg);
 	/* See the rules above. The owner calls it once and forgets the pointer. */
 	void (*close)(tw_channel *ch);
+	/* Loop thread, never fails: the longest tensor one send can move (basic:
+	 * the frame limit of its connection's transport). NULL: no limit. The
+	 * pipe fails a message with a longer tensor before sending any of it. */
+	uint64_t (*max_tensor)(tw_channel *ch);
 } tw_channel_instance_ops;
 
 struct tw_channel {

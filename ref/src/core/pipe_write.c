@@ -229,6 +229,73 @@ static bool tw__pipe_serves_source(const tw_pipe *p, const tw_device *src)
 	return false;
 }
 
+/* The longest tensor the channels could move from `src` (to `dst`, when
+ * the tensor names its target), and which channel sets that bound. */
+static uint64_t tw__pipe_tensor_limit(const tw_pipe *p, const tw_tensor *t, const char **chan_out)
+{
+	uint64_t lim = UINT64_MAX;
+	*chan_out = NULL;
+	for (size_t i = 0; i < p->num_pairs; i++) {
+		const tw_pipe_pair *pr = &p->pairs[i];
+		if (!tw__device_eq(&pr->local, &t->source_device) ||
+		    (t->has_target_device && !tw__device_eq(&pr->remote, &t->target_device)))
+			continue;
+		tw_channel *ch = p->chans[pr->chan].ch;
+		uint64_t l = ch && ch->ops->max_tensor ? ch->ops->max_tensor(ch) : UINT64_MAX;
+		if (l < lim) {
+			lim = l;
+			*chan_out = p->chans[pr->chan].reg->name;
+		}
+	}
+	return lim;
+}
+
+/* Whether every part of a message fits what this pipe's transport and
+ * channels can carry (spec 2.5); if not, fails the message (not the pipe)
+ * with a detail naming the part, the limit and the backend, before any of
+ * it is sent. */
+static bool tw__pipe_message_fits(tw_pipe *p, tw_out_msg *m)
+{
+	tw_transport_limits lim;
+	tw__transport_limits(p->d->transport, &lim);
+	const char *tname = p->d->transport->ops->kind;
+	if (m->desc.len > lim.max_packet) {
+		tw__detail(m->detail, sizeof(m->detail),
+		           "tw_pipe_write: %s: the message's Descriptor is %llu bytes; transport %s "
+		           "carries packets of at most %llu bytes (spec 2.5): send less metadata or "
+		           "fewer payloads and tensors per message",
+		           p->label, (unsigned long long)m->desc.len, tname,
+		           (unsigned long long)lim.max_packet);
+		goto fail;
+	}
+	for (size_t i = 0; i < m->msg.num_payloads; i++) {
+		if (m->payloads[i].length <= lim.max_frame)
+			continue;
+		tw__detail(m->detail, sizeof(m->detail),
+		           "tw_pipe_write: %s: payload %zu is %llu bytes; transport %s carries frames "
+		           "of at most %llu bytes (spec 2.5)",
+		           p->label, i, (unsigned long long)m->payloads[i].length, tname,
+		           (unsigned long long)lim.max_frame);
+		goto fail;
+	}
+	for (size_t i = 0; i < m->msg.num_tensors; i++) {
+		const char *chan;
+		uint64_t tl = tw__pipe_tensor_limit(p, &m->tensors[i], &chan);
+		if (m->tensors[i].length <= tl)
+			continue;
+		tw__detail(m->detail, sizeof(m->detail),
+		           "tw_pipe_write: %s: tensor %zu is %llu bytes; channel %s over transport %s "
+		           "moves at most %llu bytes per tensor (spec 2.5)",
+		           p->label, i, (unsigned long long)m->tensors[i].length, chan, tname,
+		           (unsigned long long)tl);
+		goto fail;
+	}
+	return true;
+fail:
+	m->status = TW_ERR_UNSUPPORTED;
+	return false;
+}
+
 /* Puts the Descriptor and payload frames of a queued message on D and, if
  * it needs one, queues the read of its DescriptorReply on R. */
 static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
@@ -253,6 +320,8 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 			           p->label, i, tw__device_str(&t->source_device, db1, sizeof(db1)));
 		return TW_OK; /* this message fails, the pipe does not */
 	}
+	if (!tw__pipe_message_fits(p, m))
+		return TW_OK; /* the same */
 	tw_iov iov = { m->desc.buf, m->desc.len };
 	tw_status_t st = p->d->ops->write(p->d, &iov, 1, TW_WRITE_OBJECT, tw__pipe_on_out_written, m);
 	if (st != TW_OK)

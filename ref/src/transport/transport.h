@@ -104,6 +104,16 @@ typedef struct tw_conn_opts {
 	int family;
 } tw_conn_opts;
 
+/* What one connection of a transport instance carries at most (spec 2.5):
+ * the body of one frame (a payload or a tensor), and one packet (a nop
+ * object frame: hello, Brochure, Descriptor...). The pipe checks a message
+ * against them before sending any of it, so a message that cannot travel
+ * fails alone (tw_pipe_write) instead of failing the connection. */
+typedef struct tw_transport_limits {
+	uint64_t max_frame;
+	uint64_t max_packet;
+} tw_transport_limits;
+
 typedef void (*tw_conn_write_cb)(tw_conn *conn, tw_status_t status, const char *detail,
                                  void *arg);
 /* read_into: buf is the caller's buffer, len its expected length.
@@ -196,6 +206,9 @@ typedef struct tw_transport_ops {
 	 * options. Runs on any thread (no loop handles may be created yet). */
 	tw_status_t (*create)(tw_loop *loop, const char *options, tw_transport **out, char *detail,
 	                      size_t detail_len);
+	/* Any thread, never fails: this instance's limits. NULL: none (every
+	 * field UINT64_MAX). */
+	void (*limits)(tw_transport *t, tw_transport_limits *out);
 	/* The domain descriptor advertised in Brochures (spec 6.1), e.g. "uv:*". */
 	const char *(*domain_descriptor)(tw_transport *t);
 	/* NULL means plain string equality with our own descriptor. */
@@ -232,6 +245,15 @@ struct tw_transport {
 	const tw_transport_ops *ops;
 	tw_loop *loop;
 };
+
+/* The limits of `t` (its ops->limits, or none). */
+static inline void tw__transport_limits(tw_transport *t, tw_transport_limits *out)
+{
+	out->max_frame = UINT64_MAX;
+	out->max_packet = UINT64_MAX;
+	if (t->ops->limits)
+		t->ops->limits(t, out);
+}
 
 /* The kinds built into this library, NULL-terminated (registry.c). */
 extern const tw_transport_ops *const tw__transport_kinds[];

@@ -119,10 +119,20 @@ static void basic_close(tw_channel *base)
 	basic_unref(ch);
 }
 
+/* One tensor is one frame on the connection (spec 4.2). */
+static uint64_t basic_max_tensor(tw_channel *base)
+{
+	basic_channel *ch = (basic_channel *)base;
+	tw_transport_limits lim;
+	tw__transport_limits(ch->conn->transport, &lim);
+	return lim.max_frame;
+}
+
 static const tw_channel_instance_ops basic_instance_ops = {
 	.send = basic_send,
 	.recv = basic_recv,
 	.close = basic_close,
+	.max_tensor = basic_max_tensor,
 };
 
 static tw_status_t basic_open(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *const *conns,

@@ -55,6 +55,7 @@
  */
 #define _GNU_SOURCE /* accept4 */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -70,6 +71,7 @@
 #include "platform/error.h"
 #include "platform/fault.h"
 #include "platform/mutant.h"
+#include "platform/options.h"
 #include "platform/platform.h"
 #include "transport/tcp/addr.h"
 #include "transport/tcp/tcp.h"
@@ -162,6 +164,7 @@ typedef struct tcp_listener {
 
 typedef struct tcp_transport {
 	tw_transport base;
+	tw_transport_limits limits; /* options max_frame, max_packet */
 } tcp_transport;
 
 static const tw_conn_ops tcp_conn_ops;
@@ -1285,11 +1288,17 @@ err_fd:
 static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport **out, char *detail,
                               size_t detail_len)
 {
-	if (options && options[0] != '\0') {
-		tw__detail(detail, detail_len, "tcp transport: unknown options '%s' (it takes none)",
-		           options);
-		return TW_ERR_INVAL;
-	}
+	/* TCP carries any frame (u64 lengths); these only cap what this
+	 * context sends, to rehearse a ring transport's limits over uv. */
+	static const tw_option table[] = {
+		{ "max_frame", TW_OPT_U64, offsetof(tw_transport_limits, max_frame), 0, 1, UINT64_MAX },
+		{ "max_packet", TW_OPT_U64, offsetof(tw_transport_limits, max_packet), 0, 64, UINT64_MAX },
+	};
+	tw_transport_limits lim = { UINT64_MAX, UINT64_MAX };
+	tw_status_t st = tw__options_parse("tcp transport", options, table, 2, &lim, NULL, 0, detail,
+	                                   detail_len);
+	if (st != TW_OK)
+		return st;
 	tcp_transport *t = tw__calloc(1, sizeof(*t));
 	if (!t) {
 		tw__detail(detail, detail_len, "tcp transport: out of memory");
@@ -1297,8 +1306,14 @@ static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport *
 	}
 	t->base.ops = &tw__tcp_transport_ops;
 	t->base.loop = loop;
+	t->limits = lim;
 	*out = &t->base;
 	return TW_OK;
+}
+
+static void tcp_limits(tw_transport *base, tw_transport_limits *out)
+{
+	*out = ((tcp_transport *)base)->limits;
 }
 
 static const char *tcp_domain_descriptor(tw_transport *t)
@@ -1333,6 +1348,7 @@ const tw_transport_ops tw__tcp_transport_ops = {
 	.kind = "uv",
 	.schemes = tcp_schemes,
 	.create = tcp_create,
+	.limits = tcp_limits,
 	.domain_descriptor = tcp_domain_descriptor,
 	.can_communicate = NULL,
 	.check_address = tcp_check_address,

@@ -1,0 +1,141 @@
+/*
+ * limits_test.c - a message a pipe cannot carry fails alone (tensorwire.h,
+ * tw_pipe_write; spec/wire.md 2.5).
+ *
+ * The client's uv transport is registered with "max_frame" and
+ * "max_packet", the limits a ring transport has (shm, ibv: frames under
+ * 4 GiB, packets of 2 MiB), scaled down so the test moves kilobytes. Four
+ * messages are queued at once: a payload one byte over the frame limit, a
+ * tensor over it, metadata whose Descriptor is over the packet limit, and
+ * one exactly at every limit. The first three fail with
+ * TW_ERR_UNSUPPORTED and a detail naming the part, the limit and the
+ * backend; the fourth arrives intact, as the next message the peer reads,
+ * and so does a later one: nothing of the refused messages reached the
+ * wire, and the pipe lives on. Every callback fires once.
+ *
+ *   limits_test refused   the above
+ *   limits_test options   bad option strings are refused, naming the key
+ */
+#include "pair_util.h"
+
+enum { LIMIT = 1000, PACKET = 300 };
+
+static void test_refused(void)
+{
+	tu_pair p = { 0 };
+	tu_ctx(&p.sctx, "server");
+	CHECK_OK(tw_context_create("client", &p.cctx));
+	CHECK_OK(tw_context_register_transport(p.cctx, "uv", NULL, 0, "max_frame=1000,max_packet=300"));
+	CHECK_OK(tw_context_register_channel(p.cctx, "basic", NULL, 0, NULL));
+	tu_pair_open(&p, NULL);
+
+	static uint8_t over[LIMIT + 1], pay[LIMIT], ten[LIMIT], meta[PACKET];
+	tu_fill_at(over, sizeof(over), 1);
+	tu_fill_at(pay, sizeof(pay), 2);
+	tu_fill_at(ten, sizeof(ten), 3);
+	memset(meta, 'm', sizeof(meta));
+	tw_device cpu = tw_device_cpu();
+	tw_payload big_pay = { .data = over, .length = LIMIT + 1 };
+	tw_tensor big_ten = { .data = over, .length = LIMIT + 1, .source_device = cpu,
+		              .has_target_device = true, .target_device = cpu };
+	tw_message m_pay = { .num_payloads = 1, .payloads = &big_pay };
+	tw_message m_ten = { .num_tensors = 1, .tensors = &big_ten };
+	tw_message m_meta = { .metadata = (const char *)meta, .metadata_length = PACKET };
+	tw_payload ok_pay = { .data = pay, .length = LIMIT };
+	tw_tensor ok_ten = { .data = ten, .length = LIMIT, .source_device = cpu,
+		             .has_target_device = true, .target_device = cpu };
+	tw_message m_ok = { .metadata = "fits", .metadata_length = 4, .num_payloads = 1,
+		            .payloads = &ok_pay, .num_tensors = 1, .tensors = &ok_ten };
+
+	tu_rec w_pay, w_ten, w_meta, w_ok;
+	tu_rec_init(&w_pay), tu_rec_init(&w_ten), tu_rec_init(&w_meta), tu_rec_init(&w_ok);
+	CHECK_OK(tw_pipe_write(p.c, &m_pay, tu_on_status, &w_pay));
+	CHECK_OK(tw_pipe_write(p.c, &m_ten, tu_on_status, &w_ten));
+	CHECK_OK(tw_pipe_write(p.c, &m_meta, tu_on_status, &w_meta));
+	CHECK_OK(tw_pipe_write(p.c, &m_ok, tu_on_status, &w_ok));
+	tu_expect(&w_pay, TW_ERR_UNSUPPORTED,
+	          "payload 0 is 1001 bytes; transport uv carries frames of at most 1000 bytes");
+	tu_expect(&w_ten, TW_ERR_UNSUPPORTED,
+	          "tensor 0 is 1001 bytes; channel basic over transport uv moves at most 1000 bytes");
+	tu_expect(&w_meta, TW_ERR_UNSUPPORTED, "transport uv carries packets of at most 300 bytes");
+	tu_expect(&w_ok, TW_OK, NULL);
+
+	/* The peer's next message is the one that fit, intact. */
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->metadata_length == 4 && memcmp(d.desc->metadata, "fits", 4) == 0);
+	CHECK(d.desc->num_payloads == 1 && d.desc->payloads[0].length == LIMIT);
+	CHECK(d.desc->num_tensors == 1 && d.desc->tensors[0].length == LIMIT);
+	static uint8_t rpay[LIMIT], rten[LIMIT];
+	void *pa[1] = { rpay };
+	tw_tensor_allocation ta = { .data = rten, .device = cpu };
+	tw_allocation a = { .num_payloads = 1, .payloads = pa, .num_tensors = 1, .tensors = &ta };
+	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	CHECK(tu_hash(rpay, LIMIT) == tu_expected_hash(LIMIT, 2));
+	CHECK(tu_hash(rten, LIMIT) == tu_expected_hash(LIMIT, 3));
+
+	/* The pipe lives on, both ways. */
+	tu_send_text(p.c, "after");
+	tu_expect_text(p.s, "after");
+	tu_send_text(p.s, "back");
+	tu_expect_text(p.c, "back");
+
+	tw_pipe_close(p.c);
+	tw_pipe_close(p.s);
+	tw_pipe_destroy(p.c);
+	tw_pipe_destroy(p.s);
+	tw_listener_destroy(p.l);
+	CHECK_OK(tw_context_join(p.cctx));
+	CHECK_OK(tw_context_join(p.sctx));
+	tw_context_destroy(p.cctx);
+	tw_context_destroy(p.sctx);
+	tu_once(&w_pay), tu_once(&w_ten), tu_once(&w_meta), tu_once(&w_ok);
+	tu_once(&d), tu_once(&r);
+}
+
+static void expect_refused(const char *kind, const char *options, const char *substr)
+{
+	tw_context *c;
+	CHECK_OK(tw_context_create("c", &c));
+	tw_status_t st = strcmp(kind, "basic") == 0
+	                         ? tw_context_register_channel(c, kind, NULL, 0, options)
+	                         : tw_context_register_transport(c, kind, NULL, 0, options);
+	const char *why = tw_last_error();
+	if (st != TW_ERR_INVAL || !strstr(why, substr)) {
+		fprintf(stderr, "%s '%s': got %s '%s', want TW_ERR_INVAL '%s'\n", kind, options,
+		        tw_status_name(st), why, substr);
+		abort();
+	}
+	tw_context_destroy(c);
+}
+
+static void test_options(void)
+{
+	expect_refused("uv", "max_frame=abc",
+	               "tcp transport: option 'max_frame=abc': must be a number from 1");
+	expect_refused("uv", "max_packet=10", "option 'max_packet=10': must be a number from 64");
+	expect_refused("uv", "max_frame=99999999999999999999", "must be a number");
+	expect_refused("uv", "bogus=1", "tcp transport: unknown option 'bogus=1' (it takes: "
+	                                "max_frame, max_packet)");
+	expect_refused("uv", "max_frame", "expected key=value, got 'max_frame'");
+	expect_refused("uv", "max_object_bytes=0", "option 'max_object_bytes=0'");
+	expect_refused("basic", "x=1", "basic channel: unknown option 'x=1' (it takes: none)");
+	/* Suffixes, and the key every kind accepts, pass. */
+	tw_context *c;
+	CHECK_OK(tw_context_create("c", &c));
+	CHECK_OK(tw_context_register_transport(c, "uv", NULL, 0,
+	                                       "max_frame=4g,max_object_bytes=1m,max_packet=2m"));
+	tw_context_destroy(c);
+}
+
+int main(int argc, char **argv)
+{
+	static const tu_case cases[] = {
+		{ "refused", test_refused },
+		{ "options", test_options },
+	};
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 60);
+}
