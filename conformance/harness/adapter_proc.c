@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "adapter_proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -17,6 +18,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+static void signal_tree(pid_t pid, int sig, int depth);
 
 #define TW_ADAPTERS_MAX 16
 #define TW_STDERR_TAIL 16384
@@ -527,7 +530,7 @@ int twc_adapter_finish(twc_adapter *a, int timeout_ms, char *err, size_t errlen)
 			reap(a);
 	}
 	if (!a->exited) {
-		kill(a->pid, SIGKILL);
+		signal_tree(a->pid, SIGKILL, 0);
 		waitpid(a->pid, &a->wstatus, 0);
 		a->exited = true;
 		set_err(err, errlen, "%s did not exit within %d ms after its stdin closed; killed",
@@ -585,15 +588,48 @@ int twc_adapter_check_callbacks(twc_adapter *a, char *err, size_t errlen)
 	return bad;
 }
 
+/* Sends sig to the processes descended from pid (its children, theirs...),
+ * deepest first, then to pid itself. An adapter may be several processes
+ * (a wrapper script, a launcher, tw-agent-liar): "kill the adapter" must
+ * reach the implementation itself, and a SIGKILL must not let a child see
+ * its parent's pipes close first and shut down in order, which would turn
+ * a crash into a graceful close. Children are found through
+ * /proc/<pid>/task/<tid>/children. */
+static void signal_tree(pid_t pid, int sig, int depth)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = depth < 16 ? opendir(path) : NULL;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char cpath[320];
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", (int)pid, e->d_name);
+		FILE *f = fopen(cpath, "r");
+		if (!f)
+			continue;
+		int child;
+		while (fscanf(f, "%d", &child) == 1)
+			signal_tree(child, sig, depth + 1);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	kill(pid, sig);
+}
+
 void twc_adapter_kill(twc_adapter *a)
 {
 	if (!a->exited)
-		kill(a->pid, SIGKILL);
+		signal_tree(a->pid, SIGKILL, 0);
 }
 
 int twc_adapter_signal(twc_adapter *a, int sig)
 {
-	return a->exited ? -1 : kill(a->pid, sig);
+	if (a->exited)
+		return -1;
+	signal_tree(a->pid, sig, 0);
+	return 0;
 }
 
 void twc_adapter_destroy(twc_adapter *a)
@@ -601,7 +637,7 @@ void twc_adapter_destroy(twc_adapter *a)
 	if (!a)
 		return;
 	if (!a->exited) {
-		kill(a->pid, SIGKILL);
+		signal_tree(a->pid, SIGKILL, 0);
 		waitpid(a->pid, &a->wstatus, 0);
 	}
 	for (int i = 0; i < TW_ADAPTERS_MAX; i++) {

@@ -73,11 +73,15 @@ const char *twc_adapter_stderr(const twc_adapter *a);
 /* Describes a waitpid status: "exit 0", "killed by signal 6 (SIGABRT)". */
 void twc_adapter_describe_status(int status, char *buf, size_t buflen);
 
-/* Sends SIGKILL to the adapter now (it is reaped by later pumps or destroy). */
+/* Sends SIGKILL to the adapter now, to every process of it (its
+ * descendants first, then the one spawned), so a wrapper's child cannot
+ * see the wrapper die and close in order. Reaped by later pumps or
+ * destroy. */
 void twc_adapter_kill(twc_adapter *a);
 
-/* Sends `sig` to the adapter's process (SIGSTOP, SIGCONT: a peer that is
- * alive to TCP but silent). 0, or -1 if it exited. */
+/* Sends `sig` to every process of the adapter as twc_adapter_kill does
+ * (SIGSTOP, SIGCONT: a peer that is alive to TCP but silent). 0, or -1 if
+ * it exited. */
 int twc_adapter_signal(twc_adapter *a, int sig);
 
 /* Kills (SIGKILL) if still running, reaps, frees. */
