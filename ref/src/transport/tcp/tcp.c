@@ -15,14 +15,10 @@
  * kernel still holds for the peer is delivered however long the peer's
  * application takes to make room for it.
  *
- * Accepting: the listen backlog asks for 4096 (the kernel caps it at
- * net.core.somaxconn), and each wake-up accepts until the queue is empty. A
- * listener keeps one spare descriptor. Out of descriptors (EMFILE, ENFILE),
- * it stops accepting for TCP_ACCEPT_BACKOFF_MS (a shortage that passes costs
- * the waiting client nothing); if the next accept meets it again, it gives
- * up the spare, accepts the waiting connection and resets it at once, and
- * so on for every connection queued, so their clients learn in a moment
- * instead of waiting in the queue, and the error observer hears each one.
+ * Accepting is the stream acceptor's (transport/stream/acceptor.h): a
+ * backlog of 4096, the queue drained on every wake-up, and out of
+ * descriptors a short back-off, then each waiting connection reset at once
+ * so its client learns in a moment; the error observer hears each one.
  *
  * Sockets are non-blocking and watched with a uv_poll_t; the syscalls
  * themselves go through platform.h so fault points can shorten or fail them.
@@ -73,6 +69,7 @@
 #include "platform/mutant.h"
 #include "platform/options.h"
 #include "platform/platform.h"
+#include "transport/stream/acceptor.h"
 #include "transport/tcp/addr.h"
 #include "transport/tcp/tcp.h"
 #include "transport/transport.h"
@@ -81,8 +78,6 @@
 #define TCP_RBUF_SIZE ((size_t)64 * 1024)
 #define TCP_IOV_BATCH 64
 #define TCP_HEADER TW_FRAME_UV_HEADER_SIZE
-#define TCP_BACKLOG 4096
-#define TCP_ACCEPT_BACKOFF_MS 100
 
 enum tcp_op_kind { TCP_OP_WRITE, TCP_OP_READ_INTO, TCP_OP_READ_ALLOC };
 enum tcp_state { TCP_CONNECTING, TCP_OPEN, TCP_FAILED, TCP_CLOSED };
@@ -149,15 +144,9 @@ struct tcp_conn {
 
 typedef struct tcp_listener {
 	tw_tlistener base;
-	int fd;
-	uv_poll_t poll;
-	uv_timer_t backoff;
-	int open_handles;
-	bool closed;
+	tw_acceptor *acc;
 	tw_tlistener_accept_cb cb;
 	void *arg;
-	int spare_fd;          /* given up to refuse a connection when out of descriptors */
-	bool short_of_fds;     /* the last accept met EMFILE/ENFILE: refuse the next */
 	tw_conn_opts opts;
 	char address[TW_TCP_ADDR_MAX];
 } tcp_listener;
@@ -1067,114 +1056,29 @@ static bool tcp_is_wildcard(const struct sockaddr_storage *ss)
 
 /* ---- listener ------------------------------------------------------------- */
 
-static void tcp_listener_on_handle_closed(uv_handle_t *h)
+/* The acceptor (transport/stream) does the accepting; an accepted socket
+ * becomes a connection here. */
+static void tcp_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
+                                   int fd, const struct sockaddr *peer_addr, void *arg)
 {
-	tcp_listener *l = h->data;
-	if (--l->open_handles == 0) {
-		tw__sys_close(l->fd);
-		if (l->spare_fd >= 0)
-			close(l->spare_fd);
-		tw__free(l);
-	}
-}
-
-static int tcp_open_spare(void)
-{
-	return open("/dev/null", O_RDONLY | O_CLOEXEC);
-}
-
-/* Out of descriptors with a connection waiting (see the file comment):
- * gives up the spare descriptor to accept it and resets it at once. True if
- * a connection was refused this way (the caller reports it and goes on).
- * Plain system calls, not the tw__sys_ wrappers: a fault point injecting
- * EMFILE here would fail the very accept that answers EMFILE. */
-static bool tcp_listener_refuse_one(tcp_listener *l, char *peer, size_t peer_len)
-{
-	if (l->spare_fd < 0)
-		return false;
-	close(l->spare_fd);
-	l->spare_fd = -1;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	bool refused = fd >= 0;
-	if (refused) {
-		tw__tcp_addr_format((struct sockaddr *)&ss, peer, peer_len);
-		struct linger lg = { 1, 0 }; /* close with a reset: the client hears at once */
-		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-		close(fd);
-	}
-	l->spare_fd = tcp_open_spare();
-	return refused;
-}
-
-static void tcp_listener_on_readable(uv_poll_t *h, int status, int events);
-
-static void tcp_listener_resume(uv_timer_t *timer)
-{
-	tcp_listener *l = timer->data;
-	if (!l->closed)
-		uv_poll_start(&l->poll, UV_READABLE, tcp_listener_on_readable);
-}
-
-static void tcp_listener_on_readable(uv_poll_t *h, int status, int events)
-{
-	tcp_listener *l = h->data;
-	tcp_transport *t = (tcp_transport *)l->base.transport;
-	char detail[TW_DETAIL_MAX];
-	if (status < 0) {
-		/* The handle is stopped; try again a little later. */
-		tw__detail(detail, sizeof(detail), "tcp transport: poll on listener %s: %s", l->address,
-		           uv_strerror(status));
-		uv_timer_start(&l->backoff, tcp_listener_resume, TCP_ACCEPT_BACKOFF_MS, 0);
-		l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
+	tcp_listener *l = arg;
+	(void)acc;
+	if (status != TW_OK) {
+		l->cb(&l->base, status, detail, NULL, l->arg);
 		return;
 	}
-	while (!l->closed) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		int fd = tw__sys_accept(l->fd, (struct sockaddr *)&ss, &sl);
-		if (fd < 0) {
-			int err = errno;
-			if (err == EAGAIN || err == EWOULDBLOCK) {
-				l->short_of_fds = false;
-				return;
-			}
-			if (err == EINTR || err == ECONNABORTED)
-				continue;
-			char eb[128];
-			char peer[TW_TCP_ADDR_MAX];
-			tw__strerror(err, eb, sizeof(eb));
-			bool no_fd = err == EMFILE || err == ENFILE;
-			if (no_fd && l->short_of_fds && tcp_listener_refuse_one(l, peer, sizeof(peer))) {
-				tw__detail(detail, sizeof(detail),
-				           "tcp transport: accept on %s: %s: the connection from %s was "
-				           "reset (no descriptor for it)",
-				           l->address, eb, peer);
-				l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
-				continue;
-			}
-			tw__detail(detail, sizeof(detail), "tcp transport: accept on %s: %s", l->address,
-			           eb);
-			/* Out of descriptors or memory: back off instead of spinning. */
-			l->short_of_fds = no_fd;
-			uv_poll_stop(&l->poll);
-			uv_timer_start(&l->backoff, tcp_listener_resume, TCP_ACCEPT_BACKOFF_MS, 0);
-			l->cb(&l->base, TW_ERR_SYS, detail, NULL, l->arg);
-			return;
-		}
-		l->short_of_fds = false;
-		tcp_set_nodelay(fd);
-		char peer[TW_TCP_ADDR_MAX];
-		tw__tcp_addr_format((struct sockaddr *)&ss, peer, sizeof(peer));
-		tcp_set_liveness(fd, l->opts.liveness_ms);
-		tcp_conn *c = tcp_conn_new(t, fd, TCP_OPEN, peer, &l->opts, detail, sizeof(detail));
-		if (!c) {
-			l->cb(&l->base, TW_ERR_NOMEM, detail, NULL, l->arg);
-			continue;
-		}
-		l->cb(&l->base, TW_OK, "", &c->base, l->arg);
+	tcp_transport *t = (tcp_transport *)l->base.transport;
+	char d[TW_DETAIL_MAX];
+	tcp_set_nodelay(fd);
+	char peer[TW_TCP_ADDR_MAX];
+	tw__tcp_addr_format(peer_addr, peer, sizeof(peer));
+	tcp_set_liveness(fd, l->opts.liveness_ms);
+	tcp_conn *c = tcp_conn_new(t, fd, TCP_OPEN, peer, &l->opts, d, sizeof(d));
+	if (!c) {
+		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
+		return;
 	}
+	l->cb(&l->base, TW_OK, "", &c->base, l->arg);
 }
 
 static const char *tcp_listener_address(tw_tlistener *base)
@@ -1185,102 +1089,50 @@ static const char *tcp_listener_address(tw_tlistener *base)
 static void tcp_listener_close(tw_tlistener *base)
 {
 	tcp_listener *l = (tcp_listener *)base;
-	if (l->closed)
-		return;
-	l->closed = true;
-	uv_poll_stop(&l->poll);
-	uv_timer_stop(&l->backoff);
-	uv_close((uv_handle_t *)&l->poll, tcp_listener_on_handle_closed);
-	uv_close((uv_handle_t *)&l->backoff, tcp_listener_on_handle_closed);
+	tw__acceptor_close(l->acc);
+	tw__free(l);
 }
 
 static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
                               tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
                               char *detail, size_t detail_len)
 {
-	tcp_transport *t = (tcp_transport *)base;
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	char eb[128];
 	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
 	if (st != TW_OK)
 		return st;
-	int fd = tw__sys_socket(ss.ss_family, SOCK_STREAM, 0);
-	if (fd < 0) {
-		tw__detail(detail, detail_len, "tcp transport: socket for %s: %s", address,
-		           tw__strerror(errno, eb, sizeof(eb)));
-		return TW_ERR_SYS;
-	}
-	int one = 1;
-	(void)tw__sys_setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (tw__sys_bind(fd, (struct sockaddr *)&ss, sl) != 0) {
-		tw__detail(detail, detail_len, "tcp transport: bind %s: %s", address,
-		           tw__strerror(errno, eb, sizeof(eb)));
-		goto err_fd;
-	}
-	if (tw__sys_listen(fd, TCP_BACKLOG) != 0) {
-		tw__detail(detail, detail_len, "tcp transport: listen on %s: %s", address,
-		           tw__strerror(errno, eb, sizeof(eb)));
-		goto err_fd;
-	}
-	sl = sizeof(ss);
-	if (tw__sys_getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-		tw__detail(detail, detail_len, "tcp transport: getsockname for %s: %s", address,
-		           tw__strerror(errno, eb, sizeof(eb)));
-		goto err_fd;
-	}
 	tcp_listener *l = tw__calloc(1, sizeof(*l));
 	if (!l) {
 		tw__detail(detail, detail_len, "tcp transport: listener on %s: out of memory", address);
-		tw__sys_close(fd);
 		return TW_ERR_NOMEM;
 	}
 	l->base.ops = &tcp_listener_ops;
 	l->base.transport = base;
-	l->fd = fd;
 	l->cb = cb;
 	l->arg = arg;
 	l->opts = *opts;
-	l->spare_fd = tcp_open_spare();
-	if (tcp_is_wildcard(&ss)) {
-		tw_status_t pst = tcp_pick_advertised(ss.ss_family, tw__tcp_addr_port(&ss), opts,
-		                                      l->address, sizeof(l->address), detail,
-		                                      detail_len);
-		if (pst != TW_OK) {
-			if (l->spare_fd >= 0)
-				close(l->spare_fd);
-			tw__free(l);
-			tw__sys_close(fd);
-			return pst;
+	struct sockaddr_storage bound;
+	st = tw__acceptor_open(base->loop, "tcp transport", address, (struct sockaddr *)&ss, sl, true,
+	                       tw__tcp_addr_format, tcp_listener_on_accept, l, &l->acc, &bound,
+	                       detail, detail_len);
+	if (st != TW_OK) {
+		tw__free(l);
+		return st;
+	}
+	if (tcp_is_wildcard(&bound)) {
+		st = tcp_pick_advertised(bound.ss_family, tw__tcp_addr_port(&bound), opts, l->address,
+		                         sizeof(l->address), detail, detail_len);
+		if (st != TW_OK) {
+			tcp_listener_close(&l->base);
+			return st;
 		}
 	} else {
-		tw__tcp_addr_format((struct sockaddr *)&ss, l->address, sizeof(l->address));
+		tw__tcp_addr_format((struct sockaddr *)&bound, l->address, sizeof(l->address));
 	}
-	int rc = uv_poll_init_socket(&t->base.loop->uv, &l->poll, fd);
-	if (rc != 0) {
-		tw__detail(detail, detail_len, "tcp transport: uv_poll_init_socket for %s: %s", address,
-		           uv_strerror(rc));
-		if (l->spare_fd >= 0)
-			close(l->spare_fd);
-		tw__free(l);
-		goto err_fd;
-	}
-	l->poll.data = l;
-	uv_timer_init(&t->base.loop->uv, &l->backoff);
-	l->backoff.data = l;
-	l->open_handles = 2;
-	rc = uv_poll_start(&l->poll, UV_READABLE, tcp_listener_on_readable);
-	if (rc != 0) {
-		tw__detail(detail, detail_len, "tcp transport: uv_poll_start for %s: %s", address,
-		           uv_strerror(rc));
-		tcp_listener_close(&l->base); /* closes fd and frees l */
-		return TW_ERR_SYS;
-	}
+	tw__acceptor_set_label(l->acc, l->address);
 	*out = &l->base;
 	return TW_OK;
-err_fd:
-	tw__sys_close(fd);
-	return TW_ERR_SYS;
 }
 
 /* ---- transport -------------------------------------------------------------- */
