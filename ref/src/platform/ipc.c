@@ -33,7 +33,20 @@ int tw__sockaddr_abstract(struct sockaddr_un *addr, socklen_t *addr_len, const c
 	return 0;
 }
 
-ssize_t tw__sys_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds)
+/* A one-iovec message with room for up to TW_FDS_MAX descriptors. */
+typedef struct tw_fds_msg {
+	struct msghdr msg;
+	struct iovec iov;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * TW_FDS_MAX)];
+		struct cmsghdr align;
+	} ctl;
+} tw_fds_msg;
+
+/* Checks a descriptor count and sets up m for len bytes at buf and control
+ * room for exactly nfds descriptors (none: no control at all). -1 and
+ * errno on a bad count (or an injected EINTR). */
+static int tw__fds_msg_init(tw_fds_msg *m, void *buf, size_t len, int nfds)
 {
 	if (nfds < 0 || nfds > TW_FDS_MAX) {
 		errno = EINVAL;
@@ -43,35 +56,41 @@ ssize_t tw__sys_send_fds(int fd, const void *buf, size_t len, const int *fds, in
 		errno = EINTR;
 		return -1;
 	}
+	memset(m, 0, sizeof(*m));
+	m->iov = (struct iovec){ buf, len };
+	m->msg.msg_iov = &m->iov;
+	m->msg.msg_iovlen = 1;
+	if (nfds > 0) {
+		m->msg.msg_control = m->ctl.buf;
+		m->msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	}
+	return 0;
+}
+
+ssize_t tw__sys_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	tw_fds_msg m;
+	if (tw__fds_msg_init(&m, (void *)buf, len, nfds) != 0)
+		return -1;
 	if (TW_FAULT_POINT("sys/fds/send")) {
 		errno = EPIPE;
 		return -1;
 	}
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * TW_FDS_MAX)];
-		struct cmsghdr align;
-	} ctl;
-	memset(&ctl, 0, sizeof(ctl));
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr msg;
-	memset(&msg, 0, sizeof(msg));
-	msg.msg_iov = &iov;
-	msg.msg_iovlen = 1;
 	if (nfds > 0) {
-		msg.msg_control = ctl.buf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m.msg);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
 		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
 		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
 	}
-	return sendmsg(fd, &msg, MSG_NOSIGNAL);
+	return sendmsg(fd, &m.msg, MSG_NOSIGNAL);
 }
 
-/* Closes every descriptor an SCM_RIGHTS message brought. */
-static void tw__close_passed(struct msghdr *msg)
+/* Takes the descriptors an SCM_RIGHTS message brought: the first `keep`
+ * into fds[], every other one closed. Returns how many were kept. */
+static int tw__take_passed(struct msghdr *msg, int *fds, int keep)
 {
+	int got = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -79,60 +98,31 @@ static void tw__close_passed(struct msghdr *msg)
 		for (size_t i = 0; i < n; i++) {
 			int one;
 			memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			close(one);
+			if (got < keep)
+				fds[got++] = one;
+			else
+				close(one);
 		}
 	}
+	return got;
 }
 
 ssize_t tw__sys_recv_fds(int fd, void *buf, size_t len, int *fds, int maxfds, int *nfds_out)
 {
 	*nfds_out = 0;
-	if (maxfds < 0 || maxfds > TW_FDS_MAX) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (TW_FAULT_POINT("sys/eintr")) {
-		errno = EINTR;
-		return -1;
-	}
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * TW_FDS_MAX)];
-		struct cmsghdr align;
-	} ctl;
-	memset(&ctl, 0, sizeof(ctl));
-	struct iovec iov = { buf, len };
-	struct msghdr msg;
-	memset(&msg, 0, sizeof(msg));
-	msg.msg_iov = &iov;
-	msg.msg_iovlen = 1;
-	msg.msg_control = ctl.buf;
+	tw_fds_msg m;
 	/* Room for exactly maxfds: one more makes the kernel set MSG_CTRUNC. */
-	msg.msg_controllen = maxfds > 0 ? CMSG_SPACE(sizeof(int) * (size_t)maxfds) : 0;
-	if (maxfds == 0)
-		msg.msg_control = NULL;
-	ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	if (tw__fds_msg_init(&m, buf, len, maxfds) != 0)
+		return -1;
+	ssize_t n = recvmsg(fd, &m.msg, MSG_CMSG_CLOEXEC);
 	if (n < 0)
 		return -1;
-	if ((msg.msg_flags & MSG_CTRUNC) || TW_FAULT_POINT("sys/fds/ctrunc")) {
-		tw__close_passed(&msg);
+	if ((m.msg.msg_flags & MSG_CTRUNC) || TW_FAULT_POINT("sys/fds/ctrunc")) {
+		tw__take_passed(&m.msg, NULL, 0);
 		errno = EMSGSIZE;
 		return -1;
 	}
-	int got = 0;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k; i++) {
-			int one;
-			memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (got < maxfds)
-				fds[got++] = one;
-			else
-				close(one); /* cannot happen with room for maxfds; be safe */
-		}
-	}
-	*nfds_out = got;
+	*nfds_out = tw__take_passed(&m.msg, fds, maxfds);
 	return n;
 }
 

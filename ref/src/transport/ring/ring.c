@@ -307,6 +307,25 @@ void tw__ring_cancel(tw_ring_tx *tx)
 	__atomic_store_n(tw__ring_flag(tx->ring, tx->role), 0, __ATOMIC_RELEASE);
 }
 
+/* Begins a transaction on `role` and says how much it may claim. TW_OK and
+ * *opened false when the flag is taken (busy: nothing to do now); an error
+ * leaves no transaction open. */
+static tw_status_t tw__ring_open_tx(tw_ring *r, tw_ring_role role, tw_ring_tx *tx,
+                                    uint64_t *room_out, bool *opened_out, char *detail,
+                                    size_t detail_len)
+{
+	*opened_out = false;
+	if (!tw__ring_begin(r, role, tx))
+		return TW_OK;
+	tw_status_t st = tw__ring_room(tx, room_out, detail, detail_len);
+	if (st != TW_OK) {
+		tw__ring_cancel(tx);
+		return st;
+	}
+	*opened_out = true;
+	return TW_OK;
+}
+
 /* Copies between a flat buffer and claimed spans. */
 static void tw__ring_put(const tw_ring_span *sp, int n, const uint8_t *src)
 {
@@ -330,13 +349,14 @@ static tw_status_t tw__ring_move_all(tw_ring *r, tw_ring_role role, void *buf, u
 {
 	*done_out = false;
 	tw_ring_tx tx;
-	if (!tw__ring_begin(r, role, &tx))
-		return TW_OK;
 	uint64_t room;
-	tw_status_t st = tw__ring_room(&tx, &room, detail, detail_len);
-	if (st != TW_OK || room < len) {
-		tw__ring_cancel(&tx);
+	bool opened;
+	tw_status_t st = tw__ring_open_tx(r, role, &tx, &room, &opened, detail, detail_len);
+	if (st != TW_OK || !opened)
 		return st;
+	if (room < len) {
+		tw__ring_cancel(&tx);
+		return TW_OK;
 	}
 	tw_ring_span sp[2];
 	int n = tw__ring_claim(&tx, len, sp);
@@ -432,14 +452,12 @@ tw_status_t tw__ring_write_some(tw_ring *r, tw_ring_writer *w, uint64_t budget,
 	if (tw__ring_writer_done(w))
 		return TW_OK;
 	tw_ring_tx tx;
-	if (!tw__ring_begin(r, TW_RING_PRODUCER, &tx))
-		return TW_OK;
 	uint64_t room;
-	tw_status_t st = tw__ring_room(&tx, &room, detail, detail_len);
-	if (st != TW_OK) {
-		tw__ring_cancel(&tx);
+	bool opened;
+	tw_status_t st =
+		tw__ring_open_tx(r, TW_RING_PRODUCER, &tx, &room, &opened, detail, detail_len);
+	if (st != TW_OK || !opened)
 		return st;
-	}
 	tw_ring_span sp[2];
 	if (!w->length_done) {
 		/* The length only when all 4 bytes fit; an object only with it, in
@@ -497,14 +515,12 @@ tw_status_t tw__ring_read_some(tw_ring *r, tw_ring_reader *rd, uint64_t budget,
 	if (tw__ring_reader_done(rd))
 		return TW_OK;
 	tw_ring_tx tx;
-	if (!tw__ring_begin(r, TW_RING_CONSUMER, &tx))
-		return TW_OK;
 	uint64_t room;
-	tw_status_t st = tw__ring_room(&tx, &room, detail, detail_len);
-	if (st != TW_OK) {
-		tw__ring_cancel(&tx);
+	bool opened;
+	tw_status_t st =
+		tw__ring_open_tx(r, TW_RING_CONSUMER, &tx, &room, &opened, detail, detail_len);
+	if (st != TW_OK || !opened)
 		return st;
-	}
 	tw_ring_span sp[2];
 	if (!rd->length_done) { /* the length is read whole, whatever the budget */
 		if (room < 4) {
