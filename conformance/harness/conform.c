@@ -41,6 +41,7 @@
 static const twc_suite *g_suites;
 static size_t g_nsuites;
 static const twc_case **g_all;
+static int g_nall;
 
 static void free_cases(void)
 {
@@ -51,15 +52,11 @@ static void free_cases(void)
 static const twc_case **all_cases(int *count_out)
 {
 	if (!g_all) {
-		g_all = twc_cases_collect(g_suites, g_nsuites, count_out);
+		g_all = twc_cases_collect(g_suites, g_nsuites, &g_nall);
 		if (g_all)
 			atexit(free_cases);
-		return g_all;
 	}
-	int n = 0;
-	while (g_all[n])
-		n++;
-	*count_out = n;
+	*count_out = g_nall;
 	return g_all;
 }
 

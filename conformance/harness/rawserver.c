@@ -16,7 +16,6 @@
 
 typedef struct twc_raw_ctx ctx;
 
-static char errbuf[2048];
 
 void twc_raw_note(ctx *c, const char *fmt, ...)
 {
@@ -51,9 +50,9 @@ static int keep_fd(ctx *c, int fd)
 
 int twc_raw_open(ctx *c)
 {
-	int fd = twc_raw_connect(c->url, 2000, errbuf, sizeof(errbuf));
+	int fd = twc_raw_connect(c->url, 2000, c->err, sizeof(c->err));
 	if (fd < 0) {
-		twc_raw_note(c, "%.250s", errbuf);
+		twc_raw_note(c, "%.250s", c->err);
 		return -1;
 	}
 	return keep_fd(c, fd);
@@ -61,8 +60,8 @@ int twc_raw_open(ctx *c)
 
 int twc_raw_frame(ctx *c, int fd, const void *b, size_t n)
 {
-	if (twc_raw_send_frame(fd, b, n, errbuf, sizeof(errbuf))) {
-		twc_raw_note(c, "%.250s", errbuf);
+	if (twc_raw_send_frame(fd, b, n, c->err, sizeof(c->err))) {
+		twc_raw_note(c, "%.250s", c->err);
 		return -1;
 	}
 	return 0;
@@ -77,9 +76,9 @@ int twc_raw_say_hello(ctx *c, int fd, const char *name)
 int twc_raw_open_requested(ctx *c, const char *what, uint64_t id)
 {
 	unsigned char rq[16];
-	int fd = twc_raw_connect(c->ans.address, 2000, errbuf, sizeof(errbuf));
+	int fd = twc_raw_connect(c->ans.address, 2000, c->err, sizeof(c->err));
 	if (fd < 0 || twc_raw_frame(c, fd, rq, twc_raw_requested(id, rq, sizeof(rq)))) {
-		twc_raw_note(c, "%s connection: %.200s", what, errbuf);
+		twc_raw_note(c, "%s connection: %.200s", what, c->err);
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -94,13 +93,13 @@ int twc_raw_handshake(ctx *c, int fd, const unsigned char *brochure, size_t blen
 	if (twc_raw_frame(c, fd, brochure, blen))
 		return -1;
 	unsigned char ans[4096];
-	long n = twc_raw_recv_frame(fd, ans, sizeof(ans), 3000, errbuf, sizeof(errbuf));
+	long n = twc_raw_recv_frame(fd, ans, sizeof(ans), 3000, c->err, sizeof(c->err));
 	if (n < 0) {
-		twc_raw_note(c, "no BrochureAnswer: %.200s", n == -2 ? "connection closed" : errbuf);
+		twc_raw_note(c, "no BrochureAnswer: %.200s", n == -2 ? "connection closed" : c->err);
 		return -1;
 	}
-	if (twc_raw_parse_answer(ans, (size_t)n, &c->ans, errbuf, sizeof(errbuf))) {
-		twc_raw_check(c, "%.200s", errbuf);
+	if (twc_raw_parse_answer(ans, (size_t)n, &c->ans, c->err, sizeof(c->err))) {
+		twc_raw_check(c, "%.200s", c->err);
 		return -1;
 	}
 	c->have_ans = true;
@@ -121,9 +120,9 @@ int twc_raw_handshake(ctx *c, int fd, const unsigned char *brochure, size_t blen
 
 /* ---- watching the IUT ---------------------------------------------------------------- */
 
-static json_t *call(twc_adapter *a, json_t *req)
+static json_t *call(ctx *c, json_t *req)
 {
-	return twc_adapter_call(a, req, 5000, errbuf, sizeof(errbuf));
+	return twc_adapter_call(c->a, req, 5000, c->err, sizeof(c->err));
 }
 
 static void describe_event(const json_t *ev, char *buf, size_t len)
@@ -181,12 +180,12 @@ void twc_raw_observe(ctx *c, int ms, bool stop_at_read)
 		json_t *ev;
 		if (c->accept_id > 0 && !c->o->accept[0] &&
 		    twc_adapter_events_seen(c->a, c->accept_id) > 0 &&
-		    (ev = twc_adapter_event(c->a, c->accept_id, "accept", 0, errbuf, sizeof(errbuf)))) {
+		    (ev = twc_adapter_event(c->a, c->accept_id, "accept", 0, c->err, sizeof(c->err)))) {
 			describe_event(ev, c->o->accept, sizeof(c->o->accept));
 			const char *p = json_string_value(json_object_get(ev, "pipe"));
 			if (p) {
 				snprintf(c->spipe, sizeof(c->spipe), "%s", p);
-				json_t *r = call(c->a, json_pack("{s:s,s:s}", "cmd", "read_descriptor",
+				json_t *r = call(c, json_pack("{s:s,s:s}", "cmd", "read_descriptor",
 				                                 "pipe", c->spipe));
 				if (r) {
 					c->rd_id = json_integer_value(json_object_get(r, "id"));
@@ -196,14 +195,14 @@ void twc_raw_observe(ctx *c, int ms, bool stop_at_read)
 			json_decref(ev);
 		}
 		if (c->rd_id > 0 && !c->o->pipe[0] && twc_adapter_events_seen(c->a, c->rd_id) > 0 &&
-		    (ev = twc_adapter_event(c->a, c->rd_id, "read_descriptor", 0, errbuf,
-		                           sizeof(errbuf)))) {
+		    (ev = twc_adapter_event(c->a, c->rd_id, "read_descriptor", 0, c->err,
+		                           sizeof(c->err)))) {
 			char d[200];
 			describe_event(ev, d, sizeof(d));
 			snprintf(c->o->pipe, sizeof(c->o->pipe), "read_descriptor: %s", d);
 			note_kind(c, ev);
 			if (json_is_true(json_object_get(ev, "ok")) && c->want_read) {
-				json_t *r = call(c->a, json_pack("{s:s,s:s}", "cmd", "read", "pipe", c->spipe));
+				json_t *r = call(c, json_pack("{s:s,s:s}", "cmd", "read", "pipe", c->spipe));
 				if (r) {
 					c->read_id = json_integer_value(json_object_get(r, "id"));
 					json_decref(r);
@@ -212,7 +211,7 @@ void twc_raw_observe(ctx *c, int ms, bool stop_at_read)
 			json_decref(ev);
 		}
 		if (c->read_id > 0 && twc_adapter_events_seen(c->a, c->read_id) > 0 &&
-		    (ev = twc_adapter_event(c->a, c->read_id, "read", 0, errbuf, sizeof(errbuf)))) {
+		    (ev = twc_adapter_event(c->a, c->read_id, "read", 0, c->err, sizeof(c->err)))) {
 			char d[200];
 			describe_event(ev, d, sizeof(d));
 			size_t l = strlen(c->o->pipe);
@@ -237,10 +236,10 @@ static void probe_listener(ctx *c, int window_ms)
 	if (c->o->accept[0]) {
 		json_t *r = twc_adapter_request(c->a, json_pack("{s:s,s:s}", "cmd", "accept",
 		                                               "listener", c->lid),
-		                               5000, errbuf, sizeof(errbuf));
+		                               5000, c->err, sizeof(c->err));
 		if (!r) {
 			snprintf(c->o->listener, sizeof(c->o->listener), "no answer to accept: %.150s",
-			         errbuf);
+			         c->err);
 			return;
 		}
 		if (!json_is_true(json_object_get(r, "ok"))) {
@@ -252,17 +251,17 @@ static void probe_listener(ctx *c, int window_ms)
 		id = json_integer_value(json_object_get(r, "id"));
 		json_decref(r);
 	}
-	int fd = twc_raw_connect(c->url, 2000, errbuf, sizeof(errbuf));
+	int fd = twc_raw_connect(c->url, 2000, c->err, sizeof(c->err));
 	if (fd < 0) {
-		snprintf(c->o->listener, sizeof(c->o->listener), "dead (%.150s)", errbuf);
+		snprintf(c->o->listener, sizeof(c->o->listener), "dead (%.150s)", c->err);
 		return;
 	}
 	unsigned char h[32];
 	size_t hn = twc_raw_hello("probe", h, sizeof(h));
-	if (twc_raw_send_frame(fd, h, hn, errbuf, sizeof(errbuf)) == 0)
+	if (twc_raw_send_frame(fd, h, hn, c->err, sizeof(c->err)) == 0)
 		(void)twc_raw_send_frame(fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len,
-		                        errbuf, sizeof(errbuf));
-	json_t *ev = twc_adapter_event(c->a, id, "accept", window_ms, errbuf, sizeof(errbuf));
+		                        c->err, sizeof(c->err));
+	json_t *ev = twc_adapter_event(c->a, id, "accept", window_ms, c->err, sizeof(c->err));
 	if (!ev) {
 		if (!alive(c))
 			snprintf(c->o->listener, sizeof(c->o->listener),
@@ -339,13 +338,13 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 	snprintf(o->process, sizeof(o->process), "alive");
 	char label[64];
 	snprintf(label, sizeof(label), "iut[%s]", label_id);
-	c.a = twc_adapter_spawn(cmd, label, errbuf, sizeof(errbuf));
+	c.a = twc_adapter_spawn(cmd, label, c.err, sizeof(c.err));
 	if (!c.a) {
-		snprintf(o->note, sizeof(o->note), "%.250s", errbuf);
+		snprintf(o->note, sizeof(o->note), "%.250s", c.err);
 		return -1;
 	}
 	json_t *r;
-	if (!(r = call(c.a, json_pack("{s:s}", "cmd", "hello"))))
+	if (!(r = call(&c, json_pack("{s:s}", "cmd", "hello"))))
 		goto err;
 	json_decref(r);
 	json_t *creq = json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd", "context",
@@ -358,7 +357,7 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 		if (window_ms < rc->handshake_timeout_ms + 3000)
 			window_ms = rc->handshake_timeout_ms + 3000;
 	}
-	if (!(r = call(c.a, creq)))
+	if (!(r = call(&c, creq)))
 		goto err;
 	/* An adapter that cannot honour a setting says so (spec/agent.md 6.2). */
 	size_t ui;
@@ -369,13 +368,13 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 		      json_string_value(json_object_get(u, "reason")) ?: "");
 	}
 	json_decref(r);
-	if (!(r = call(c.a, json_pack("{s:s,s:[s]}", "cmd", "listen", "urls", "uv://127.0.0.1:0"))))
+	if (!(r = call(&c, json_pack("{s:s,s:[s]}", "cmd", "listen", "urls", "uv://127.0.0.1:0"))))
 		goto err;
 	snprintf(c.url, sizeof(c.url), "%s",
 	         json_string_value(json_array_get(json_object_get(r, "urls"), 0)) ?: "");
 	snprintf(c.lid, sizeof(c.lid), "%s", json_string_value(json_object_get(r, "listener")) ?: "");
 	json_decref(r);
-	if (!(r = call(c.a, json_pack("{s:s,s:s}", "cmd", "accept", "listener", c.lid))))
+	if (!(r = call(&c, json_pack("{s:s,s:s}", "cmd", "accept", "listener", c.lid))))
 		goto err;
 	c.accept_id = json_integer_value(json_object_get(r, "id"));
 	json_decref(r);
@@ -392,18 +391,18 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 	if (!alive(&c) && !o->listener[0])
 		snprintf(o->listener, sizeof(o->listener), "n/a (process gone)");
 	if (alive(&c)) {
-		r = twc_adapter_request(c.a, json_pack("{s:s}", "cmd", "shutdown"), 10000, errbuf,
-		                       sizeof(errbuf));
+		r = twc_adapter_request(c.a, json_pack("{s:s}", "cmd", "shutdown"), 10000, c.err,
+		                       sizeof(c.err));
 		if (!r) {
 			size_t l = strlen(o->note);
 			snprintf(o->note + l, sizeof(o->note) - l, "%sshutdown did not complete: %.150s",
-			         l ? "; " : "", errbuf);
+			         l ? "; " : "", c.err);
 		}
 		json_decref(r);
-		if (twc_adapter_finish(c.a, 10000, errbuf, sizeof(errbuf)) != 0) {
+		if (twc_adapter_finish(c.a, 10000, c.err, sizeof(c.err)) != 0) {
 			size_t l = strlen(o->note);
 			snprintf(o->note + l, sizeof(o->note) - l, "%sexit: %.150s", l ? "; " : "",
-			         errbuf);
+			         c.err);
 		}
 	}
 	for (int i = 0; i < c.nfds; i++)
@@ -413,7 +412,7 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 	twc_adapter_destroy(c.a);
 	return 0;
 err:
-	snprintf(o->note, sizeof(o->note), "setup failed: %.200s", errbuf);
+	snprintf(o->note, sizeof(o->note), "setup failed: %.200s", c.err);
 	twc_adapter_destroy(c.a);
 	return -1;
 }

@@ -61,7 +61,8 @@ struct twc_raw_ctx {
 	int nexpect;
 	twc_agent_buf expect[4];
 	twc_raw_obs *o;
-	char err[2048];       /* for the send functions' own calls of rawpeer.h */
+	char err[2048];       /* the one error buffer of a run: the toolkit's and the send
+	                       * functions' calls of rawpeer.h and of the adapter */
 };
 typedef struct twc_raw_ctx twc_raw_ctx;
 

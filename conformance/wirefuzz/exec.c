@@ -402,6 +402,10 @@ static int send_all(wf_iut *iut, int fd, const uint8_t *b, size_t n, long long d
 	return 0;
 }
 
+/* Reads exactly n bytes by the deadline. Not rawpeer's twc_raw_recv_exact:
+ * between reads this watches the IUT itself (io_wait), so a read that comes
+ * up short says why (the IUT failed the input's pipe, its process ended, or
+ * it went quiet), which is what a fuzzing finding needs. */
 static int recv_all(wf_iut *iut, int fd, uint8_t *b, size_t n, long long deadline, char *why,
                     size_t whylen)
 {

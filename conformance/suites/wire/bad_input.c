@@ -62,9 +62,43 @@ static int find_case(const twc_case *cases, int n, const char *id)
 	return -1;
 }
 
-static int run(int argc, char **argv, const twc_case *cases, int ncases, bool *want,
-               twc_raw_obs *results, bool *did)
+/* One raw case's run: whether it was asked for and run, and what it saw. */
+typedef struct row {
+	bool want, did;
+	twc_raw_obs obs;
+} row;
+
+/* The wire suite's raw cases and a row for each. */
+typedef struct table {
+	const twc_case *cases;
+	int n;
+	row *rows;
+} table;
+
+static void print_markdown(const table *t)
 {
+	printf("\n| case | input | process | stderr (telling line) | accept callback | "
+	       "pipe (read_descriptor/read) | connection dropped | listener afterwards | class |\n"
+	       "|---|---|---|---|---|---|---|---|---|\n");
+	for (int k = 0; k < t->n; k++) {
+		if (!t->rows[k].did)
+			continue;
+		const twc_case *rc = &t->cases[k];
+		const twc_raw_obs *o = &t->rows[k].obs;
+		char e1[320], e2[320], e3[320];
+		md_escape(o->stderr_line[0] ? o->stderr_line : "-", e1, sizeof(e1));
+		md_escape(o->accept[0] ? o->accept : "-", e2, sizeof(e2));
+		md_escape(o->pipe[0] ? o->pipe : "-", e3, sizeof(e3));
+		printf("| `%s` | %s | %s | `%s` | %s | %s | %s | %s | **%s** |\n", short_id(rc),
+		       what(rc), o->process, e1, e2, e3, o->conn_dropped ? "yes" : "no", o->listener,
+		       o->klass);
+	}
+}
+
+static int run(int argc, char **argv, table *t)
+{
+	const twc_case *cases = t->cases;
+	int ncases = t->n;
 	const char *cmd = NULL;
 	int window_ms = 1500;
 	bool markdown = false;
@@ -79,7 +113,7 @@ static int run(int argc, char **argv, const twc_case *cases, int ncases, bool *w
 				fprintf(stderr, "tw-bad-input: no raw case '%s' (--list)\n", id);
 				return 2;
 			}
-			want[k] = some = true;
+			t->rows[k].want = some = true;
 		} else if (!strcmp(argv[i], "--window-ms") && i + 1 < argc) {
 			window_ms = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--markdown")) {
@@ -107,10 +141,10 @@ static int run(int argc, char **argv, const twc_case *cases, int ncases, bool *w
 	int failures = 0;
 	for (int k = 0; k < ncases; k++) {
 		const twc_case *rc = &cases[k];
-		if (some && !want[k])
+		if (some && !t->rows[k].want)
 			continue;
-		twc_raw_obs *o = &results[k];
-		did[k] = true;
+		twc_raw_obs *o = &t->rows[k].obs;
+		t->rows[k].did = true;
 		if (twc_raw_run(cmd, rc->id, rc->arg, window_ms, o) != 0) {
 			printf("ERROR %s: %s\n", short_id(rc), o->note);
 			failures++;
@@ -124,24 +158,8 @@ static int run(int argc, char **argv, const twc_case *cases, int ncases, bool *w
 		       o->check[0] ? "\n#   check: " : "", o->check, o->note[0] ? "\n#   note: " : "",
 		       o->note);
 	}
-	if (markdown) {
-		printf("\n| case | input | process | stderr (telling line) | accept callback | "
-		       "pipe (read_descriptor/read) | connection dropped | listener afterwards | class |\n"
-		       "|---|---|---|---|---|---|---|---|---|\n");
-		for (int k = 0; k < ncases; k++) {
-			if (!did[k])
-				continue;
-			const twc_case *rc = &cases[k];
-			twc_raw_obs *o = &results[k];
-			char e1[320], e2[320], e3[320];
-			md_escape(o->stderr_line[0] ? o->stderr_line : "-", e1, sizeof(e1));
-			md_escape(o->accept[0] ? o->accept : "-", e2, sizeof(e2));
-			md_escape(o->pipe[0] ? o->pipe : "-", e3, sizeof(e3));
-			printf("| `%s` | %s | %s | `%s` | %s | %s | %s | %s | **%s** |\n", short_id(rc),
-			       what(rc), o->process, e1, e2, e3, o->conn_dropped ? "yes" : "no",
-			       o->listener, o->klass);
-		}
-	}
+	if (markdown)
+		print_markdown(t);
 	printf("%d case(s) could not be run\n", failures);
 	return failures ? 1 : 0;
 }
@@ -149,18 +167,14 @@ static int run(int argc, char **argv, const twc_case *cases, int ncases, bool *w
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int ncases;
-	const twc_case *cases = twc_suite_wire(&ncases);
-	bool *want = calloc((size_t)ncases + 1, sizeof(*want));
-	twc_raw_obs *results = calloc((size_t)ncases + 1, sizeof(*results));
-	bool *did = calloc((size_t)ncases + 1, sizeof(*did));
+	table t;
+	t.cases = twc_suite_wire(&t.n);
+	t.rows = calloc((size_t)t.n + 1, sizeof(*t.rows));
 	int st = 2;
-	if (want && results && did)
-		st = run(argc, argv, cases, ncases, want, results, did);
+	if (t.rows)
+		st = run(argc, argv, &t);
 	else
 		fprintf(stderr, "tw-bad-input: out of memory\n");
-	free(want);
-	free(results);
-	free(did);
+	free(t.rows);
 	return st;
 }
