@@ -347,13 +347,7 @@ static void queued_close(bool close_writer, tw_status_t want, const char *substr
 	stalled_write(&s, p.c);
 	tw_pipe_close(close_writer ? p.c : p.s);
 	stalled_expect(&s, want, substr);
-	tw_pipe_destroy(p.c);
-	tw_pipe_destroy(p.s);
-	tw_listener_destroy(p.l);
-	CHECK_OK(tw_context_join(p.cctx));
-	CHECK_OK(tw_context_join(p.sctx));
-	tw_context_destroy(p.cctx);
-	tw_context_destroy(p.sctx);
+	tu_pair_close(&p);
 }
 
 /* The writer closes its pipe while its writes are queued: all get

@@ -303,7 +303,7 @@ static void case_listener_close(void)
 	tw_context *ctx;
 	tu_ctx(&ctx, "lc");
 	tw_listener *l;
-	const char *u[] = { "uv://127.0.0.1:0" };
+	const char *u[] = { tu_combo_get()->listen_url };
 	CHECK_OK(tw_context_listen(ctx, u, 1, &l));
 	tu_rec a1, a2, a3;
 	tu_rec_init(&a1), tu_rec_init(&a2), tu_rec_init(&a3);

@@ -83,15 +83,7 @@ static void test_refused(void)
 	tu_send_text(p.s, "back");
 	tu_expect_text(p.c, "back");
 
-	tw_pipe_close(p.c);
-	tw_pipe_close(p.s);
-	tw_pipe_destroy(p.c);
-	tw_pipe_destroy(p.s);
-	tw_listener_destroy(p.l);
-	CHECK_OK(tw_context_join(p.cctx));
-	CHECK_OK(tw_context_join(p.sctx));
-	tw_context_destroy(p.cctx);
-	tw_context_destroy(p.sctx);
+	tu_pair_close(&p);
 	tu_once(&w_pay), tu_once(&w_ten), tu_once(&w_meta), tu_once(&w_ok);
 	tu_once(&d), tu_once(&r);
 }

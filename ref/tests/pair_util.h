@@ -113,8 +113,7 @@ static inline void tu_expect_text(tw_pipe *p, const char *text)
 static inline void tu_ctx(tw_context **ctx, const char *name)
 {
 	CHECK_OK(tw_context_create(name, ctx));
-	CHECK_OK(tw_context_register_transport(*ctx, "uv", NULL, 0, NULL));
-	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 0, NULL));
+	tu_register_combo(*ctx);
 }
 
 /* A well-formed tensorwire client still gets through listener `l` (bound
@@ -157,11 +156,11 @@ static inline uint8_t *tu_big_message(size_t len, tw_tensor *t, tw_message *m)
 	return buf;
 }
 
-/* Listens on `lurl` (NULL: uv://127.0.0.1:0) and puts the bound URL into
- * url. Returns the listener. */
+/* Listens on `lurl` (NULL: the battery's transport, tu_combo_get) and puts
+ * the bound URL into url. Returns the listener. */
 static inline tw_listener *tu_listen(tw_context *ctx, const char *lurl, char *url, size_t len)
 {
-	const char *urls[] = { lurl ? lurl : "uv://127.0.0.1:0" };
+	const char *urls[] = { lurl ? lurl : tu_combo_get()->listen_url };
 	tw_listener *l;
 	CHECK_OK(tw_context_listen(ctx, urls, 1, &l));
 	CHECK_OK(tw_listener_url(l, NULL, url, len));
@@ -189,6 +188,19 @@ static inline void tu_pair_open(tu_pair *p, const char *listen_url)
 	CHECK_OK(tw_pipe_on_established(p->c, tu_on_status, &e2));
 	tu_expect(&e1, TW_OK, NULL);
 	tu_expect(&e2, TW_OK, NULL);
+}
+
+/* Destroys both pipes (closing them if needed), the listener and both
+ * contexts, joining each context first. */
+static inline void tu_pair_close(tu_pair *p)
+{
+	tw_pipe_destroy(p->c);
+	tw_pipe_destroy(p->s);
+	tw_listener_destroy(p->l);
+	CHECK_OK(tw_context_join(p->cctx));
+	CHECK_OK(tw_context_join(p->sctx));
+	tw_context_destroy(p->cctx);
+	tw_context_destroy(p->sctx);
 }
 
 #endif /* TW_TESTS_PAIR_UTIL_H */

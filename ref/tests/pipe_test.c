@@ -1,6 +1,7 @@
 /*
- * pipe_test.c - ours <-> ours over TCP loopback through the public API, in
- * one process (two contexts, two loop threads) or in two processes (fork).
+ * pipe_test.c - ours <-> ours through the public API, in one process (two
+ * contexts, two loop threads) or in two processes (fork), on the battery's
+ * transport and channel (TW_TEST_COMBO, test_util.h; uv+basic by default).
  *
  * Usage: pipe_test <case> [1proc|2proc]
  * Each case sends a set of messages client -> server, then the same shapes
@@ -418,22 +419,21 @@ static void recv_finish(receiver *r)
 static void setup_ctx(tw_context **ctx, const char *name)
 {
 	CHECK_OK(tw_context_create(name, ctx));
-	CHECK_OK(tw_context_register_transport(*ctx, "uv", NULL, 0, NULL));
-	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 0, NULL));
+	tu_register_combo(*ctx);
 }
 
 static void check_info(tw_pipe *p, bool is_server)
 {
 	tw_pipe_info info;
 	CHECK_OK(tw_pipe_get_info(p, &info));
-	CHECK(strcmp(info.transport, "uv") == 0);
-	CHECK(strcmp(info.channel, "basic") == 0);
+	CHECK(strcmp(info.transport, tu_combo_get()->transport) == 0);
+	CHECK(strcmp(info.channel, tu_combo_get()->channel) == 0);
 	CHECK(info.is_server == is_server);
 	CHECK(strcmp(info.remote_name, is_server ? "client-ctx" : "") == 0);
 	tw_device cpu = tw_device_cpu();
 	char ch[32];
 	CHECK_OK(tw_pipe_channel_for(p, &cpu, &cpu, ch, sizeof(ch)));
-	CHECK(strcmp(ch, "basic") == 0);
+	CHECK(strcmp(ch, tu_combo_get()->channel) == 0);
 }
 
 static void on_est(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
@@ -571,12 +571,14 @@ static int run_case(const char *name, bool two_process)
 	tu_waiter_init(&client_wrote);
 	tw_context *srv;
 	setup_ctx(&srv, "server-ctx");
-	const char *urls[] = { "uv://127.0.0.1:0" };
+	const tu_combo *combo = tu_combo_get();
+	const char *urls[] = { combo->listen_url };
 	tw_listener *l;
 	CHECK_OK(tw_context_listen(srv, urls, 1, &l));
 	char url[128];
-	CHECK_OK(tw_listener_url(l, "uv", url, sizeof(url)));
-	CHECK(strncmp(url, "uv://127.0.0.1:", 15) == 0);
+	CHECK_OK(tw_listener_url(l, combo->transport, url, sizeof(url)));
+	CHECK(strncmp(url, combo->transport, strlen(combo->transport)) == 0 &&
+	      strncmp(url + strlen(combo->transport), "://", 3) == 0);
 
 	if (!two_process) {
 		pthread_t th;

@@ -286,6 +286,56 @@ static inline pid_t tu_fork_url_child(int fds[2], char *url, size_t len)
 	return pid;
 }
 
+/* ---- the battery's axis: which transport and channel ---------------------------------- */
+
+/* A test written once runs on every transport x channel combination the
+ * build lists (CMake's tw_battery, TW_REF_COMBOS, nng's NUTS pattern): CTest
+ * passes the combination as TW_TEST_COMBO="<transport>+<channel>" and the
+ * test asks here instead of naming "uv" or "basic". Without the variable:
+ * uv+basic. */
+typedef struct tu_combo {
+	char transport[32];
+	char channel[32];
+	char listen_url[64]; /* a URL to listen on that lets the system pick */
+} tu_combo;
+
+static inline const tu_combo *tu_combo_get(void)
+{
+	static tu_combo c;
+	if (c.transport[0])
+		return &c;
+	const char *env = getenv("TW_TEST_COMBO");
+	const char *spec = env && *env ? env : "uv+basic";
+	const char *plus = strchr(spec, '+');
+	if (!plus || plus == spec || !plus[1] || (size_t)(plus - spec) >= sizeof(c.transport) ||
+	    strlen(plus + 1) >= sizeof(c.channel)) {
+		fprintf(stderr, "TW_TEST_COMBO='%s': expected <transport>+<channel>\n", spec);
+		abort();
+	}
+	memcpy(c.transport, spec, (size_t)(plus - spec));
+	snprintf(c.channel, sizeof(c.channel), "%s", plus + 1);
+	/* One listening URL per transport: the only transport-specific fact a
+	 * battery needs. */
+	if (!strcmp(c.transport, "uv") || !strcmp(c.transport, "ibv"))
+		snprintf(c.listen_url, sizeof(c.listen_url), "%s://127.0.0.1:0", c.transport);
+	else if (!strcmp(c.transport, "shm"))
+		snprintf(c.listen_url, sizeof(c.listen_url), "shm://");
+	else {
+		fprintf(stderr, "TW_TEST_COMBO='%s': no listening URL known for transport '%s' "
+		                "(add it to tu_combo_get)\n", spec, c.transport);
+		abort();
+	}
+	return &c;
+}
+
+/* Registers the combination's transport and channel on ctx. */
+static inline void tu_register_combo(tw_context *ctx)
+{
+	const tu_combo *c = tu_combo_get();
+	CHECK_OK(tw_context_register_transport(ctx, c->transport, NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(ctx, c->channel, NULL, 0, NULL));
+}
+
 /* The cases of a test program, run one per process: `prog <case>`. */
 typedef struct tu_case {
 	const char *name;
