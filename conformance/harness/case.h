@@ -64,6 +64,9 @@ struct twc_case {
 	                            both roles (iut->iut, iut->ref, ref->iut); the case
 	                            reads env->peer_cmd for the server side */
 	bool large;              /* only with --large (multi-GiB) */
+	bool battery;            /* runs once per transport+channel the invocation selects
+	                            (--combo, combo.h); builds its contexts and listener
+	                            through the session's defaults, which use it */
 	twc_outcome_t (*run)(const twc_case *c, twc_case_env *env);
 	const void *arg;         /* case-specific data */
 };

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "conform.h"
+#include "combo.h"
 #include "mutation.h"
 #include "profile.h"
 #include "report.h"
@@ -99,6 +100,9 @@ typedef struct options {
 	const char *pairs[MAX_SEL]; /* --pair CLIENT:SERVER */
 	int npairs;
 	const char *expect_fail;    /* --expect-fail TEXT */
+	const char *combos[MAX_SEL]; /* --combo T+C, or "all" */
+	int ncombos;
+	bool battery_only;           /* --battery-only */
 	twc_mutation_opts mut;
 } options;
 
@@ -125,6 +129,12 @@ static void usage(FILE *f)
 	"                        ours=%s\n"
 	"                        stock=%s\n"
 	"  --large             also the multi-GiB interop cases (need ~10 GiB of memory)\n"
+	"  --combo T+C         run the battery cases (semantic, interop) on transport T and\n"
+	"                      channel C (e.g. shm+cma); repeatable; 'all' is every\n"
+	"                      transport with every channel the IUTs' hellos offer. A pair\n"
+	"                      without one of them is a SKIP with the reason. Default: the\n"
+	"                      session's uv+basic, under the plain case names.\n"
+	"  --battery-only      only the battery cases (those --combo multiplies)\n"
 	"  --pair CLIENT:SERVER  of the runs with two IUTs (interop, cross), only those\n"
 	"                      with IUT CLIENT as the client and SERVER as the server;\n"
 	"                      runs of one IUT only for CLIENT or SERVER. Repeatable.\n"
@@ -190,6 +200,114 @@ static void usage(FILE *f)
 
 /* ---- IUTs ------------------------------------------------------------------------------- */
 
+/* A JSON array of names as "a,b,c". */
+static void join_names(const json_t *arr, char *out, size_t len)
+{
+	size_t at = 0;
+	size_t i;
+	const json_t *v;
+	out[0] = '\0';
+	json_array_foreach(arr, i, v) {
+		const char *n = json_string_value(v);
+		if (n && at + strlen(n) + 2 < len)
+			at += (size_t)snprintf(out + at, len - at, "%s%s", at ? "," : "", n);
+	}
+}
+
+/* Whether the comma list `list` holds `name`. */
+static bool offers(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t k = e ? (size_t)(e - p) : strlen(p);
+		if (k == n && !strncmp(p, name, n))
+			return true;
+		p += k + (e ? 1 : 0);
+	}
+	return false;
+}
+
+/* Why `who` cannot run a battery case on `combo` ("" when it can). */
+static void combo_unoffered(const twc_iut_info *who, const char *combo, char *why, size_t len)
+{
+	twc_combo cb;
+	why[0] = '\0';
+	if (!twc_combo_parse(combo, &cb))
+		snprintf(why, len, "bad combination '%s'", combo);
+	else if (!offers(who->transports, cb.transport))
+		snprintf(why, len, "IUT %s offers no transport %s (its hello lists %s)", who->name,
+		         cb.transport, who->transports[0] ? who->transports : "none");
+	else if (!offers(who->channels, cb.channel))
+		snprintf(why, len, "IUT %s offers no channel %s (its hello lists %s)", who->name,
+		         cb.channel, who->channels[0] ? who->channels : "none");
+}
+
+/* A profile's exception for a run: "<id>@<combo>" first, then the plain id,
+ * which holds on every combination. */
+static const char *profile_find(const twc_profile *p, const char *key, const char *id)
+{
+	const char *x = twc_profile_find(p, key);
+	return x ? x : twc_profile_find(p, id);
+}
+
+/* Whether a battery run's IUT or peer lacks its combination (why says). */
+static bool run_unoffered(const twc_result *r, char *why, size_t len)
+{
+	why[0] = '\0';
+	if (!r->combo[0])
+		return false;
+	combo_unoffered(r->iut, r->combo, why, len);
+	if (!why[0] && r->peer)
+		combo_unoffered(r->peer, r->combo, why, len);
+	return why[0] != '\0';
+}
+
+/* The combinations battery cases run on: none given, none (the session's
+ * default, uv+basic, under the case's plain name); "all": every transport
+ * any available IUT offers with every channel any offers (a pair that
+ * lacks one is a SKIP with the reason). */
+static int select_combos(const options *opt, twc_iut_info *const *who, int nwho,
+                         const char **out, int max)
+{
+	static char names[MAX_SEL * 4][72];
+	int n = 0;
+	for (int k = 0; k < opt->ncombos && n < max; k++) {
+		if (strcmp(opt->combos[k], "all")) {
+			out[n++] = opt->combos[k];
+			continue;
+		}
+		char ts[1024] = "", cs[1024] = "";
+		for (int i = 0; i < nwho; i++) {
+			if (!who[i]->available)
+				continue;
+			for (int pass = 0; pass < 2; pass++) {
+				const char *list = pass ? who[i]->channels : who[i]->transports;
+				char *acc = pass ? cs : ts;
+				char tmp[256];
+				snprintf(tmp, sizeof(tmp), "%s", list);
+				for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
+					if (!offers(acc, t) && strlen(acc) + strlen(t) + 2 < sizeof(ts))
+						snprintf(acc + strlen(acc), sizeof(ts) - strlen(acc), "%s%s",
+						         acc[0] ? "," : "", t);
+			}
+		}
+		char tcopy[1024];
+		snprintf(tcopy, sizeof(tcopy), "%s", ts);
+		for (char *s1, *t = strtok_r(tcopy, ",", &s1); t; t = strtok_r(NULL, ",", &s1)) {
+			char ccopy[1024];
+			snprintf(ccopy, sizeof(ccopy), "%s", cs);
+			for (char *s2, *c = strtok_r(ccopy, ",", &s2); c && n < max;
+			     c = strtok_r(NULL, ",", &s2)) {
+				snprintf(names[n], sizeof(names[n]), "%s+%s", t, c);
+				out[n] = names[n];
+				n++;
+			}
+		}
+	}
+	return n;
+}
+
 static void probe_iut(twc_iut_info *i)
 {
 	const char *why;
@@ -215,6 +333,8 @@ static void probe_iut(twc_iut_info *i)
 		         json_string_value(json_object_get(r, "impl")) ?: "unknown");
 		snprintf(i->version, sizeof(i->version), "%s",
 		         json_string_value(json_object_get(r, "version")) ?: "unknown");
+		join_names(json_object_get(r, "transports"), i->transports, sizeof(i->transports));
+		join_names(json_object_get(r, "channels"), i->channels, sizeof(i->channels));
 		json_decref(r);
 	}
 	if (a)
@@ -316,8 +436,15 @@ static int child_main(const char *id, const char *iut, const char *peer, const c
 		env.peer_cmd = eq ? eq + 1 : peer;
 	}
 	printf("# %s: %s\n# %s\n", c->id, c->description, c->section);
+	snprintf(env.transport, sizeof(env.transport), "%s", twc_combo_current()->transport);
+	snprintf(env.channel, sizeof(env.channel), "%s", twc_combo_current()->channel);
 	fflush(stdout);
 	twc_outcome_t o = c->run(c, &env);
+	const char *unavailable = twc_session_unavailable();
+	if ((o == TWC_FAIL || o == TWC_ERROR) && unavailable) {
+		o = TWC_SKIP; /* a backend the run needs is not viable here */
+		snprintf(env.reason, sizeof(env.reason), "not viable here: %s", unavailable);
+	}
 	printf("INFO transport=%s channel=%s\n", env.transport, env.channel);
 	if (env.unexcused)
 		printf("UNEXCUSED\n");
@@ -380,12 +507,14 @@ static void run_child(const options *opt, const twc_case *c, twc_result *r)
 		setpgid(0, 0); /* its adapters share the group, so a timeout kills them too */
 		dup2(out[1], 1);
 		dup2(out[1], 2);
+		const char *combo = r->combo[0] ? r->combo : TWC_COMBO_DEFAULT;
 		if (r->peer)
 			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-peer", peerarg,
-			      "--child-impls", impls, "--child-wait-ms", waitarg, (char *)NULL);
+			      "--child-impls", impls, "--child-wait-ms", waitarg, "--child-combo", combo,
+			      (char *)NULL);
 		else
 			execl(self, self, "--child", c->id, "--child-iut", iutarg, "--child-impls", impls,
-			      "--child-wait-ms", waitarg, (char *)NULL);
+			      "--child-wait-ms", waitarg, "--child-combo", combo, (char *)NULL);
 		_exit(127);
 	}
 	close(out[1]);
@@ -608,6 +737,8 @@ static bool selected(const options *opt, const twc_case *c)
 		if (!named)
 			return false;
 	}
+	if (opt->battery_only && !c->battery)
+		return false;
 	bool suite_ok = opt->nsuites == 0;
 	for (int i = 0; i < opt->nsuites; i++)
 		suite_ok |= !strcmp(opt->suites[i], c->suite);
@@ -624,6 +755,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	static options opt = {.timeout_scale = 1.0};
 	static char ours_buf[PATH_MAX], stock_buf[PATH_MAX];
 	const char *child = NULL, *child_iut = NULL, *child_peer = NULL, *child_impls = "";
+	const char *child_combo = NULL;
 	int child_wait = 60000;
 	static char mut_buf[PATH_MAX], ref_buf[PATH_MAX];
 	opt.profiles[opt.nprofiles++] = TW_PROFILES_DIR;
@@ -697,6 +829,23 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 				return 2;
 			}
 			opt.pairs[opt.npairs++] = pr;
+		} else if (!strcmp(a, "--combo") && has) {
+			const char *cspec = argv[++i];
+			twc_combo cb;
+			if (strcmp(cspec, "all") && !twc_combo_parse(cspec, &cb)) {
+				fprintf(stderr, "tensorwire-conform: --combo wants TRANSPORT+CHANNEL "
+				                "(e.g. shm+cma) or all, not '%s'\n", cspec);
+				return 2;
+			}
+			if (opt.ncombos == MAX_SEL) {
+				fprintf(stderr, "tensorwire-conform: at most %d --combo\n", MAX_SEL);
+				return 2;
+			}
+			opt.combos[opt.ncombos++] = cspec;
+		} else if (!strcmp(a, "--battery-only")) {
+			opt.battery_only = true;
+		} else if (!strcmp(a, "--child-combo") && has) {
+			child_combo = argv[++i];
 		} else if (!strcmp(a, "--expect-fail") && has) {
 			opt.expect_fail = argv[++i];
 		} else if (!strcmp(a, "--wait-s") && has) {
@@ -727,9 +876,14 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 			return 2;
 		}
 	}
-	if (child)
+	if (child) {
+		if (child_combo && !twc_combo_set_current(child_combo)) {
+			printf("RESULT ERROR bad --child-combo '%s'\n", child_combo);
+			return 0;
+		}
 		return child_main(child, child_iut ? child_iut : "", child_peer, child_impls,
 		                  child_wait);
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	int nall;
@@ -839,9 +993,11 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	}
 
 	/* the runs (runs.h) */
+	const char *combos[MAX_SEL * 4];
+	int ncombos = select_combos(&opt, who, nwho, combos, MAX_SEL * 4);
 	twc_runs rl = {0};
 	for (int i = 0; i < nsel; i++)
-		twc_runs_add_case(&rl, sel[i], opt.iuts, opt.niuts, ref);
+		twc_runs_add_case(&rl, sel[i], opt.iuts, opt.niuts, ref, combos, ncombos);
 	if (rl.oom) {
 		fprintf(stderr, "tensorwire-conform: out of memory\n");
 		return 2;
@@ -872,11 +1028,22 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		} else if (!needs_met(r->c, why, sizeof(why))) {
 			r->outcome = TWC_SKIP;
 			snprintf(r->reason, sizeof(r->reason), "%s", why);
+		} else if (run_unoffered(r, why, sizeof(why))) {
+			r->outcome = TWC_SKIP;
+			snprintf(r->reason, sizeof(r->reason), "%s", why);
 		} else {
 			run_one(&rctx, r);
 			ran++;
 		}
 		/* profiles: a known failure of either implementation involved becomes XFAIL */
+		/* a battery run on another combination is known to profiles as
+		 * "<id>@<transport>+<channel>" (globs such as "semantic.*@shm+*"),
+		 * or by its plain id, which holds on every combination */
+		char pkey[256];
+		if (r->combo[0] && strcmp(r->combo, TWC_COMBO_DEFAULT))
+			snprintf(pkey, sizeof(pkey), "%s@%s", r->c->id, r->combo);
+		else
+			snprintf(pkey, sizeof(pkey), "%s", r->c->id);
 		if (r->unexcused) {
 			size_t used = strlen(r->reason);
 			snprintf(r->reason + used, sizeof(r->reason) - used,
@@ -887,7 +1054,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 			for (int p = 0; p < nwho; p++) {
 				if (who[p] != r->iut && who[p] != r->peer)
 					continue;
-				const char *x = twc_profile_find(profiles[p], r->c->id);
+				const char *x = profile_find(profiles[p], pkey, r->c->id);
 				if (x) {
 					char was[1024];
 					snprintf(was, sizeof(was), "%s", r->reason);
@@ -900,9 +1067,9 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		} else if (r->outcome == TWC_PASS) {
 			for (int p = 0; p < nwho; p++)
 				if ((who[p] == r->iut || who[p] == r->peer) &&
-				    twc_profile_find(profiles[p], r->c->id))
+				    profile_find(profiles[p], pkey, r->c->id))
 					fprintf(stderr, "tensorwire-conform: note: %s passes now; its %s profile "
-					                "exception can go\n", r->c->id, who[p]->impl);
+					                "exception can go\n", pkey, who[p]->impl);
 		}
 		if (opt.strict && r->outcome == TWC_SKIP) {
 			char was[1024];

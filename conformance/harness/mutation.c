@@ -158,7 +158,7 @@ static int run_case(const twc_mutation_opts *o, mutant *m, const twc_case *c,
                     const twc_iut_info *ref, baselines *bs, twc_run_fn run, void *ctx)
 {
 	twc_runs rl = {0};
-	twc_runs_add_case(&rl, c, &m->iut, 1, ref);
+	twc_runs_add_case(&rl, c, &m->iut, 1, ref, NULL, 0);
 	int rc = rl.oom ? -1 : 0;
 	for (int i = 0; rc == 0 && i < rl.n && (o->full || !m->kills); i++) {
 		twc_result *r = &rl.v[i];

@@ -7,6 +7,9 @@
  *
  * File format, one exception per line ('#' starts a comment):
  *   <case id or glob>  XFAIL  <reason>  --  <link>
+ * A battery case run on another transport+channel than uv+basic (--combo)
+ * is looked up as <case id>@<transport>+<channel> first, then by its plain
+ * id (an exception without '@' holds on every combination).
  * e.g.
  *   wire.bad_type_byte  XFAIL  aborts the process (uncaught exception)  --  docs/stock-bad-input.md
  */

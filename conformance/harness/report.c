@@ -12,10 +12,12 @@
 
 void twc_result_target(const twc_result *r, char *buf, size_t len)
 {
+	bool other = r->combo[0] && strcmp(r->combo, "uv+basic") != 0;
 	if (r->peer)
-		snprintf(buf, len, "%s->%s", r->iut->name, r->peer->name);
+		snprintf(buf, len, "%s->%s%s%s", r->iut->name, r->peer->name, other ? " " : "",
+		         other ? r->combo : "");
 	else
-		snprintf(buf, len, "%s", r->iut->name);
+		snprintf(buf, len, "%s%s%s", r->iut->name, other ? " " : "", other ? r->combo : "");
 }
 
 /* ---- TAP ---------------------------------------------------------------------------- */

@@ -20,6 +20,7 @@ typedef struct twc_iut_info {
 	char profile[2048]; /* the profile files it is judged with, or "none" */
 	bool available;
 	char why[512];      /* when not available */
+	char transports[256], channels[256]; /* what hello offers, "uv,shm" */
 } twc_iut_info;
 
 typedef struct twc_result {
@@ -30,12 +31,14 @@ typedef struct twc_result {
 	char reason[1024];
 	double seconds;
 	char transport[32], channel[32];
+	char combo[72];           /* battery runs: "shm+cma"; "" for the case's own */
 	bool required_failure;    /* counts against the exit status */
 	bool unexcused;           /* the case said no profile may excuse this failure */
 	char *log;                /* what the case printed (owned) */
 } twc_result;
 
-/* "ours", or "ours->stock" for a pairwise run. */
+/* "ours", or "ours->stock" for a pairwise run; a battery run on another
+ * combination than uv+basic adds it: "ours->stock shm+cma". */
 void twc_result_target(const twc_result *r, char *buf, size_t len);
 
 void twc_tap_plan(FILE *f, int n);

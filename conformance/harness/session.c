@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "session.h"
 
+#include "combo.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -291,6 +293,15 @@ static int hello(twc_session *s, twc_adapter *a, int side)
 	return 0;
 }
 
+/* Set when an adapter refused a backend the case asked for (not viable
+ * here): the case could not run, which is a SKIP, not a failure. */
+static char g_unavailable[TWC_REASON_MAX];
+
+const char *twc_session_unavailable(void)
+{
+	return g_unavailable[0] ? g_unavailable : NULL;
+}
+
 static int make_context(twc_session *s, twc_adapter *a, const char *name, const json_t *tmpl)
 {
 	json_t *req;
@@ -299,9 +310,11 @@ static int make_context(twc_session *s, twc_adapter *a, const char *name, const 
 		json_object_set_new(req, "cmd", json_string("context"));
 		json_object_set_new(req, "name", json_string(name));
 	} else {
+		const twc_combo *cb = twc_combo_current(); /* the run's battery axis */
 		req = json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd", "context",
-		                "name", name, "transports", "name", "uv", "kind", "uv", "priority", 0,
-		                "channels", "name", "basic", "kind", "basic", "priority", 0);
+		                "name", name, "transports", "name", cb->transport, "kind", cb->transport,
+		                "priority", 0, "channels", "name", cb->channel, "kind", cb->channel,
+		                "priority", 0);
 	}
 	json_t *r = twc_session_call(s, a, req);
 	if (!r)
@@ -311,6 +324,7 @@ static int make_context(twc_session *s, twc_adapter *a, const char *name, const 
 		char *txt = json_dumps(sk, JSON_COMPACT);
 		twc_session_fail(s, "%s could not register everything asked: %s", twc_adapter_label(a),
 		                txt ? txt : "?");
+		snprintf(g_unavailable, sizeof(g_unavailable), "%s", s->reason);
 		free(txt);
 		json_decref(r);
 		return -1;
@@ -337,8 +351,11 @@ int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const 
 	    make_context(s, s->server, "server", ctx) || make_context(s, s->client, "client", ctx))
 		return -1;
 	json_t *req = json_pack("{s:s}", "cmd", "listen");
-	json_object_set_new(req, "urls", urls ? json_deep_copy(urls)
-	                                      : json_pack("[s]", "uv://127.0.0.1:0"));
+	char lurl[64];
+	if (!urls && !twc_combo_listen_url(twc_combo_current()->transport, lurl, sizeof(lurl)))
+		return twc_session_fail(s, "the harness knows no listening URL for transport '%s'",
+		                        twc_combo_current()->transport);
+	json_object_set_new(req, "urls", urls ? json_deep_copy(urls) : json_pack("[s]", lurl));
 	json_t *r = twc_session_call(s, s->server, req);
 	if (!r)
 		return -1;

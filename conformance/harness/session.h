@@ -44,9 +44,16 @@ bool twc_cmd_unavailable(const char *cmd, const char **reason_out);
 int twc_session_fail(twc_session *s, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 
+/* Why a session of this process could not create its contexts as asked
+ * (an adapter reported a transport or channel not viable here, e.g. ibv
+ * without a device), or NULL. The runner's child turns the case's failure
+ * into a SKIP with this reason. */
+const char *twc_session_unavailable(void);
+
 /* Spawns both adapters, says hello and creates their contexts from `ctx`
- * (a "context" request without "name", borrowed; NULL = uv + basic, priority
- * 0), then makes the server listen on `urls` (NULL = uv://127.0.0.1:0). */
+ * (a "context" request without "name", borrowed; NULL = the run's
+ * transport and channel, combo.h, priority 0), then makes the server listen
+ * on `urls` (NULL = that transport's listening URL, e.g. uv://127.0.0.1:0). */
 int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const char *cname,
                      const char *sname, int wait_ms, const json_t *ctx, const json_t *urls);
 

@@ -1,14 +1,16 @@
 /*
  * run.c - one interop case between two adapters: the client connects, the
  * server accepts, the case's messages travel client -> server and then
- * server -> client over that one pipe, both ends report transport "uv" and
- * channel "basic", and both adapters end cleanly (harness/session.h checks
- * bytes, descriptors and callbacks).
+ * server -> client over that one pipe, both ends report the run's transport
+ * and channel (combo.h: uv and basic unless --combo says otherwise), and
+ * both adapters end cleanly (harness/session.h checks bytes, descriptors and
+ * callbacks).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cases.h"
+#include "combo.h"
 #include "session.h"
 
 int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char *scmd,
@@ -36,7 +38,8 @@ int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char
 		rc = twc_session_transfer(&s, false, c->shape, c->num_messages, c->burst,
 		                         base + (UINT64_C(1) << 35));
 	if (rc == 0)
-		rc = twc_session_check_info(&s, "uv", "basic");
+		rc = twc_session_check_info(&s, twc_combo_current()->transport,
+		                            twc_combo_current()->channel);
 	if (rc == 0)
 		rc = twc_session_finish(&s);
 	twc_session_destroy(&s);

@@ -69,6 +69,7 @@ const twc_case *twc_suite_interop(int *count_out)
 				.accepts = 0,
 				.timeout_s = ic->large ? 3000 : 300,
 				.pairwise = true,
+				.battery = true,
 				.large = ic->large,
 				.run = run_interop,
 				.arg = ic,

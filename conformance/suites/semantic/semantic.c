@@ -425,8 +425,6 @@ static twc_outcome_t run_peer_gone(const twc_case *c, twc_case_env *env)
 		return twc_case_result(env, TWC_FAIL, "graceful close: %s", why);
 	if (peer_gone(env, true, k2, sizeof(k2), why, sizeof(why)))
 		return twc_case_result(env, TWC_FAIL, "SIGKILL: %s", why);
-	snprintf(env->transport, sizeof(env->transport), "uv");
-	snprintf(env->channel, sizeof(env->channel), "basic");
 	if (c->arg && !strcmp(k1, k2))
 		return twc_case_result(env, TWC_FAIL, "a graceful close and a SIGKILL both end the "
 		                                    "peer's pending read with kind '%s'", k1);
@@ -491,8 +489,6 @@ static twc_outcome_t run_transport_priority(const twc_case *c, twc_case_env *env
 
 static twc_outcome_t end_session(twc_session *s, twc_case_env *env, int rc)
 {
-	snprintf(env->transport, sizeof(env->transport), "uv");
-	snprintf(env->channel, sizeof(env->channel), "basic");
 	char why[TWC_REASON_MAX];
 	snprintf(why, sizeof(why), "%s", s->reason);
 	twc_session_destroy(s);
@@ -839,14 +835,14 @@ static twc_outcome_t run_listener_out_of_fds(const twc_case *c, twc_case_env *en
 /* ---- declarations ---------------------------------------------------------------------- */
 
 static const twc_case cases[] = {
-	{.id = "semantic.ordering", .suite = "semantic", .section = "wire.md 3.12 (3.12.a, 3.12.c)",
+	{.id = "semantic.ordering", .battery = true, .suite = "semantic", .section = "wire.md 3.12 (3.12.a, 3.12.c)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "200 messages of distinct sizes each way arrive in write order",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order. (3.12.c) A receiver MUST deliver "
 	                "messages to the application in the order their Descriptors arrived.",
 	 .timeout_s = 300, .run = run_ordering, .cross = true},
-	{.id = "semantic.ordering_behind_reply", .suite = "semantic",
+	{.id = "semantic.ordering_behind_reply", .battery = true, .suite = "semantic",
 	 .section = "wire.md 3.12 (3.12.a), wire.md 3.11 (3.11.a)", .level = TWC_MUST, .needs = "",
 	 .description = "40 messages each way, every other one waiting for its DescriptorReply: "
 	                "tensors arrive in write order",
@@ -854,26 +850,26 @@ static const twc_case cases[] = {
 	                "payloads1..., strictly in message order; a message that waits for its "
 	                "DescriptorReply (3.11.a) holds back the tensors of the messages behind it.",
 	 .timeout_s = 120, .run = run_ordering_behind_reply, .cross = true},
-	{.id = "semantic.writes_in_flight", .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
+	{.id = "semantic.writes_in_flight", .battery = true, .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "1000 writes of 64 KiB tensors queued before the first read",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order; with many writes in flight before "
 	                "any read (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_in_flight, .cross = true},
-	{.id = "semantic.both_sides_write", .suite = "semantic", .section = "wire.md 3.1",
+	{.id = "semantic.both_sides_write", .battery = true, .suite = "semantic", .section = "wire.md 3.1",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "both ends queue 8 x 4 MiB messages before either reads",
 	 .requirement = "After its first frame every connection is symmetric. (wire.md 3.1) - "
 	                "both sides writing at once (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_both_write, .cross = true},
-	{.id = "semantic.descriptor_then_close", .suite = "semantic", .section = "agent.md 6.10",
+	{.id = "semantic.descriptor_then_close", .battery = true, .suite = "semantic", .section = "agent.md 6.10",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "read_descriptor without read, then close: every callback once, clean exit",
 	 .requirement = "Every callback fires exactly once, with an error if the object closes "
 	                "first. (STYLE.md)",
 	 .timeout_s = 120, .run = run_descriptor_then_close, .cross = true},
-	{.id = "semantic.close_with_pending", .suite = "semantic", .section = "agent.md 6.10",
+	{.id = "semantic.close_with_pending", .battery = true, .suite = "semantic", .section = "agent.md 6.10",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "closing a pipe and a listener fails their pending write, read_descriptor "
 	                "and accept with kind 'closed', once each",
@@ -881,7 +877,7 @@ static const twc_case cases[] = {
 	                "an error (TW_ERR_CLOSED for a local close) (tensorwire.h); Every callback "
 	                "fires exactly once (STYLE.md)",
 	 .timeout_s = 120, .run = run_close_with_pending, .cross = true},
-	{.id = "semantic.peer_gone", .suite = "semantic", .section = "wire.md 5.6 (5.6.a)",
+	{.id = "semantic.peer_gone", .battery = true, .suite = "semantic", .section = "wire.md 5.6 (5.6.a)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "a peer that closes, and one killed with SIGKILL: the pending read fails "
 	                "once, no hang",
@@ -889,7 +885,7 @@ static const twc_case cases[] = {
 	                "as the end of the pipe and fail its pending operations with an end-of-file "
 	                "or connection-reset error.",
 	 .timeout_s = 120, .run = run_peer_gone, .cross = true},
-	{.id = "semantic.close_vs_kill_distinct", .suite = "semantic",
+	{.id = "semantic.close_vs_kill_distinct", .battery = true, .suite = "semantic",
 	 .section = "wire.md 5.6, wire.md 8.2 (8.2.c, 8.2.d)",
 	 .level = TWC_SHOULD, .needs = "",
 	 .description = "a graceful close and a SIGKILL of the peer give different error kinds",
@@ -897,7 +893,7 @@ static const twc_case cases[] = {
 	                "errors) (issue 3 item 5); (8.2.c) end-of-file after a goodbye, (8.2.d) "
 	                "connection reset without one",
 	 .timeout_s = 120, .run = run_peer_gone, .cross = true, .arg = "distinct"},
-	{.id = "semantic.delivered_after_close", .suite = "semantic",
+	{.id = "semantic.delivered_after_close", .battery = true, .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.c)", .level = TWC_MUST, .needs = "",
 	 .description = "600 acknowledged messages, then the writer closes and exits; the reader "
 	                "waits 3 s, reads them all, slowly, then gets eof",
@@ -905,7 +901,7 @@ static const twc_case cases[] = {
 	                "reached it before the end of the peer's connections [...] however slowly "
 	                "the application reads: no timer may discard them.",
 	 .timeout_s = 300, .run = run_delivered_after_close, .cross = true},
-	{.id = "semantic.writes_fail_at_close", .suite = "semantic",
+	{.id = "semantic.writes_fail_at_close", .battery = true, .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.d)", .level = TWC_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the writer closes: all "
 	                "4 fail with 'closed', none succeeds",
@@ -914,7 +910,7 @@ static const twc_case cases[] = {
 	                "succeeded. Once the pipe fails [...] every write whose callback has not "
 	                "run [...] MUST fail with that error.",
 	 .timeout_s = 120, .run = run_writes_fail_at_close, .cross = true},
-	{.id = "semantic.writes_fail_at_peer_death", .suite = "semantic",
+	{.id = "semantic.writes_fail_at_peer_death", .battery = true, .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.d)", .level = TWC_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the reader is killed: "
 	                "all 4 fail with eof or reset, none succeeds",

@@ -1,0 +1,46 @@
+/*
+ * combo.c - the transport x channel axis (see combo.h).
+ */
+#include "combo.h"
+
+#include <stdio.h>
+#include <string.h>
+
+bool twc_combo_parse(const char *spec, twc_combo *out)
+{
+	const char *plus = spec ? strchr(spec, '+') : NULL;
+	if (!plus || plus == spec || !plus[1] || strchr(plus + 1, '+') ||
+	    (size_t)(plus - spec) >= sizeof(out->transport) ||
+	    strlen(plus + 1) >= sizeof(out->channel))
+		return false;
+	snprintf(out->transport, sizeof(out->transport), "%.*s", (int)(plus - spec), spec);
+	snprintf(out->channel, sizeof(out->channel), "%s", plus + 1);
+	return true;
+}
+
+static twc_combo current = { "uv", "basic" };
+
+const twc_combo *twc_combo_current(void)
+{
+	return &current;
+}
+
+bool twc_combo_set_current(const char *spec)
+{
+	return twc_combo_parse(spec, &current);
+}
+
+bool twc_combo_listen_url(const char *transport, char *out, size_t out_len)
+{
+	if (!strcmp(transport, "uv") || !strcmp(transport, "ibv")) {
+		snprintf(out, out_len, "%s://127.0.0.1:0", transport);
+		return true;
+	}
+	if (!strcmp(transport, "shm")) {
+		snprintf(out, out_len, "shm://"); /* the kernel picks an abstract name */
+		return true;
+	}
+	if (out_len)
+		out[0] = '\0';
+	return false;
+}
