@@ -2,7 +2,8 @@
 # The README's main job: installs what is missing, builds everything (release
 # preset), then runs the conformance suites - wire (the harness as the raw
 # peer), semantic (through the adapters) and interop (every ordered pair) -
-# against libtensorwire and stock TensorPipe, and prints the matrix of who
+# against libtensorwire and stock TensorPipe, on uv+basic and (the battery
+# cases) on the other transports and channels, and prints the matrix of who
 # passes what. RDMA-capable programs run on simverbs, the default fabric
 # (simverbs-run puts its libibverbs/librdmacm first on the library path).
 #
@@ -27,7 +28,11 @@ if [ -x build/release/simverbs/simverbs-run ]; then
   echo "main.sh: RDMA fabric: simverbs (build/release/simverbs)"
 fi
 set +e
-"${launcher[@]}" build/release/conformance/tensorwire-conform \
+# Battery cases also run on the other transports and channels (harness/combo.h):
+# a pair where one side lacks the backend is a SKIP that names it.
+combos=(--combo uv+basic --combo uv+mpt --combo uv+cma --combo shm+basic --combo shm+cma
+        --combo ibv+basic)
+"${launcher[@]}" build/release/conformance/tensorwire-conform "${combos[@]}" \
   --junit out/conformance.junit.xml --json out/conformance.json "$@" | tee out/conformance.tap
 rc=${PIPESTATUS[0]}
 # The harness judged: every seeded defect of conformance/mutants/mutants.list
