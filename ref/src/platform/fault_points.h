@@ -41,6 +41,7 @@
 	/* who and where this process is (host.c) */                                              \
 	X("sys/boot_id", "reading the boot id fails with ENOENT")                                \
 	X("sys/ns", "stat() of /proc/self/ns/<ns> fails with ENOENT")                            \
-	X("sys/read_file", "reading a small /proc or /sys file fails with EACCES")
+	X("sys/read_file", "reading a small /proc or /sys file fails with EACCES")                \
+	X("sys/capget", "capget() fails with EPERM")
 
 #endif /* TW_PLATFORM_FAULT_POINTS_H */

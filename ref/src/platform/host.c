@@ -10,7 +10,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "platform/fault.h"
@@ -93,5 +95,20 @@ int tw__sys_ns_id(const char *ns, uint64_t *dev_out, uint64_t *ino_out)
 		return -1;
 	*dev_out = (uint64_t)st.st_dev;
 	*ino_out = (uint64_t)st.st_ino;
+	return 0;
+}
+
+int tw__sys_capget_permitted(uint64_t *mask_out)
+{
+	if (TW_FAULT_POINT("sys/capget")) {
+		errno = EPERM;
+		return -1;
+	}
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &h, d) != 0)
+		return -1;
+	*mask_out = (uint64_t)d[0].permitted | (uint64_t)d[1].permitted << 32;
 	return 0;
 }

@@ -104,6 +104,9 @@ int tw__sys_boot_id(char *out, size_t len);
 /* st_dev and st_ino of /proc/self/ns/<ns> ("pid", "ipc", "user", "mnt",
  * "net", ...): two processes share that namespace iff both are equal. */
 int tw__sys_ns_id(const char *ns, uint64_t *dev_out, uint64_t *ino_out);
+/* The permitted capability set of this process (capget, version 3) as
+ * one 64-bit mask. */
+int tw__sys_capget_permitted(uint64_t *mask_out);
 /* Reads at most len - 1 bytes of a small file (procfs, sysfs) and adds a
  * NUL. Returns the byte count or -1 and errno. */
 ssize_t tw__sys_read_file(const char *path, char *buf, size_t len);

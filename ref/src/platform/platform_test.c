@@ -312,6 +312,9 @@ static int trigger(const char *point)
 	} else if (!strcmp(point, "sys/ns")) {
 		uint64_t d, i;
 		FAILS(tw__sys_ns_id("net", &d, &i) < 0, ENOENT);
+	} else if (!strcmp(point, "sys/capget")) {
+		uint64_t caps;
+		FAILS(tw__sys_capget_permitted(&caps) < 0, EPERM);
 	} else if (!strcmp(point, "sys/read_file")) {
 		FAILS(tw__sys_read_file("/proc/self/stat", buf, sizeof(buf)) < 0, EACCES);
 	} else {
