@@ -1,0 +1,113 @@
+/*
+ * probe.c - tensorwire-probe: what this host and this process can use for
+ * tensor pipes, and why (tensorwire issue 11 item 8).
+ *
+ * For every transport and channel kind stock TensorPipe registers, it asks
+ * libtensorwire to register it in a fresh context (the library's own
+ * viability check) and prints the verdict with the library's reason. Then
+ * it prints the facts the same-host mechanisms depend on, each with how it
+ * was learned: the boot id and namespaces, the descriptors ours and stock
+ * advertise (spec/wire.md 6), whether shared memory can be made (a 2 MiB
+ * ring, as shm's inboxes), and whether process_vm_readv works on this
+ * process (as cma's copies). A fact that cannot be learned says so with the
+ * call and errno; the probe itself never fails for it.
+ *
+ *   tensorwire-probe          the report
+ *   exit status 0, or 2 when libtensorwire cannot create a context at all
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "platform/identity.h"
+#include "platform/platform.h"
+#include "tensorwire/tensorwire.h"
+#include "transport/ring/ring.h"
+
+static void kind_line(tw_context *ctx, bool transport, const char *kind)
+{
+	tw_status_t st = transport ? tw_context_register_transport(ctx, kind, NULL, 0, NULL)
+	                           : tw_context_register_channel(ctx, kind, NULL, 0, NULL);
+	if (st == TW_OK)
+		printf("  %-11s usable\n", kind);
+	else
+		printf("  %-11s not usable: %s: %s\n", kind, tw_status_name(st), tw_last_error());
+}
+
+static void fact(const char *what, tw_status_t st, const char *value, const char *detail)
+{
+	printf("  %-22s %s\n", what, st == TW_OK ? value : detail);
+}
+
+int main(void)
+{
+	printf("tensorwire-probe: libtensorwire %s, pid %d\n\n", TW_VERSION_STRING, (int)getpid());
+	static const char *const transports[] = { "uv", "shm", "ibv" };
+	static const char *const channels[] = { "basic", "mpt", "cma", "xth", "cuda_basic",
+		                                "cuda_ipc", "cuda_gdr", "cuda_xth" };
+	tw_context *ctx;
+	if (tw_context_create("probe", &ctx) != TW_OK) {
+		fprintf(stderr, "tensorwire-probe: tw_context_create: %s\n", tw_last_error());
+		return 2;
+	}
+	printf("transports (registered in a fresh context):\n");
+	for (size_t i = 0; i < sizeof(transports) / sizeof(*transports); i++)
+		kind_line(ctx, true, transports[i]);
+	printf("channels:\n");
+	for (size_t i = 0; i < sizeof(channels) / sizeof(*channels); i++)
+		kind_line(ctx, false, channels[i]);
+	tw_context_destroy(ctx);
+
+	char v[TW_IDENTITY_MAX], d[512];
+	printf("\nsame host (spec/wire.md 6; equal descriptors do not prove a mechanism works "
+	       "between two containers):\n");
+	tw_status_t st = tw__identity_ns("net", v, sizeof(v), d, sizeof(d));
+	fact("net namespace", st, v, d);
+	st = tw__identity_ns("pid", v, sizeof(v), d, sizeof(d));
+	fact("pid namespace", st, v, d);
+	st = tw__identity_ns("user", v, sizeof(v), d, sizeof(d));
+	fact("user namespace", st, v, d);
+	st = tw__identity_shm(v, sizeof(v), d, sizeof(d));
+	fact("shm descriptor", st, v, d);
+	st = tw__identity_cma(v, sizeof(v), d, sizeof(d));
+	fact("cma descriptor", st, v, d);
+	st = tw__identity_xth(v, sizeof(v), d, sizeof(d));
+	fact("xth descriptor", st, v, d);
+
+	/* shared memory as shm's inboxes need it */
+	tw_ring r;
+	st = tw__ring_create(&r, TW_RING_INBOX_CAPACITY, "shm", d, sizeof(d));
+	if (st == TW_OK) {
+		tw__ring_unmap(&r);
+		snprintf(v, sizeof(v), "works (a 2 MiB ring made, reserved and mapped)");
+	}
+	fact("shared memory", st, v, d);
+
+	/* cross-memory attach as cma's copies need it: a copy from ourselves */
+	char src[64] = "tensorwire-probe", dst[64] = "";
+	struct iovec l = { dst, sizeof(dst) }, rm = { src, sizeof(src) };
+	ssize_t n = tw__sys_process_vm_readv(getpid(), &l, 1, &rm, 1);
+	char eb[128];
+	if (n == (ssize_t)sizeof(src) && !strcmp(dst, src))
+		snprintf(v, sizeof(v), "works on this process");
+	else
+		snprintf(v, sizeof(v), "fails on this process: %s",
+		         n < 0 ? tw__strerror(errno, eb, sizeof(eb)) : "short copy");
+	fact("process_vm_readv", TW_OK, v, "");
+	int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+	snprintf(v, sizeof(v), "%s", dumpable == 1 ? "yes" : dumpable == 0 ? "no (peers cannot attach)"
+	                                                             : "unknown");
+	fact("dumpable", TW_OK, v, "");
+	char scope[16];
+	if (tw__sys_read_file("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) > 0) {
+		scope[strcspn(scope, "\n")] = '\0';
+		snprintf(v, sizeof(v), "%s (0 classic, 1 restricted, 2 admin only, 3 none)", scope);
+	} else {
+		snprintf(v, sizeof(v), "not present (no YAMA)");
+	}
+	fact("yama ptrace_scope", TW_OK, v, "");
+	return 0;
+}
