@@ -38,12 +38,20 @@ static tw_status_t tw__identity_boot(char *out, size_t out_len, char *detail, si
 	return TW_OK;
 }
 
+/* The boot id and one namespace's identity, which every descriptor starts
+ * with. */
+static tw_status_t tw__identity_boot_ns(const char *ns, char *boot, size_t boot_len, char *nsid,
+                                        size_t nsid_len, char *detail, size_t detail_len)
+{
+	tw_status_t st = tw__identity_boot(boot, boot_len, detail, detail_len);
+	return st == TW_OK ? tw__identity_ns(ns, nsid, nsid_len, detail, detail_len) : st;
+}
+
 tw_status_t tw__identity_shm(char *out, size_t out_len, char *detail, size_t detail_len)
 {
 	char boot[TW_BOOT_ID_LEN + 1], net[64];
-	tw_status_t st = tw__identity_boot(boot, sizeof(boot), detail, detail_len);
-	if (st == TW_OK)
-		st = tw__identity_ns("net", net, sizeof(net), detail, detail_len);
+	tw_status_t st =
+		tw__identity_boot_ns("net", boot, sizeof(boot), net, sizeof(net), detail, detail_len);
 	if (st == TW_OK)
 		snprintf(out, out_len, "shm:%s_%s", boot, net);
 	return st;
@@ -52,9 +60,8 @@ tw_status_t tw__identity_shm(char *out, size_t out_len, char *detail, size_t det
 tw_status_t tw__identity_xth(char *out, size_t out_len, char *detail, size_t detail_len)
 {
 	char boot[TW_BOOT_ID_LEN + 1], pidns[64];
-	tw_status_t st = tw__identity_boot(boot, sizeof(boot), detail, detail_len);
-	if (st == TW_OK)
-		st = tw__identity_ns("pid", pidns, sizeof(pidns), detail, detail_len);
+	tw_status_t st =
+		tw__identity_boot_ns("pid", boot, sizeof(boot), pidns, sizeof(pidns), detail, detail_len);
 	if (st == TW_OK)
 		snprintf(out, out_len, "%s_%s_%d", boot, pidns, (int)getpid());
 	return st;
@@ -77,9 +84,8 @@ static int tw__identity_capability_entries(void)
 tw_status_t tw__identity_cma(char *out, size_t out_len, char *detail, size_t detail_len)
 {
 	char boot[TW_BOOT_ID_LEN + 1], pidns[64], userns[64];
-	tw_status_t st = tw__identity_boot(boot, sizeof(boot), detail, detail_len);
-	if (st == TW_OK)
-		st = tw__identity_ns("pid", pidns, sizeof(pidns), detail, detail_len);
+	tw_status_t st =
+		tw__identity_boot_ns("pid", boot, sizeof(boot), pidns, sizeof(pidns), detail, detail_len);
 	if (st == TW_OK)
 		st = tw__identity_ns("user", userns, sizeof(userns), detail, detail_len);
 	if (st != TW_OK)
