@@ -187,6 +187,19 @@ TW_NODISCARD tw_status_t tw_context_register_transport(tw_context *ctx, const ch
                                                        const char *name, int64_t priority,
                                                        const char *options);
 
+/* Chooses which backends this context may register, instead of the
+ * environment's TW_TRANSPORTS / TW_CHANNELS: each a comma list of kinds,
+ * either "shm,uv" (only these; the order is their priority, first highest,
+ * whatever the registration says) or "^cma,^xth" (all but these). NULL
+ * keeps the environment's; "" chooses nothing. Registering a kind the
+ * choice leaves out fails with TW_ERR_UNSUPPORTED naming the choice. A
+ * malformed list, or one naming a kind stock TensorPipe does not have (uv,
+ * shm, ibv; basic, mpt, cma, xth, cuda_basic, cuda_ipc, cuda_gdr,
+ * cuda_xth), is TW_ERR_INVAL here; in the environment, at the first
+ * registration. Call it before registering. */
+TW_NODISCARD tw_status_t tw_context_select(tw_context *ctx, const char *transports,
+                                           const char *channels);
+
 /* Registers a channel, with the same conventions ("basic"; "mpt", "cma",
  * "xth", "cuda_ipc", "cuda_gdr" as they land). */
 TW_NODISCARD tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind,

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "core/core.h"
+#include "core/select.h"
 #include "platform/options.h"
 #include "platform/platform.h"
 
@@ -242,6 +243,54 @@ out:
 	return st;
 }
 
+/* The user's choice of backends (select.h) for registering `kind`:
+ * tw_context_select's, else the environment's. */
+static tw_status_t tw__ctx_selected(tw_context *ctx, const char *fn, bool transports,
+                                    const char *kind, int64_t *priority)
+{
+	const char *var = transports ? "TW_TRANSPORTS" : "TW_CHANNELS";
+	bool set = transports ? ctx->sel_transports_set : ctx->sel_channels_set;
+	const char *spec = set ? (transports ? ctx->sel_transports : ctx->sel_channels) : getenv(var);
+	if (!spec || !*spec)
+		return TW_OK;
+	char source[TW_SELECT_MAX + 64], detail[TW_DETAIL_MAX];
+	snprintf(source, sizeof(source), "%s%s='%.255s'%s", set ? "tw_context_select(" : "",
+	         set ? (transports ? "transports" : "channels") : var, spec, set ? ")" : "");
+	tw_status_t st = tw__select_check_spec(spec, transports, source, detail, sizeof(detail));
+	if (st == TW_OK)
+		st = tw__select_apply(spec, source, kind, priority, detail, sizeof(detail));
+	return st == TW_OK ? TW_OK : tw__api_fail(st, "%s: %s", fn, detail);
+}
+
+tw_status_t tw_context_select(tw_context *ctx, const char *transports, const char *channels)
+{
+	static const char fn[] = "tw_context_select";
+	tw__api_clear();
+	if (!ctx)
+		return tw__api_fail(TW_ERR_INVAL, "%s: ctx must not be NULL", fn);
+	char detail[TW_DETAIL_MAX];
+	const char *specs[2] = { transports, channels };
+	for (int i = 0; i < 2; i++) {
+		if (!specs[i])
+			continue;
+		if (strlen(specs[i]) >= TW_SELECT_MAX)
+			return tw__api_fail(TW_ERR_INVAL, "%s: %s list longer than %d bytes", fn,
+			                    i ? "channels" : "transports", TW_SELECT_MAX - 1);
+		if (tw__select_check_spec(specs[i], i == 0, i ? "channels" : "transports", detail,
+		                          sizeof(detail)) != TW_OK)
+			return tw__api_fail(TW_ERR_INVAL, "%s: %s", fn, detail);
+	}
+	if (transports) {
+		snprintf(ctx->sel_transports, sizeof(ctx->sel_transports), "%s", transports);
+		ctx->sel_transports_set = true;
+	}
+	if (channels) {
+		snprintf(ctx->sel_channels, sizeof(ctx->sel_channels), "%s", channels);
+		ctx->sel_channels_set = true;
+	}
+	return TW_OK;
+}
+
 tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, const char *name,
                                           int64_t priority, const char *options)
 {
@@ -264,6 +313,9 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 		                    "%s: transport names starting with 'tensorwire.' are reserved (spec "
 		                    "8.1): '%s'",
 		                    fn, name);
+	st = tw__ctx_selected(ctx, fn, true, ops->kind, &priority);
+	if (st != TW_OK)
+		return st;
 	char rest[256];
 	uint64_t max_object = 0;
 	st = tw__ctx_split_options(ctx, fn, options, rest, sizeof(rest), &max_object);
@@ -301,6 +353,9 @@ tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const
 	if (!name)
 		name = ops->kind;
 	tw_status_t st = tw__ctx_check_name(fn, name);
+	if (st != TW_OK)
+		return st;
+	st = tw__ctx_selected(ctx, fn, false, ops->kind, &priority);
 	if (st != TW_OK)
 		return st;
 	tw_channel_reg reg;

@@ -101,6 +101,10 @@ struct tw_context {
 	size_t name_len;
 	uint64_t max_object; /* limit for nop-object frames (spec 2.2 has none) */
 	uint64_t handshake_timeout_ms; /* atomic; 0: unbounded (spec 3.8.e) */
+	/* tw_context_select: the user's choice of backends (select.h), used
+	 * instead of TW_TRANSPORTS / TW_CHANNELS when set. Registration only. */
+	char sel_transports[256], sel_channels[256];
+	bool sel_transports_set, sel_channels_set;
 	uint64_t connect_timeout_ms;   /* atomic; 0: unbounded */
 	uint64_t liveness_ms;          /* atomic; 0: the system's defaults */
 	uint64_t operation_timeout_ms; /* atomic; default of new pipes, 0: none */
