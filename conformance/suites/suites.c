@@ -9,6 +9,7 @@ const twc_suite twc_suites[] = {
 	{"wire", twc_suite_wire},
 	{"wire", twc_suite_wire_client},
 	{"wire", twc_suite_wire_fuzz},
+	{"wire", twc_suite_wire_descriptors},
 	{"semantic", twc_suite_semantic},
 	{"interop", twc_suite_interop},
 };

@@ -13,6 +13,7 @@
 const twc_case *twc_suite_wire(int *count_out);        /* wire/wire.c: the IUT as server */
 const twc_case *twc_suite_wire_client(int *count_out); /* wire/client.c: the IUT as client */
 const twc_case *twc_suite_wire_fuzz(int *count_out);   /* wire/fuzz_findings.c: reproducers */
+const twc_case *twc_suite_wire_descriptors(int *count_out); /* wire/descriptors.c: spec 6 */
 const twc_case *twc_suite_semantic(int *count_out);    /* semantic/semantic.c */
 const twc_case *twc_suite_interop(int *count_out);     /* interop/suite.c */
 
