@@ -104,6 +104,10 @@ typedef struct tw_channel_instance_ops {
 	tw_status_t (*recv)(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg);
 	/* See the rules above. The owner calls it once and forgets the pointer. */
 	void (*close)(tw_channel *ch);
+	/* A send calls back only once the peer confirmed it has the bytes (cma:
+	 * its completion). The pipe then counts a write whose last operation
+	 * completes after the peer said goodbye as delivered, which it is. */
+	bool acked_by_peer;
 	/* Loop thread, never fails: the longest tensor one send can move (basic:
 	 * the frame limit of its connection's transport). NULL: no limit. The
 	 * pipe fails a message with a longer tensor before sending any of it. */

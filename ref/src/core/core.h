@@ -254,6 +254,8 @@ typedef struct tw_out_msg {
 	uint64_t timeout_ms;    /* the operation timeout that set it */
 	unsigned pending;       /* transport/channel operations in flight */
 	bool held;              /* an operation failed as the peer left: wait for the verdict */
+	bool peer_acked;        /* every non-empty tensor went through a channel whose send
+	                           completes on the peer's confirmation (acked_by_peer) */
 	bool done;
 	tw_status_t status;
 	char detail[TW_DETAIL_MAX];

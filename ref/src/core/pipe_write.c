@@ -51,21 +51,28 @@ void tw__pipe_out_check_all(tw_pipe *p)
 	tw_status_t dead_st = failed ? p->err : p->wr_status;
 	const char *dead_detail = failed ? p->err_detail : p->wr_detail;
 	tw_list *it, *tmp;
+	bool prefix_ok = true; /* every earlier message done, with TW_OK */
 	TW_LIST_FOREACH_SAFE(it, tmp, &p->out_msgs)
 	{
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
+		bool was_prefix_ok = prefix_ok;
+		prefix_ok = false;
 		if (m->pending > 0)
 			continue;
-		if (dead && m->status == TW_OK && !TW_MUTANT("write_error_swallowed")) {
+		if (dead && !failed && m->status == TW_OK && !m->held && m->state == TW_OUT_SENDING &&
+		    m->peer_acked && was_prefix_ok) {
+			/* the peer confirmed every tensor (cma's completions), after
+			 * its goodbye, with nothing lost before it: delivered */
+			m->done = true;
+		} else if (dead && m->status == TW_OK && !TW_MUTANT("write_error_swallowed")) {
 			m->status = dead_st;
 			snprintf(m->detail, sizeof(m->detail), "%s", dead_detail);
 			m->done = true;
-			continue;
+		} else if (!m->done && !(m->held && !dead) &&
+		           (m->status != TW_OK || m->state == TW_OUT_SENDING)) {
+			m->done = true; /* (a held one: the pipe's end decides its status) */
 		}
-		if (m->done || (m->held && !dead))
-			continue; /* the pipe's end decides its status */
-		if (m->status != TW_OK || m->state == TW_OUT_SENDING)
-			m->done = true;
+		prefix_ok = was_prefix_ok && m->done && m->status == TW_OK;
 	}
 	while (!tw__list_empty(&p->out_msgs)) {
 		tw_out_msg *m = TW_CONTAINER_OF(p->out_msgs.next, tw_out_msg, link);
@@ -356,6 +363,8 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 {
 	char db1[40], db2[40];
 	m->state = TW_OUT_SENDING;
+	m->peer_acked = false;
+	bool all_acked = true;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		const tw_tensor *t = &m->tensors[i];
 		if (t->length == 0 && !TW_MUTANT("zero_length_tensor_framed"))
@@ -370,6 +379,8 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 		}
 		tw_buffer b = { t->data, t->length, t->source_device };
 		tw_channel *ch = p->chans[pp->chan].ch;
+		all_acked = all_acked && ch->ops->acked_by_peer;
+		m->peer_acked = all_acked;
 		tw_status_t st = ch->ops->send(ch, &b, tw__pipe_on_tensor_sent, m);
 		if (st != TW_OK) {
 			tw__pipe_fail(p, st, "sending tensor %zu: out of memory", i);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "channel/basic/basic.h"
+#include "channel/cma/cma.h"
 #include "core/core.h"
 #include "transport/tcp/tcp.h"
 
@@ -16,6 +17,7 @@ const tw_transport_ops *const tw__transport_kinds[] = {
 
 const tw_channel_ops *const tw__channel_kinds[] = {
 	&tw__basic_channel_ops,
+	&tw__cma_channel_ops,
 	NULL,
 };
 
