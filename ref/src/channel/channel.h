@@ -119,6 +119,15 @@ struct tw_channel {
 	tw_channel_ctx *ctx;
 };
 
+/* A context serving cpu:0 alone, with `descriptor` (cpu_ctx.c): what basic,
+ * cma and the other CPU channels create; free it with
+ * tw__channel_cpu_ctx_free (their destroy). */
+TW_NODISCARD tw_status_t tw__channel_cpu_ctx_new(const tw_channel_ops *ops,
+                                                 const tw_channel_env *env,
+                                                 const char *descriptor, tw_channel_ctx **out,
+                                                 char *detail, size_t detail_len);
+void tw__channel_cpu_ctx_free(tw_channel_ctx *c);
+
 /* The kinds built into this library (registry.c). */
 const tw_channel_ops *tw__channel_find_kind(const char *kind);
 

@@ -18,11 +18,6 @@
 #include "platform/mutant.h"
 #include "platform/platform.h"
 
-typedef struct basic_ctx {
-	tw_channel_ctx base;
-	tw_channel_device cpu;
-} basic_ctx;
-
 typedef struct basic_channel {
 	tw_channel base;
 	tw_conn *conn;
@@ -171,32 +166,7 @@ static tw_status_t basic_create(const tw_channel_env *env, const char *options,
 	                                   detail_len);
 	if (st != TW_OK)
 		return st;
-	basic_ctx *c = tw__calloc(1, sizeof(*c));
-	if (!c)
-		goto err_nomem;
-	c->cpu.device = tw_device_cpu();
-	c->cpu.descriptor = tw__memdup_str("any", 3);
-	if (!c->cpu.descriptor)
-		goto err_ctx;
-	c->cpu.descriptor_len = 3;
-	c->base.ops = &tw__basic_channel_ops;
-	c->base.env = env;
-	c->base.num_devices = 1;
-	c->base.devices = &c->cpu;
-	*out = &c->base;
-	return TW_OK;
-err_ctx:
-	tw__free(c);
-err_nomem:
-	tw__detail(detail, detail_len, "basic channel: out of memory");
-	return TW_ERR_NOMEM;
-}
-
-static void basic_destroy(tw_channel_ctx *base)
-{
-	basic_ctx *c = (basic_ctx *)base;
-	tw__free(c->cpu.descriptor);
-	tw__free(c);
+	return tw__channel_cpu_ctx_new(&tw__basic_channel_ops, env, "any", out, detail, detail_len);
 }
 
 const tw_channel_ops tw__basic_channel_ops = {
@@ -206,5 +176,5 @@ const tw_channel_ops tw__basic_channel_ops = {
 	.num_connections = basic_num_connections,
 	.open = basic_open,
 	.shutdown = NULL,
-	.destroy = basic_destroy,
+	.destroy = tw__channel_cpu_ctx_free,
 };

@@ -41,11 +41,6 @@
 #define CMA_COPY_BUDGET ((uint64_t)8 << 20)
 #define CMA_DESC_MAX 64
 
-typedef struct cma_ctx {
-	tw_channel_ctx base;
-	tw_channel_device cpu;
-} cma_ctx;
-
 typedef struct cma_channel {
 	tw_channel base;
 	tw_conn *conn[2];   /* 0: descriptors, 1: completions */
@@ -134,21 +129,35 @@ static void cma_on_completion(tw_conn *c, tw_status_t st, const char *detail, vo
 	cma_settle(arg);
 }
 
-static tw_status_t cma_send(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+/* A new operation holding a reference on ch; NULL when out of memory. A
+ * zero-length one is settled in a later pass with no traffic (spec 4.1):
+ * *empty_out says so. */
+static cma_op *cma_op_new(cma_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg,
+                          bool *empty_out)
 {
-	cma_channel *ch = (cma_channel *)base;
 	cma_op *op = tw__calloc(1, sizeof(*op));
 	if (!op)
-		return TW_ERR_NOMEM;
+		return NULL;
 	op->ch = ch;
 	op->cb = cb;
 	op->arg = arg;
 	ch->refs++;
-	if (buf->len == 0) { /* no traffic (spec 4.1) */
-		op->pending = 1;
+	op->pending = 1;
+	*empty_out = buf->len == 0;
+	if (*empty_out)
 		tw__loop_defer(ch->base.ctx->env->loop, &op->dfr, cma_on_settle, op);
+	return op;
+}
+
+static tw_status_t cma_send(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	cma_channel *ch = (cma_channel *)base;
+	bool empty;
+	cma_op *op = cma_op_new(ch, buf, cb, arg, &empty);
+	if (!op)
+		return TW_ERR_NOMEM;
+	if (empty)
 		return TW_OK;
-	}
 	tw_wire_cma_descriptor d = { (uint32_t)getpid(), (uint64_t)(uintptr_t)buf->ptr };
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
@@ -171,7 +180,6 @@ static tw_status_t cma_send(tw_channel *base, const tw_buffer *buf, tw_channel_c
 		tw__free(op);
 		return TW_ERR_NOMEM;
 	}
-	op->pending = 1;
 	if (ch->conn[1]->ops->read_into(ch->conn[1], NULL, 0, cma_on_completion, op) != TW_OK)
 		cma_fail_op(op, TW_ERR_NOMEM, "out of memory queueing the completion read");
 	else
@@ -296,20 +304,14 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 static tw_status_t cma_recv(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg)
 {
 	cma_channel *ch = (cma_channel *)base;
-	cma_op *op = tw__calloc(1, sizeof(*op));
+	bool empty;
+	cma_op *op = cma_op_new(ch, buf, cb, arg, &empty);
 	if (!op)
 		return TW_ERR_NOMEM;
-	op->ch = ch;
-	op->cb = cb;
-	op->arg = arg;
+	if (empty)
+		return TW_OK;
 	op->buf = buf->ptr;
 	op->len = buf->len;
-	ch->refs++;
-	op->pending = 1;
-	if (buf->len == 0) {
-		tw__loop_defer(ch->base.ctx->env->loop, &op->dfr, cma_on_settle, op);
-		return TW_OK;
-	}
 	if (ch->conn[0]->ops->read_alloc(ch->conn[0], CMA_DESC_MAX, cma_on_desc, op) != TW_OK) {
 		ch->refs--;
 		tw__free(op);
@@ -427,27 +429,7 @@ static tw_status_t cma_create(const tw_channel_env *env, const char *options,
 	st = cma_viable(detail, detail_len);
 	if (st != TW_OK)
 		return st;
-	cma_ctx *c = tw__calloc(1, sizeof(*c));
-	if (!c || !(c->cpu.descriptor = tw__memdup_str(desc, strlen(desc)))) {
-		tw__free(c);
-		tw__detail(detail, detail_len, "cma channel: out of memory");
-		return TW_ERR_NOMEM;
-	}
-	c->cpu.device = tw_device_cpu();
-	c->cpu.descriptor_len = strlen(desc);
-	c->base.ops = &tw__cma_channel_ops;
-	c->base.env = env;
-	c->base.num_devices = 1;
-	c->base.devices = &c->cpu;
-	*out = &c->base;
-	return TW_OK;
-}
-
-static void cma_destroy(tw_channel_ctx *base)
-{
-	cma_ctx *c = (cma_ctx *)base;
-	tw__free(c->cpu.descriptor);
-	tw__free(c);
+	return tw__channel_cpu_ctx_new(&tw__cma_channel_ops, env, desc, out, detail, detail_len);
 }
 
 const tw_channel_ops tw__cma_channel_ops = {
@@ -457,5 +439,5 @@ const tw_channel_ops tw__cma_channel_ops = {
 	.num_connections = cma_num_connections,
 	.open = cma_open,
 	.shutdown = NULL,
-	.destroy = cma_destroy,
+	.destroy = tw__channel_cpu_ctx_free,
 };
