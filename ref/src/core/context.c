@@ -152,10 +152,9 @@ tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url
 
 /* Splits "max_object_bytes=N" out of an options string; the rest goes to the
  * kind. Returns INVAL on a bad value. */
-static tw_status_t tw__ctx_split_options(tw_context *ctx, const char *fn, const char *options,
-                                         char *rest, size_t rest_len, uint64_t *max_object)
+static tw_status_t tw__ctx_split_options(const char *fn, const char *options, char *rest,
+                                         size_t rest_len, uint64_t *max_object)
 {
-	(void)ctx;
 	static const tw_option table[] = {
 		{ "max_object_bytes", TW_OPT_U64, 0, 0, 1, UINT64_MAX },
 	};
@@ -318,7 +317,7 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 		return st;
 	char rest[256];
 	uint64_t max_object = 0;
-	st = tw__ctx_split_options(ctx, fn, options, rest, sizeof(rest), &max_object);
+	st = tw__ctx_split_options(fn, options, rest, sizeof(rest), &max_object);
 	if (st != TW_OK)
 		return st;
 	tw_transport_reg reg;

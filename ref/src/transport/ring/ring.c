@@ -239,9 +239,7 @@ bool tw__ring_begin(tw_ring *r, tw_ring_role role, tw_ring_tx *tx)
 	return true;
 }
 
-/* Readable bytes: head - tail, checked. */
-static tw_status_t tw__ring_span_used(const tw_ring *r, uint64_t *used_out, char *detail,
-                                      size_t detail_len)
+tw_status_t tw__ring_used(const tw_ring *r, uint64_t *used_out, char *detail, size_t detail_len)
 {
 	uint64_t tail = tw__ring_load_marker(r, TW_RING_CONSUMER);
 	uint64_t head = tw__ring_load_marker(r, TW_RING_PRODUCER);
@@ -258,16 +256,11 @@ static tw_status_t tw__ring_span_used(const tw_ring *r, uint64_t *used_out, char
 	return TW_OK;
 }
 
-tw_status_t tw__ring_used(const tw_ring *r, uint64_t *used_out, char *detail, size_t detail_len)
-{
-	return tw__ring_span_used(r, used_out, detail, detail_len);
-}
-
 tw_status_t tw__ring_room(const tw_ring_tx *tx, uint64_t *room_out, char *detail,
                           size_t detail_len)
 {
 	uint64_t used;
-	tw_status_t st = tw__ring_span_used(tx->ring, &used, detail, detail_len);
+	tw_status_t st = tw__ring_used(tx->ring, &used, detail, detail_len);
 	if (st != TW_OK)
 		return st;
 	uint64_t room = tx->role == TW_RING_CONSUMER ? used : tx->ring->capacity - used;
