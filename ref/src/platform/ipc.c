@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "platform/fault.h"
@@ -202,6 +204,19 @@ void *tw__sys_mmap_shared(int fd, size_t len)
 int tw__sys_munmap(void *p, size_t len)
 {
 	return munmap(p, len);
+}
+
+int tw__sys_futex_wait_shared(const uint32_t *addr, uint32_t expected, uint64_t timeout_ns)
+{
+	struct timespec ts = { (time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u) };
+	long rc = syscall(SYS_futex, addr, FUTEX_WAIT, expected, timeout_ns ? &ts : NULL, NULL, 0);
+	return rc < 0 ? -1 : 0;
+}
+
+int tw__sys_futex_wake_shared(const uint32_t *addr)
+{
+	long rc = syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+	return rc < 0 ? -1 : (int)rc;
 }
 
 ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned long nlocal,

@@ -88,6 +88,16 @@ int tw__sys_fd_size(int fd, uint64_t *size_out);
 void *tw__sys_mmap_shared(int fd, size_t len);
 int tw__sys_munmap(void *p, size_t len);
 
+/* Cross-process wake-ups on a 32-bit word of a shared mapping (futex(2),
+ * not the private variant, so that waiters in other processes are reached).
+ * wait: sleeps while *addr == expected, at most timeout_ns (0: no bound);
+ * returns 0 when woken or -1 and errno (EAGAIN: the word had already
+ * changed; ETIMEDOUT; EINTR). wake: wakes every waiter; returns how many or
+ * -1 and errno. Neither has a fault point: a lost wake-up only costs the
+ * waiter its timeout, which the caller always sets. */
+int tw__sys_futex_wait_shared(const uint32_t *addr, uint32_t expected, uint64_t timeout_ns);
+int tw__sys_futex_wake_shared(const uint32_t *addr);
+
 /* ---- cross-memory attach (ipc.c) ---- */
 /* process_vm_readv(pid, local, nlocal, remote, nremote, 0). Like readv it
  * may copy less than asked (a partial copy stops at an iovec boundary or a

@@ -18,12 +18,20 @@
  *   hangup          the peer writes a frame and closes: hang-up first (no
  *                   read queued), then the frame is still readable, then
  *                   the end
+ *   close_at_once   a connection closed in the call that made it (before
+ *                   any set-up could finish), and the listener's end of
+ *                   it: each fails or ends once, nothing else is hurt
+ *
+ * Every case also checks that descriptors 0, 1 and 2 are still open at the
+ * end: a transport closes only what it owns (a zeroed struct's "fd 0" is
+ * stdin, which an adapter speaking on stdin loses without a word).
  *
  * Only for *_test.c files under transport/.
  */
 #ifndef TW_TRANSPORT_CONN_CONTRACT_TEST_H
 #define TW_TRANSPORT_CONN_CONTRACT_TEST_H
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +65,7 @@ static struct {
 	tw_transport *t;
 	tw_tlistener *l;
 	tw_conn *server, *client;
+	tw_conn *extra; /* a second accepted connection (close_at_once) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool stop;
@@ -134,6 +143,10 @@ static void cc_on_accept(tw_tlistener *l, tw_status_t st, const char *d, tw_conn
 	(void)arg;
 	if (st == TW_OK && !CC.server)
 		CC.server = conn;
+	else if (st == TW_OK && !CC.extra)
+		CC.extra = conn;
+	else if (st == TW_OK)
+		conn->ops->close(conn);
 	cc_hit(&cc_acc, st, d, NULL, 0);
 }
 
@@ -207,6 +220,7 @@ static void cc_teardown(void)
 {
 	cc_on_loop(cc_do_close, &CC.server);
 	cc_on_loop(cc_do_close, &CC.client);
+	cc_on_loop(cc_do_close, &CC.extra);
 	cc_on_loop(cc_do_shutdown, NULL);
 	tw__loop_join(&CC.loop);
 	CC.t->ops->destroy(CC.t);
@@ -366,6 +380,39 @@ static void cc_case_hangup(void)
 	CC_CHECK(cc_hup.calls == 1 && end.calls == 1 && r.calls == 1);
 }
 
+static void cc_do_connect_close(void *arg)
+{
+	(void)arg;
+	char d[512];
+	tw_conn_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	tw_conn *c = NULL;
+	if (CC.t->ops->connect(CC.t, CC.l->ops->address(CC.l), &opts, &c, d, sizeof(d)) != TW_OK) {
+		fprintf(stderr, "not ok - connect: %s\n", d);
+		exit(1);
+	}
+	c->ops->close(c);
+}
+
+static void cc_case_close_at_once(void)
+{
+	cc_on_loop(cc_do_connect_close, NULL);
+	/* The listener accepts the second connection (CC.extra); whatever it
+	 * heard of the client's close, it is closed at teardown. */
+	for (int i = 0; i < 1000; i++) {
+		pthread_mutex_lock(&CC.mu);
+		int calls = cc_acc.calls;
+		pthread_mutex_unlock(&CC.mu);
+		if (calls >= 2)
+			break;
+		usleep(2000);
+	}
+	CC_CHECK(cc_acc.calls == 2 && cc_acc.status == TW_OK);
+	cc_settle();
+	/* The first pair still works. */
+	cc_case_exchange();
+}
+
 static int tw_conn_contract_main(const tw_conn_fixture *fx, int argc, char **argv)
 {
 	static const struct {
@@ -375,18 +422,30 @@ static int tw_conn_contract_main(const tw_conn_fixture *fx, int argc, char **arg
 		{ "exchange", cc_case_exchange },         { "length_mismatch", cc_case_length_mismatch },
 		{ "alloc_limit", cc_case_alloc_limit },   { "close_pending", cc_case_close_pending },
 		{ "peer_end", cc_case_peer_end },         { "hangup", cc_case_hangup },
+		{ "close_at_once", cc_case_close_at_once },
 	};
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s <case>\n", argv[0]);
 		return 2;
 	}
 	alarm(60);
+	/* 0, 1 and 2 open, whatever ran us, so that closing one is seen. */
+	int fd;
+	while ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0 && fd <= 2)
+		;
+	if (fd > 2)
+		close(fd);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		if (strcmp(argv[1], cases[i].name))
 			continue;
 		cc_setup(fx);
 		cases[i].fn();
 		cc_teardown();
+		for (fd = 0; fd <= 2; fd++)
+			if (fcntl(fd, F_GETFD) == -1) {
+				fprintf(stderr, "not ok - descriptor %d was closed by the transport\n", fd);
+				CC.failures++;
+			}
 		printf("%s - %s %s\n", CC.failures ? "not ok" : "ok", fx->ops->kind, cases[i].name);
 		return CC.failures ? 1 : 0;
 	}

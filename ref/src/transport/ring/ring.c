@@ -125,8 +125,7 @@ static tw_status_t tw__ring_map(tw_ring *r, const char *who, char *detail, size_
 tw_status_t tw__ring_create(tw_ring *r, uint64_t capacity, const char *who, char *detail,
                             size_t detail_len)
 {
-	memset(r, 0, sizeof(*r));
-	r->header_fd = r->data_fd = -1;
+	tw__ring_none(r);
 	if (!tw__is_pow2(capacity) || capacity < 8 || capacity > SIZE_MAX / 2) {
 		tw__detail(detail, detail_len, "%s: ring capacity %llu is not a power of two", who,
 		           (unsigned long long)capacity);
@@ -210,6 +209,12 @@ err_close:
 	tw__sys_close(data_fd);
 	r->header_fd = r->data_fd = -1;
 	return st;
+}
+
+void tw__ring_none(tw_ring *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->header_fd = r->data_fd = -1;
 }
 
 void tw__ring_unmap(tw_ring *r)

@@ -101,7 +101,11 @@ TW_NODISCARD tw_status_t tw__ring_create(tw_ring *r, uint64_t capacity, const ch
 TW_NODISCARD tw_status_t tw__ring_load(tw_ring *r, int header_fd, int data_fd,
                                        uint64_t want_capacity, const char *who, char *detail,
                                        size_t detail_len);
-/* Unmaps and closes what create or load made; safe on a zeroed ring. */
+/* A ring that holds nothing yet: unmap leaves it alone. (A ring zeroed
+ * with memset is not one: its descriptors read as 0, stdin.) */
+void tw__ring_none(tw_ring *r);
+/* Unmaps and closes what create or load made; safe on a ring from
+ * tw__ring_none, and on one whose create or load failed. */
 void tw__ring_unmap(tw_ring *r);
 
 /* ---- transactions ---- */

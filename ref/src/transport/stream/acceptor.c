@@ -176,6 +176,7 @@ tw_status_t tw__acceptor_open(tw_loop *loop, const char *who, const char *label,
 		goto err_fd;
 	}
 	socklen_t sl = sizeof(*bound_out);
+	memset(bound_out, 0, sizeof(*bound_out)); /* an abstract name ends at its first NUL */
 	if (tw__sys_getsockname(fd, (struct sockaddr *)bound_out, &sl) != 0) {
 		tw__detail(detail, detail_len, "%s: getsockname for %s: %s", who, label,
 		           tw__strerror(errno, eb, sizeof(eb)));
