@@ -8,10 +8,12 @@
 #include "channel/basic/basic.h"
 #include "channel/cma/cma.h"
 #include "core/core.h"
+#include "transport/shm/shm.h"
 #include "transport/tcp/tcp.h"
 
 const tw_transport_ops *const tw__transport_kinds[] = {
 	&tw__tcp_transport_ops,
+	&tw__shm_transport_ops,
 	NULL,
 };
 

@@ -1,0 +1,275 @@
+/*
+ * reactor.c - shm's wake-up ring and its reading thread (see reactor.h).
+ *
+ * Threads. The reading thread only reads tokens and marks their
+ * connection slots pending (an atomic flag per slot, a locked list of
+ * pending slots); the loop thread owns the slot table and the tokens, and
+ * is woken with a uv_async. A slot's flag is cleared before its connection
+ * is woken, so a token that arrives while it runs wakes it again.
+ */
+#include "transport/shm/reactor.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "platform/error.h"
+#include "platform/platform.h"
+
+#define TW_SHM_REACTOR_BUSY_MIN_US 50
+
+struct tw_shm_reactor {
+	tw_loop *loop;
+	tw_ring ring;
+	uint64_t idle_us;
+	void (*wake)(void *conn);
+	/* shared with the reading thread */
+	pthread_t thread;
+	bool thread_started; /* loop thread */
+	atomic_bool stop;
+	atomic_bool broken;      /* our markers were made inconsistent */
+	atomic_uchar *flag;      /* TW_SHM_MAX_CONNS: slot pending */
+	pthread_mutex_t mu;
+	uint32_t *pending;       /* under mu */
+	size_t num_pending;
+	/* loop thread */
+	uv_async_t async;
+	uint32_t *work;          /* the batch being run (swapped with pending) */
+	void **conns;            /* TW_SHM_MAX_CONNS */
+	uint32_t *free_slots;
+	size_t num_free;
+	uint32_t next_slot;
+	size_t live;
+};
+
+static uint32_t *tw__shm_head_word(const tw_ring *ring)
+{
+	/* The low half of the 8-byte head marker (little-endian): it changes on
+	 * every token written, which is all a futex needs. */
+	return (uint32_t *)(void *)(ring->header + TW_RING_OFF_HEAD);
+}
+
+tw_status_t tw__shm_reactor_new(tw_loop *loop, uint64_t idle_us, void (*wake)(void *conn),
+                                tw_shm_reactor **out, char *detail, size_t detail_len)
+{
+	tw_shm_reactor *r = tw__calloc(1, sizeof(*r));
+	if (r) {
+		pthread_mutex_init(&r->mu, NULL);
+		tw__ring_none(&r->ring);
+		r->flag = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->flag));
+		r->pending = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->pending));
+		r->work = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->work));
+		r->conns = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->conns));
+		r->free_slots = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->free_slots));
+	}
+	if (!r || !r->flag || !r->pending || !r->work || !r->conns || !r->free_slots) {
+		tw__detail(detail, detail_len, "shm transport: reactor: out of memory");
+		tw__shm_reactor_free(r);
+		return TW_ERR_NOMEM;
+	}
+	tw_status_t st = tw__ring_create(&r->ring, TW_RING_REACTOR_CAPACITY, "shm transport: reactor",
+	                                 detail, detail_len);
+	if (st != TW_OK) {
+		tw__shm_reactor_free(r);
+		return st;
+	}
+	r->loop = loop;
+	r->idle_us = idle_us ? idle_us : 1000;
+	r->wake = wake;
+	*out = r;
+	return TW_OK;
+}
+
+/* ---- the reading thread ---- */
+
+static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
+{
+	uint32_t slot = token / 2;
+	if (slot >= TW_SHM_MAX_CONNS || atomic_exchange(&r->flag[slot], 1))
+		return;
+	pthread_mutex_lock(&r->mu);
+	r->pending[r->num_pending++] = slot; /* at most one entry per slot */
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void *tw__shm_reactor_main(void *arg)
+{
+	tw_shm_reactor *r = arg;
+	uint64_t bound_us = TW_SHM_REACTOR_BUSY_MIN_US;
+	while (!atomic_load(&r->stop)) {
+		/* Read the word before looking for tokens: a token written after
+		 * the look changes it, so the sleep below returns at once. */
+		uint32_t seen = __atomic_load_n(tw__shm_head_word(&r->ring), __ATOMIC_ACQUIRE);
+		bool any = false;
+		while (!atomic_load(&r->broken)) {
+			uint8_t le[4];
+			bool done;
+			char d[TW_DETAIL_MAX];
+			if (tw__ring_read_all(&r->ring, le, 4, &done, d, sizeof(d)) != TW_OK) {
+				atomic_store(&r->broken, true);
+				break;
+			}
+			if (!done)
+				break;
+			tw__shm_reactor_mark(r, (uint32_t)le[0] | (uint32_t)le[1] << 8 |
+			                            (uint32_t)le[2] << 16 | (uint32_t)le[3] << 24);
+			any = true;
+		}
+		if (any || atomic_load(&r->broken))
+			uv_async_send(&r->async);
+		if (any) {
+			bound_us = TW_SHM_REACTOR_BUSY_MIN_US;
+			continue;
+		}
+		(void)tw__sys_futex_wait_shared(tw__shm_head_word(&r->ring), seen, bound_us * 1000);
+		bound_us = bound_us * 2 > r->idle_us ? r->idle_us : bound_us * 2;
+	}
+	return NULL;
+}
+
+/* ---- the loop side ---- */
+
+static void tw__shm_reactor_on_async(uv_async_t *h)
+{
+	tw_shm_reactor *r = h->data;
+	pthread_mutex_lock(&r->mu);
+	uint32_t *batch = r->pending;
+	size_t n = r->num_pending;
+	r->pending = r->work;
+	r->num_pending = 0;
+	r->work = batch;
+	pthread_mutex_unlock(&r->mu);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t slot = batch[i];
+		atomic_store(&r->flag[slot], 0);
+		if (r->conns[slot])
+			r->wake(r->conns[slot]);
+	}
+	if (atomic_load(&r->broken))
+		for (uint32_t slot = 0; slot < r->next_slot; slot++)
+			if (r->conns[slot])
+				r->wake(r->conns[slot]);
+}
+
+static tw_status_t tw__shm_reactor_start(tw_shm_reactor *r, char *detail, size_t detail_len)
+{
+	if (r->thread_started)
+		return TW_OK;
+	int rc = uv_async_init(&r->loop->uv, &r->async, tw__shm_reactor_on_async);
+	if (rc != 0) {
+		tw__detail(detail, detail_len, "shm transport: reactor: uv_async_init: %s",
+		           uv_strerror(rc));
+		return TW_ERR_SYS;
+	}
+	r->async.data = r;
+	rc = pthread_create(&r->thread, NULL, tw__shm_reactor_main, r);
+	if (rc != 0) {
+		char eb[128];
+		tw__detail(detail, detail_len, "shm transport: reactor: pthread_create: %s",
+		           tw__strerror(rc, eb, sizeof(eb)));
+		uv_close((uv_handle_t *)&r->async, NULL);
+		return TW_ERR_SYS;
+	}
+	r->thread_started = true;
+	return TW_OK;
+}
+
+tw_status_t tw__shm_reactor_add(tw_shm_reactor *r, void *conn, uint32_t tokens[2], char *detail,
+                                size_t detail_len)
+{
+	tw_status_t st = tw__shm_reactor_start(r, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	uint32_t slot;
+	if (r->num_free > 0) {
+		slot = r->free_slots[--r->num_free];
+	} else if (r->next_slot < TW_SHM_MAX_CONNS) {
+		slot = r->next_slot++;
+	} else {
+		tw__detail(detail, detail_len,
+		           "shm transport: out of reactor tokens: %u connections are open in this "
+		           "context already",
+		           TW_SHM_MAX_CONNS);
+		return TW_ERR_NOMEM;
+	}
+	r->conns[slot] = conn;
+	r->live++;
+	tokens[0] = slot * 2;
+	tokens[1] = slot * 2 + 1;
+	return TW_OK;
+}
+
+void tw__shm_reactor_remove(tw_shm_reactor *r, const uint32_t tokens[2])
+{
+	uint32_t slot = tokens[0] / 2;
+	if (slot >= r->next_slot || !r->conns[slot])
+		return;
+	r->conns[slot] = NULL;
+	r->free_slots[r->num_free++] = slot;
+	r->live--;
+}
+
+void tw__shm_reactor_fds(const tw_shm_reactor *r, int fds[2])
+{
+	fds[0] = r->ring.header_fd;
+	fds[1] = r->ring.data_fd;
+}
+
+void tw__shm_reactor_stop(tw_shm_reactor *r)
+{
+	if (!r || !r->thread_started)
+		return;
+	atomic_store(&r->stop, true);
+	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+	pthread_join(r->thread, NULL);
+	r->thread_started = false;
+	uv_close((uv_handle_t *)&r->async, NULL); /* r outlives the loop */
+}
+
+void tw__shm_reactor_free(tw_shm_reactor *r)
+{
+	if (!r)
+		return;
+	if (r->thread_started) { /* a loop that never shut the transport down */
+		atomic_store(&r->stop, true);
+		(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+		pthread_join(r->thread, NULL);
+	}
+	pthread_mutex_destroy(&r->mu);
+	tw__ring_unmap(&r->ring);
+	tw__free(r->flag);
+	tw__free(r->pending);
+	tw__free(r->work);
+	tw__free(r->conns);
+	tw__free(r->free_slots);
+	tw__free(r);
+}
+
+/* ---- waking a peer ---- */
+
+tw_status_t tw__shm_reactor_notify(tw_ring *peer_reactor, uint32_t token, bool *done_out,
+                                   char *detail, size_t detail_len)
+{
+	uint8_t le[4] = { (uint8_t)token, (uint8_t)(token >> 8), (uint8_t)(token >> 16),
+		              (uint8_t)(token >> 24) };
+	/* Other producers hold the ring for a few instructions at a time; a
+	 * full ring is a reader that stopped, which no amount of trying fixes. */
+	for (int i = 0; i < 64; i++) {
+		tw_status_t st = tw__ring_write_all(peer_reactor, le, 4, done_out, detail, detail_len);
+		if (st != TW_OK)
+			return st;
+		if (*done_out) {
+			(void)tw__sys_futex_wake_shared(tw__shm_head_word(peer_reactor));
+			return TW_OK;
+		}
+		uint64_t used;
+		if (tw__ring_used(peer_reactor, &used, detail, detail_len) == TW_OK &&
+		    used + 4 > peer_reactor->capacity)
+			return TW_OK;
+		if (i >= 8)
+			sched_yield();
+	}
+	return TW_OK;
+}

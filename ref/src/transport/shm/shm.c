@@ -1,0 +1,1005 @@
+/*
+ * shm.c - the shared-memory transport ("shm", spec/wire.md 2.3),
+ * wire-compatible with stock TensorPipe's.
+ *
+ * A connection starts as an abstract-namespace UNIX stream socket (the
+ * stream acceptor listens; an empty address lets the kernel pick the name).
+ * Right after connect/accept each side sends one message: its two reactor
+ * tokens and four descriptors (reactor ring, inbox ring), and reads the
+ * peer's (2.3.1). From then on frames go through the rings
+ * (transport/ring): we write into the peer's inbox (our "outbox") and read
+ * our own inbox, and after moving bytes we write the peer's token into its
+ * reactor ring to wake it (reactor.h). The socket carries nothing more; it
+ * is watched only to learn that the peer is gone.
+ *
+ * The end, unlike stock (docs/stock-tensorpipe-findings.md, F22): the
+ * peer's exit (EOF on the socket) does not cut the inbox short. Frames the
+ * peer wrote before it went stay readable; the end (TW_ERR_EOF) is
+ * reported once the inbox is empty, and a hang-up (transport.h) while
+ * bytes still wait unread with no read queued.
+ *
+ * Bounds (tw_conn_opts): connect_timeout_ms bounds the connect and the
+ * descriptor exchange. liveness_ms is not used: the kernel closes a dead
+ * peer's socket at once, so a peer's death is always seen; a peer that is
+ * alive but stopped reading is a slow reader, as it is over tcp.
+ *
+ * Limits: a frame is under 4 GiB (u32 length) and a packet must fit the
+ * 2 MiB inbox with its length (2.3.3.b, 2.3.3.d); the pipe checks both
+ * before it sends (tw_transport_limits), and the ring writer refuses again.
+ *
+ * This file must not know about nop objects, packets or pipes.
+ */
+#define _GNU_SOURCE
+#include "transport/shm/shm.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <uv.h>
+
+#include "platform/error.h"
+#include "platform/identity.h"
+#include "platform/options.h"
+#include "platform/platform.h"
+#include "transport/ring/ring.h"
+#include "transport/shm/reactor.h"
+#include "transport/stream/acceptor.h"
+
+#define SHM_WHO "shm transport"
+#define SHM_ADDR_MAX (TW_ABSTRACT_NAME_MAX + 32)
+#define SHM_HELLO_LEN 8
+#define SHM_HELLO_FDS 4
+#define SHM_CONNECT_RETRY_MS 10 /* a full backlog (EAGAIN): try again */
+#define SHM_NOTIFY_RETRY_MS 1   /* a peer's reactor ring busy or full */
+
+enum shm_state { SHM_CONNECTING, SHM_EXCHANGE, SHM_OPEN, SHM_FAILED, SHM_CLOSED };
+
+typedef struct shm_conn shm_conn;
+typedef struct shm_transport shm_transport;
+
+typedef struct shm_op {
+	struct shm_op *next;
+	tw_deferred dfr;
+	shm_conn *conn;
+	bool is_write;
+	tw_status_t status;
+	tw_ring_writer w;
+	tw_ring_reader rd;
+	tw_iov *iov;
+	tw_iov iov_inline[4];
+	tw_conn_write_cb wcb;
+	tw_conn_read_cb rcb;
+	void *arg;
+} shm_op;
+
+struct shm_conn {
+	tw_conn base;
+	shm_transport *t;
+	int fd;
+	uv_poll_t poll;
+	int poll_events;
+	uv_timer_t timer; /* connect retries and deadline; then notify retries */
+	enum shm_state state;
+	tw_status_t err;
+	char err_detail[TW_DETAIL_MAX];
+	shm_op *wq_head, *wq_tail;
+	shm_op *rq_head, *rq_tail;
+	unsigned refs; /* the two handles + every op and report not yet delivered */
+	/* the rings */
+	tw_ring inbox;        /* ours: the peer writes, we read */
+	tw_ring outbox;       /* the peer's inbox */
+	tw_ring peer_reactor; /* the peer's wake-up ring */
+	uint32_t tokens[2];   /* ours, in our reactor */
+	bool have_tokens;
+	uint32_t peer_tokens[2]; /* the peer's: [0] its inbox has data, [1] its outbox has room */
+	bool notify_pending[2];
+	/* the exchange */
+	bool hello_sent;
+	struct sockaddr_un addr; /* connect: where to (retried on EAGAIN) */
+	socklen_t addr_len;
+	uint64_t deadline;       /* uv_now() bound of connect + exchange, 0: none */
+	/* the end */
+	bool peer_gone;          /* the socket said so; the inbox may still hold bytes */
+	tw_status_t gone_status;
+	char gone_detail[TW_DETAIL_MAX];
+	bool watch_armed;
+	bool hup_reported;
+	tw_conn_end_cb watch_cb;
+	tw_conn_hangup_cb hup_cb;
+	void *watch_arg;
+	tw_status_t watch_status;
+	tw_deferred watch_dfr;
+	tw_deferred hup_dfr;
+	tw_conn_opts opts;
+	bool connected;
+	char peer[SHM_ADDR_MAX];
+};
+
+typedef struct shm_listener {
+	tw_tlistener base;
+	tw_acceptor *acc;
+	tw_tlistener_accept_cb cb;
+	void *arg;
+	tw_conn_opts opts;
+	char address[TW_ABSTRACT_NAME_MAX + 1];
+} shm_listener;
+
+struct shm_transport {
+	tw_transport base;
+	tw_shm_reactor *reactor;
+	char descriptor[TW_IDENTITY_MAX];
+};
+
+static const tw_conn_ops shm_conn_ops;
+static const tw_tlistener_ops shm_listener_ops;
+
+static void shm_drive(shm_conn *c);
+static void shm_update_poll(shm_conn *c);
+
+/* ---- connection lifetime ------------------------------------------------ */
+
+static void shm_conn_unref(shm_conn *c)
+{
+	if (--c->refs > 0)
+		return;
+	tw__ring_unmap(&c->inbox);
+	tw__ring_unmap(&c->outbox);
+	tw__ring_unmap(&c->peer_reactor);
+	if (c->fd >= 0)
+		tw__sys_close(c->fd);
+	tw__free(c);
+}
+
+static void shm_op_free(shm_op *op)
+{
+	tw__ring_reader_drop(&op->rd);
+	if (op->iov != op->iov_inline)
+		tw__free(op->iov);
+	tw__free(op);
+}
+
+static void shm_op_deliver(void *arg)
+{
+	shm_op *op = arg;
+	shm_conn *c = op->conn;
+	const char *detail = op->status == TW_OK ? "" : c->err_detail;
+	if (op->is_write) {
+		op->wcb(&c->base, op->status, detail, op->arg);
+	} else if (op->status == TW_OK) {
+		void *buf = op->rd.alloc ? tw__ring_reader_take(&op->rd) : op->rd.buf;
+		op->rcb(&c->base, TW_OK, "", buf, op->rd.len, op->arg);
+	} else {
+		op->rcb(&c->base, op->status, detail, NULL, 0, op->arg);
+	}
+	shm_op_free(op);
+	shm_conn_unref(c);
+}
+
+static void shm_op_complete(shm_op *op, tw_status_t status)
+{
+	op->status = status;
+	tw__loop_defer(op->conn->base.transport->loop, &op->dfr, shm_op_deliver, op);
+}
+
+static shm_op *shm_pop(shm_op **head, shm_op **tail)
+{
+	shm_op *op = *head;
+	*head = op->next;
+	if (!*head)
+		*tail = NULL;
+	op->next = NULL;
+	return op;
+}
+
+static void shm_fail_queue(shm_op **head, shm_op **tail, tw_status_t status)
+{
+	while (*head)
+		shm_op_complete(shm_pop(head, tail), status);
+}
+
+static void shm_watch_deliver(void *arg)
+{
+	shm_conn *c = arg;
+	if (c->state == SHM_CLOSED)
+		c->watch_cb(&c->base, TW_ERR_CLOSED, SHM_WHO ": closed locally", c->watch_arg);
+	else
+		c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
+	shm_conn_unref(c);
+}
+
+static void shm_hangup_deliver(void *arg)
+{
+	shm_conn *c = arg;
+	char detail[TW_DETAIL_MAX];
+	tw__detail(detail, sizeof(detail),
+	           SHM_WHO ": connection closed by peer %s, with bytes it sent still unread", c->peer);
+	if (c->state != SHM_CLOSED)
+		c->hup_cb(&c->base, detail, c->watch_arg);
+	shm_conn_unref(c);
+}
+
+static void shm_watch_fire(shm_conn *c, tw_status_t status)
+{
+	if (!c->watch_armed)
+		return;
+	c->watch_armed = false;
+	c->watch_status = status;
+	tw__loop_defer(c->base.transport->loop, &c->watch_dfr, shm_watch_deliver, c);
+}
+
+static void shm_forget_tokens(shm_conn *c)
+{
+	if (!c->have_tokens)
+		return;
+	c->have_tokens = false;
+	tw__shm_reactor_remove(c->t->reactor, c->tokens);
+}
+
+__attribute__((format(printf, 3, 4))) static void shm_fail(shm_conn *c, tw_status_t status,
+                                                           const char *fmt, ...)
+{
+	if (c->state == SHM_FAILED || c->state == SHM_CLOSED)
+		return;
+	c->state = SHM_FAILED;
+	c->err = status;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err_detail, sizeof(c->err_detail), fmt, ap);
+	va_end(ap);
+	shm_fail_queue(&c->wq_head, &c->wq_tail, status);
+	shm_fail_queue(&c->rq_head, &c->rq_tail, status);
+	shm_watch_fire(c, status);
+	shm_forget_tokens(c);
+	uv_timer_stop(&c->timer);
+	shm_update_poll(c);
+}
+
+static void shm_fail_errno(shm_conn *c, const char *what, int err)
+{
+	char eb[128];
+	tw__strerror(err, eb, sizeof(eb));
+	tw_status_t st = err == ECONNRESET || err == EPIPE   ? TW_ERR_CONNRESET
+	                 : err == ECONNREFUSED || err == ENOENT ? TW_ERR_SYS
+	                 : err == EMSGSIZE                      ? TW_ERR_PROTO
+	                                                        : TW_ERR_SYS;
+	shm_fail(c, st, SHM_WHO ": %s %s: %s", what, c->peer, eb);
+}
+
+static void shm_on_handle_closed(uv_handle_t *h)
+{
+	shm_conn_unref(h->data);
+}
+
+static void shm_conn_close(tw_conn *base)
+{
+	shm_conn *c = (shm_conn *)base;
+	if (c->state == SHM_CLOSED)
+		return;
+	if (c->state != SHM_FAILED) {
+		c->err = TW_ERR_CLOSED;
+		tw__detail(c->err_detail, sizeof(c->err_detail),
+		           SHM_WHO ": connection to %s closed locally", c->peer);
+	}
+	c->state = SHM_CLOSED;
+	shm_fail_queue(&c->wq_head, &c->wq_tail, TW_ERR_CLOSED);
+	shm_fail_queue(&c->rq_head, &c->rq_tail, TW_ERR_CLOSED);
+	shm_watch_fire(c, TW_ERR_CLOSED);
+	shm_forget_tokens(c);
+	uv_poll_stop(&c->poll);
+	c->poll_events = 0;
+	uv_close((uv_handle_t *)&c->poll, shm_on_handle_closed);
+	uv_close((uv_handle_t *)&c->timer, shm_on_handle_closed);
+}
+
+static const char *shm_conn_peer(tw_conn *base)
+{
+	return ((shm_conn *)base)->peer;
+}
+
+/* Bytes of the peer's wait in our inbox (a broken ring reads as none). */
+static uint64_t shm_inbox_used(shm_conn *c)
+{
+	uint64_t used = 0;
+	char d[TW_DETAIL_MAX];
+	if (c->state != SHM_OPEN || tw__ring_used(&c->inbox, &used, d, sizeof(d)) != TW_OK)
+		return 0;
+	return used;
+}
+
+static bool shm_conn_has_unread(tw_conn *base)
+{
+	return shm_inbox_used((shm_conn *)base) > 0;
+}
+
+static bool shm_conn_was_connected(tw_conn *base)
+{
+	return ((shm_conn *)base)->connected;
+}
+
+/* ---- waking the peer ------------------------------------------------------ */
+
+static void shm_on_timer(uv_timer_t *h);
+
+/* Writes the peer's token `which` (0: its inbox has data, 1: its outbox has
+ * room) into its reactor; a busy or full reactor is retried on the timer. */
+static void shm_notify(shm_conn *c, int which)
+{
+	c->notify_pending[which] = true;
+	for (int i = 0; i < 2 && c->state == SHM_OPEN; i++) {
+		if (!c->notify_pending[i])
+			continue;
+		bool done = false;
+		char d[TW_DETAIL_MAX];
+		if (tw__shm_reactor_notify(&c->peer_reactor, c->peer_tokens[i], &done, d, sizeof(d)) !=
+		    TW_OK) {
+			shm_fail(c, TW_ERR_PROTO, "%s (the reactor ring of peer %s)", d, c->peer);
+			return;
+		}
+		if (done)
+			c->notify_pending[i] = false;
+		else if (!uv_is_active((uv_handle_t *)&c->timer))
+			uv_timer_start(&c->timer, shm_on_timer, SHM_NOTIFY_RETRY_MS, 0);
+	}
+}
+
+/* ---- moving frames ---------------------------------------------------------- */
+
+static void shm_drive_writes(shm_conn *c)
+{
+	bool moved_any = false;
+	while (c->state == SHM_OPEN && c->wq_head) {
+		shm_op *op = c->wq_head;
+		uint64_t moved = 0;
+		char d[TW_DETAIL_MAX];
+		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
+			shm_fail(c, TW_ERR_PROTO, "%s (the inbox of peer %s)", d, c->peer);
+			return;
+		}
+		moved_any |= moved > 0;
+		if (!tw__ring_writer_done(&op->w))
+			break;
+		shm_op_complete(shm_pop(&c->wq_head, &c->wq_tail), TW_OK);
+	}
+	if (moved_any)
+		shm_notify(c, 0);
+}
+
+static void shm_drive_reads(shm_conn *c)
+{
+	bool moved_any = false;
+	while (c->state == SHM_OPEN && c->rq_head) {
+		shm_op *op = c->rq_head;
+		uint64_t moved = 0;
+		char d[TW_DETAIL_MAX];
+		tw_status_t st = tw__ring_read_some(&c->inbox, &op->rd, 0, &moved, SHM_WHO, d, sizeof(d));
+		if (st != TW_OK) {
+			shm_fail(c, st, "%s (from peer %s)", d, c->peer);
+			return;
+		}
+		moved_any |= moved > 0;
+		if (!tw__ring_reader_done(&op->rd))
+			break;
+		shm_op_complete(shm_pop(&c->rq_head, &c->rq_tail), TW_OK);
+	}
+	if (moved_any)
+		shm_notify(c, 1);
+}
+
+/* The peer is gone: what it wrote stays readable (the file comment); the
+ * end comes once nothing is left to read, or at once for a write that
+ * waits for room the peer will never free. */
+static void shm_drive_end(shm_conn *c)
+{
+	if (c->state != SHM_OPEN || !c->peer_gone)
+		return;
+	uint64_t used = shm_inbox_used(c);
+	if (used == 0 || c->wq_head) {
+		shm_fail(c, c->gone_status, "%s%s", c->gone_detail,
+		         used == 0 ? "" : " (while a write waited for room in its inbox)");
+		return;
+	}
+	if (c->rq_head || c->hup_reported || !c->watch_armed || !c->hup_cb)
+		return;
+	c->hup_reported = true;
+	c->refs++;
+	tw__loop_defer(c->base.transport->loop, &c->hup_dfr, shm_hangup_deliver, c);
+}
+
+/* ---- the descriptor exchange (2.3.1) -------------------------------------- */
+
+static void shm_exchange_send(shm_conn *c)
+{
+	uint8_t hello[SHM_HELLO_LEN];
+	for (int i = 0; i < 4; i++) {
+		hello[i] = (uint8_t)(c->tokens[0] >> (8 * i));
+		hello[4 + i] = (uint8_t)(c->tokens[1] >> (8 * i));
+	}
+	int fds[SHM_HELLO_FDS];
+	tw__shm_reactor_fds(c->t->reactor, fds);
+	fds[2] = c->inbox.header_fd;
+	fds[3] = c->inbox.data_fd;
+	ssize_t n = tw__sys_send_fds(c->fd, hello, sizeof(hello), fds, SHM_HELLO_FDS);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n < 0) {
+		shm_fail_errno(c, "sending descriptors to", errno);
+		return;
+	}
+	if (n != SHM_HELLO_LEN) {
+		shm_fail(c, TW_ERR_SYS, SHM_WHO ": sending descriptors to %s: short send of %zd bytes",
+		         c->peer, n);
+		return;
+	}
+	c->hello_sent = true;
+}
+
+static void shm_exchange_recv(shm_conn *c)
+{
+	/* One byte more than expected, so that a longer message is seen. */
+	uint8_t hello[SHM_HELLO_LEN + 1];
+	int fds[SHM_HELLO_FDS];
+	int nfds = 0;
+	ssize_t n = tw__sys_recv_fds(c->fd, hello, sizeof(hello), fds, SHM_HELLO_FDS, &nfds);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n < 0) {
+		if (errno == EMSGSIZE)
+			shm_fail(c, TW_ERR_PROTO,
+			         SHM_WHO ": peer %s sent more than %d descriptors, or this process is out "
+			         "of descriptors (spec 2.3.1.b)",
+			         c->peer, SHM_HELLO_FDS);
+		else
+			shm_fail_errno(c, "receiving descriptors from", errno);
+		return;
+	}
+	if (n == 0) {
+		for (int i = 0; i < nfds; i++)
+			tw__sys_close(fds[i]);
+		shm_fail(c, TW_ERR_EOF,
+		         SHM_WHO ": connection closed by peer %s before it sent its descriptors",
+		         c->peer);
+		return;
+	}
+	if (n != SHM_HELLO_LEN || nfds != SHM_HELLO_FDS) {
+		for (int i = 0; i < nfds; i++)
+			tw__sys_close(fds[i]);
+		shm_fail(c, TW_ERR_PROTO,
+		         SHM_WHO ": peer %s sent %zd bytes and %d descriptors where %d and %d were "
+		         "expected (spec 2.3.1.b)",
+		         c->peer, n, nfds, SHM_HELLO_LEN, SHM_HELLO_FDS);
+		return;
+	}
+	for (int i = 0; i < 2; i++)
+		c->peer_tokens[i] = (uint32_t)hello[4 * i] | (uint32_t)hello[4 * i + 1] << 8 |
+		                    (uint32_t)hello[4 * i + 2] << 16 | (uint32_t)hello[4 * i + 3] << 24;
+	char d[TW_DETAIL_MAX];
+	tw_status_t st = tw__ring_load(&c->peer_reactor, fds[0], fds[1], 0,
+	                               SHM_WHO ": the peer's reactor ring", d, sizeof(d));
+	if (st != TW_OK) {
+		tw__sys_close(fds[2]);
+		tw__sys_close(fds[3]);
+		shm_fail(c, st, "%s (peer %s)", d, c->peer);
+		return;
+	}
+	st = tw__ring_load(&c->outbox, fds[2], fds[3], TW_RING_INBOX_CAPACITY,
+	                   SHM_WHO ": the peer's inbox", d, sizeof(d));
+	if (st != TW_OK) {
+		shm_fail(c, st, "%s (peer %s)", d, c->peer);
+		return;
+	}
+	c->state = SHM_OPEN;
+	c->connected = true;
+	uv_timer_stop(&c->timer);
+}
+
+static void shm_try_connect(shm_conn *c)
+{
+	if (tw__sys_connect(c->fd, (struct sockaddr *)&c->addr, c->addr_len) == 0) {
+		c->state = SHM_EXCHANGE;
+		return;
+	}
+	int err = errno;
+	if (err == EAGAIN || err == EINTR || err == EINPROGRESS) {
+		/* The listener's backlog is full (a UNIX socket does not queue
+		 * connects in progress): try again shortly, within the bound. */
+		uint64_t now = uv_now(&c->t->base.loop->uv);
+		uint64_t wait = SHM_CONNECT_RETRY_MS;
+		if (c->deadline && c->deadline - now < wait)
+			wait = c->deadline - now;
+		uv_timer_start(&c->timer, shm_on_timer, wait, 0);
+		return;
+	}
+	shm_fail_errno(c, "connect", err);
+}
+
+/* ---- driving ------------------------------------------------------------------ */
+
+static void shm_drive(shm_conn *c)
+{
+	if (c->state == SHM_EXCHANGE && !c->hello_sent)
+		shm_exchange_send(c);
+	if (c->state == SHM_EXCHANGE && c->hello_sent)
+		shm_exchange_recv(c);
+	if (c->state == SHM_OPEN) {
+		shm_drive_writes(c);
+		shm_drive_reads(c);
+		shm_drive_end(c);
+	}
+	shm_update_poll(c);
+}
+
+static void shm_on_timer(uv_timer_t *h)
+{
+	shm_conn *c = h->data;
+	if (c->state == SHM_CONNECTING || c->state == SHM_EXCHANGE) {
+		if (c->deadline && uv_now(&c->t->base.loop->uv) >= c->deadline) {
+			shm_fail(c, TW_ERR_TIMEDOUT,
+			         SHM_WHO ": connect %s: not connected within the connect timeout of %llu "
+			         "ms",
+			         c->peer, (unsigned long long)c->opts.connect_timeout_ms);
+			return;
+		}
+		if (c->state == SHM_CONNECTING)
+			shm_try_connect(c);
+		/* The deadline bounds the exchange too: re-armed until it is over. */
+		if ((c->state == SHM_CONNECTING || c->state == SHM_EXCHANGE) && c->deadline &&
+		    !uv_is_active((uv_handle_t *)&c->timer))
+			uv_timer_start(&c->timer, shm_on_timer,
+			               c->deadline - uv_now(&c->t->base.loop->uv), 0);
+		shm_drive(c);
+		return;
+	}
+	if (c->state == SHM_OPEN) {
+		for (int i = 0; i < 2; i++)
+			if (c->notify_pending[i])
+				shm_notify(c, i);
+		shm_drive(c);
+	}
+}
+
+/* The reactor saw one of our tokens. */
+static void shm_wake(void *conn)
+{
+	shm_drive(conn);
+}
+
+static void shm_on_poll(uv_poll_t *h, int status, int events);
+
+static void shm_update_poll(shm_conn *c)
+{
+	if (c->state == SHM_CLOSED)
+		return;
+	int want = 0;
+	if (c->state == SHM_EXCHANGE)
+		want = c->hello_sent ? UV_READABLE : UV_WRITABLE;
+	else if (c->state == SHM_OPEN && !c->peer_gone)
+		want = UV_READABLE; /* only the end can come this way (2.3.1.c) */
+	if (want == c->poll_events)
+		return;
+	c->poll_events = want;
+	if (want == 0) {
+		uv_poll_stop(&c->poll);
+		return;
+	}
+	int rc = uv_poll_start(&c->poll, want, shm_on_poll);
+	if (rc != 0) {
+		c->poll_events = 0;
+		shm_fail(c, TW_ERR_SYS, SHM_WHO ": uv_poll_start on connection to %s: %s", c->peer,
+		         uv_strerror(rc));
+	}
+}
+
+/* Readable after the exchange: the peer is gone (2.3.1.c). Bytes on the
+ * socket are a protocol error, and fail the connection at once. */
+static void shm_notice_end(shm_conn *c)
+{
+	ssize_t r = tw__sys_peek(c->fd);
+	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (r > 0) {
+		shm_fail(c, TW_ERR_PROTO,
+		         SHM_WHO ": peer %s sent bytes on its socket after the descriptor exchange "
+		         "(spec 2.3.1.c)",
+		         c->peer);
+		return;
+	}
+	c->peer_gone = true;
+	if (r == 0) {
+		c->gone_status = TW_ERR_EOF;
+		tw__detail(c->gone_detail, sizeof(c->gone_detail),
+		           SHM_WHO ": connection closed by peer %s", c->peer);
+	} else {
+		char eb[128];
+		c->gone_status = errno == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS;
+		tw__detail(c->gone_detail, sizeof(c->gone_detail), SHM_WHO ": connection to %s: %s",
+		           c->peer, tw__strerror(errno, eb, sizeof(eb)));
+	}
+}
+
+static void shm_on_poll(uv_poll_t *h, int status, int events)
+{
+	shm_conn *c = h->data;
+	(void)events;
+	if (status < 0) {
+		c->poll_events = 0;
+		shm_fail(c, TW_ERR_SYS, SHM_WHO ": poll on connection to %s: %s", c->peer,
+		         uv_strerror(status));
+		return;
+	}
+	if (c->state == SHM_OPEN)
+		shm_notice_end(c);
+	shm_drive(c);
+}
+
+/* ---- operations ---------------------------------------------------------------- */
+
+static void shm_queue(shm_conn *c, shm_op *op, shm_op **head, shm_op **tail)
+{
+	op->conn = c;
+	c->refs++;
+	if (c->state == SHM_FAILED || c->state == SHM_CLOSED) {
+		shm_op_complete(op, c->err);
+		return;
+	}
+	if (*tail)
+		(*tail)->next = op;
+	else
+		*head = op;
+	*tail = op;
+	shm_drive(c);
+}
+
+static tw_status_t shm_conn_write(tw_conn *base, const tw_iov *iov, size_t num_iov, unsigned flags,
+                                  tw_conn_write_cb cb, void *arg)
+{
+	shm_conn *c = (shm_conn *)base;
+	shm_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->iov = op->iov_inline;
+	if (num_iov > sizeof(op->iov_inline) / sizeof(op->iov_inline[0])) {
+		op->iov = tw__calloc(num_iov, sizeof(tw_iov));
+		if (!op->iov) {
+			tw__free(op);
+			return TW_ERR_NOMEM;
+		}
+	}
+	memcpy(op->iov, iov, num_iov * sizeof(*iov));
+	op->is_write = true;
+	op->wcb = cb;
+	op->arg = arg;
+	char d[TW_DETAIL_MAX];
+	tw_status_t st = tw__ring_writer_init(&op->w, op->iov, num_iov, flags,
+	                                      TW_RING_INBOX_CAPACITY, SHM_WHO, d, sizeof(d));
+	if (st != TW_OK) /* the pipe checks the limits first: this is a bug */
+		shm_fail(c, st, "%s (to %s)", d, c->peer);
+	shm_queue(c, op, &c->wq_head, &c->wq_tail);
+	return TW_OK;
+}
+
+static tw_status_t shm_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw_conn_read_cb cb,
+                                      void *arg)
+{
+	shm_conn *c = (shm_conn *)base;
+	shm_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->iov = op->iov_inline;
+	tw__ring_reader_into(&op->rd, buf, len);
+	op->rcb = cb;
+	op->arg = arg;
+	shm_queue(c, op, &c->rq_head, &c->rq_tail);
+	return TW_OK;
+}
+
+static tw_status_t shm_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_read_cb cb,
+                                       void *arg)
+{
+	shm_conn *c = (shm_conn *)base;
+	shm_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->iov = op->iov_inline;
+	tw__ring_reader_alloc(&op->rd, max_len);
+	op->rcb = cb;
+	op->arg = arg;
+	shm_queue(c, op, &c->rq_head, &c->rq_tail);
+	return TW_OK;
+}
+
+static tw_status_t shm_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_hangup_cb hup_cb,
+                                      void *arg)
+{
+	shm_conn *c = (shm_conn *)base;
+	c->watch_cb = cb;
+	c->hup_cb = hup_cb;
+	c->watch_arg = arg;
+	c->watch_armed = true;
+	c->refs++;
+	if (c->state == SHM_FAILED || c->state == SHM_CLOSED) {
+		shm_watch_fire(c, c->err);
+		return TW_OK;
+	}
+	shm_drive_end(c); /* reports are deferred: nothing runs in the caller's stack */
+	return TW_OK;
+}
+
+/* ---- making connections ---------------------------------------------------------- */
+
+static shm_conn *shm_conn_new(shm_transport *t, int fd, enum shm_state state, const char *peer,
+                              const tw_conn_opts *opts, char *detail, size_t detail_len)
+{
+	shm_conn *c = tw__calloc(1, sizeof(*c));
+	if (!c) {
+		tw__detail(detail, detail_len, SHM_WHO ": connection to %s: out of memory", peer);
+		tw__sys_close(fd);
+		return NULL;
+	}
+	c->base.ops = &shm_conn_ops;
+	c->base.transport = &t->base;
+	c->t = t;
+	c->fd = fd;
+	tw__ring_none(&c->inbox);
+	tw__ring_none(&c->outbox);
+	tw__ring_none(&c->peer_reactor);
+	c->state = state;
+	c->opts = *opts;
+	c->connected = state == SHM_EXCHANGE; /* accepted: always (transport.h) */
+	c->refs = 2; /* poll and timer */
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	tw_status_t st = tw__shm_reactor_add(t->reactor, c, c->tokens, detail, detail_len);
+	if (st == TW_OK) {
+		c->have_tokens = true;
+		st = tw__ring_create(&c->inbox, TW_RING_INBOX_CAPACITY, SHM_WHO ": inbox", detail,
+		                     detail_len);
+	}
+	int rc = st == TW_OK ? uv_poll_init_socket(&t->base.loop->uv, &c->poll, fd) : 0;
+	if (rc != 0) {
+		tw__detail(detail, detail_len, SHM_WHO ": uv_poll_init_socket for %s: %s", peer,
+		           uv_strerror(rc));
+		st = TW_ERR_SYS;
+	}
+	if (st != TW_OK) {
+		shm_forget_tokens(c);
+		tw__ring_unmap(&c->inbox);
+		tw__sys_close(fd);
+		tw__free(c);
+		return NULL;
+	}
+	c->poll.data = c;
+	uv_timer_init(&t->base.loop->uv, &c->timer);
+	c->timer.data = c;
+	if (opts->connect_timeout_ms) {
+		c->deadline = uv_now(&t->base.loop->uv) + opts->connect_timeout_ms;
+		uv_timer_start(&c->timer, shm_on_timer, opts->connect_timeout_ms, 0);
+	}
+	return c;
+}
+
+/* "shm://name" carries "name"; the kernel's names and ours are bytes with
+ * no NUL, at most TW_ABSTRACT_NAME_MAX of them. */
+static tw_status_t shm_check_address(const char *address, bool for_listen, char *detail,
+                                     size_t detail_len)
+{
+	size_t len = strlen(address);
+	if (len > TW_ABSTRACT_NAME_MAX) {
+		tw__detail(detail, detail_len,
+		           SHM_WHO ": address '%.32s...' is %zu bytes long; an abstract socket name "
+		           "holds at most %d",
+		           address, len, TW_ABSTRACT_NAME_MAX);
+		return TW_ERR_INVAL;
+	}
+	if (!for_listen && len == 0) {
+		tw__detail(detail, detail_len,
+		           SHM_WHO ": cannot connect to an empty address (only a listener may leave "
+		           "the name to the kernel)");
+		return TW_ERR_INVAL;
+	}
+	return TW_OK;
+}
+
+static tw_status_t shm_connect(tw_transport *base, const char *address, const tw_conn_opts *opts,
+                               tw_conn **out, char *detail, size_t detail_len)
+{
+	shm_transport *t = (shm_transport *)base;
+	tw_status_t st = shm_check_address(address, false, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	char eb[128];
+	int fd = tw__sys_socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0) {
+		tw__detail(detail, detail_len, SHM_WHO ": socket for %s: %s", address,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		return TW_ERR_SYS;
+	}
+	shm_conn *c = shm_conn_new(t, fd, SHM_CONNECTING, address, opts, detail, detail_len);
+	if (!c)
+		return TW_ERR_NOMEM;
+	(void)tw__sockaddr_abstract(&c->addr, &c->addr_len, address, strlen(address));
+	shm_try_connect(c);
+	shm_drive(c);
+	*out = &c->base;
+	return TW_OK;
+}
+
+/* ---- listener ------------------------------------------------------------------- */
+
+static void shm_format_peer(const struct sockaddr *addr, char *out, size_t out_len)
+{
+	(void)addr; /* a connecting UNIX socket has no name */
+	snprintf(out, out_len, "a local process");
+}
+
+static void shm_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
+                                   int fd, const struct sockaddr *peer_addr, void *arg)
+{
+	shm_listener *l = arg;
+	(void)acc;
+	(void)peer_addr;
+	if (status != TW_OK) {
+		l->cb(&l->base, status, detail, NULL, l->arg);
+		return;
+	}
+	char peer[SHM_ADDR_MAX];
+	snprintf(peer, sizeof(peer), "a peer of %s", l->address);
+	char d[TW_DETAIL_MAX];
+	shm_conn *c = shm_conn_new((shm_transport *)l->base.transport, fd, SHM_EXCHANGE, peer,
+	                           &l->opts, d, sizeof(d));
+	if (!c) {
+		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
+		return;
+	}
+	shm_drive(c);
+	l->cb(&l->base, TW_OK, "", &c->base, l->arg);
+}
+
+static const char *shm_listener_address(tw_tlistener *base)
+{
+	return ((shm_listener *)base)->address;
+}
+
+static void shm_listener_close(tw_tlistener *base)
+{
+	shm_listener *l = (shm_listener *)base;
+	tw__acceptor_close(l->acc);
+	tw__free(l);
+}
+
+static tw_status_t shm_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
+                              tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
+                              char *detail, size_t detail_len)
+{
+	tw_status_t st = shm_check_address(address, true, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	struct sockaddr_un sa;
+	socklen_t sl;
+	(void)tw__sockaddr_abstract(&sa, &sl, address, strlen(address));
+	if (!address[0]) /* autobind: the kernel picks a name (2.3.1) */
+		sl = sizeof(sa_family_t);
+	shm_listener *l = tw__calloc(1, sizeof(*l));
+	if (!l) {
+		tw__detail(detail, detail_len, SHM_WHO ": listener on '%s': out of memory", address);
+		return TW_ERR_NOMEM;
+	}
+	l->base.ops = &shm_listener_ops;
+	l->base.transport = base;
+	l->cb = cb;
+	l->arg = arg;
+	l->opts = *opts;
+	struct sockaddr_storage bound;
+	char label[TW_ABSTRACT_NAME_MAX + 3];
+	snprintf(label, sizeof(label), "'%s'", address);
+	st = tw__acceptor_open(base->loop, SHM_WHO, label, (struct sockaddr *)&sa, sl, false,
+	                       shm_format_peer, shm_listener_on_accept, l, &l->acc, &bound, detail,
+	                       detail_len);
+	if (st != TW_OK) {
+		tw__free(l);
+		return st;
+	}
+	const struct sockaddr_un *b = (const struct sockaddr_un *)&bound;
+	snprintf(l->address, sizeof(l->address), "%.*s", TW_ABSTRACT_NAME_MAX,
+	         b->sun_path + 1);
+	snprintf(label, sizeof(label), "'%s'", l->address);
+	tw__acceptor_set_label(l->acc, label);
+	*out = &l->base;
+	return TW_OK;
+}
+
+/* ---- transport ------------------------------------------------------------------ */
+
+static tw_status_t shm_create(tw_loop *loop, const char *options, tw_transport **out, char *detail,
+                              size_t detail_len)
+{
+	/* idle_us: how long the reactor sleeps at most when no peer of ours
+	 * woke it (reactor.h): the latency a stock peer may add. */
+	typedef struct shm_opts {
+		uint64_t idle_us;
+	} shm_opts;
+	static const tw_option table[] = {
+		{ "idle_us", TW_OPT_U64, offsetof(shm_opts, idle_us), 0, 1, 1000000 },
+	};
+	shm_opts o = { 1000 };
+	tw_status_t st =
+	    tw__options_parse(SHM_WHO, options, table, 1, &o, NULL, 0, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	shm_transport *t = tw__calloc(1, sizeof(*t));
+	if (!t) {
+		tw__detail(detail, detail_len, SHM_WHO ": out of memory");
+		return TW_ERR_NOMEM;
+	}
+	char d[TW_DETAIL_MAX];
+	st = tw__identity_shm(t->descriptor, sizeof(t->descriptor), d, sizeof(d));
+	if (st == TW_OK)
+		st = tw__shm_reactor_new(loop, o.idle_us, shm_wake, &t->reactor, d, sizeof(d));
+	if (st != TW_OK) {
+		/* Not viable here (no shared memory, no /proc): say why, and let
+		 * the context go on with its other transports. */
+		tw__detail(detail, detail_len, "%s", d);
+		tw__free(t);
+		return st == TW_ERR_NOMEM ? st : TW_ERR_UNSUPPORTED;
+	}
+	t->base.ops = &tw__shm_transport_ops;
+	t->base.loop = loop;
+	*out = &t->base;
+	return TW_OK;
+}
+
+static void shm_limits(tw_transport *base, tw_transport_limits *out)
+{
+	(void)base;
+	out->max_frame = TW_RING_FRAME_MAX;
+	out->max_packet = TW_RING_INBOX_CAPACITY - 4;
+}
+
+static const char *shm_domain_descriptor(tw_transport *base)
+{
+	return ((shm_transport *)base)->descriptor;
+}
+
+static void shm_shutdown(tw_transport *base)
+{
+	tw__shm_reactor_stop(((shm_transport *)base)->reactor);
+}
+
+static void shm_destroy(tw_transport *base)
+{
+	shm_transport *t = (shm_transport *)base;
+	tw__shm_reactor_free(t->reactor);
+	tw__free(t);
+}
+
+static const tw_conn_ops shm_conn_ops = {
+	.write = shm_conn_write,
+	.read_into = shm_conn_read_into,
+	.read_alloc = shm_conn_read_alloc,
+	.watch_end = shm_conn_watch_end,
+	.close = shm_conn_close,
+	.peer = shm_conn_peer,
+	.has_unread = shm_conn_has_unread,
+	.was_connected = shm_conn_was_connected,
+};
+
+static const tw_tlistener_ops shm_listener_ops = {
+	.address = shm_listener_address,
+	.close = shm_listener_close,
+};
+
+const tw_transport_ops tw__shm_transport_ops = {
+	.kind = "shm",
+	.schemes = NULL,
+	.create = shm_create,
+	.limits = shm_limits,
+	.domain_descriptor = shm_domain_descriptor,
+	.can_communicate = NULL,
+	.check_address = shm_check_address,
+	.answer_address = NULL,
+	.listen = shm_listen,
+	.connect = shm_connect,
+	.shutdown = shm_shutdown,
+	.destroy = shm_destroy,
+};
