@@ -45,8 +45,10 @@
 #include "platform/options.h"
 #include "platform/platform.h"
 #include "transport/ring/ring.h"
+#include "transport/conn_core.h"
 #include "transport/shm/reactor.h"
 #include "transport/stream/acceptor.h"
+#include "transport/stream/listener.h"
 
 #define SHM_WHO "shm transport"
 #define SHM_ADDR_MAX (TW_ABSTRACT_NAME_MAX + 32)
@@ -55,39 +57,25 @@
 #define SHM_CONNECT_RETRY_MS 10 /* a full backlog (EAGAIN): try again */
 #define SHM_NOTIFY_RETRY_MS 1   /* a peer's reactor ring busy or full */
 
-enum shm_state { SHM_CONNECTING, SHM_EXCHANGE, SHM_OPEN, SHM_FAILED, SHM_CLOSED };
-
 typedef struct shm_conn shm_conn;
 typedef struct shm_transport shm_transport;
 
 typedef struct shm_op {
-	struct shm_op *next;
-	tw_deferred dfr;
-	shm_conn *conn;
-	bool is_write;
-	tw_status_t status;
+	tw_conn_op op; /* first */
 	tw_ring_writer w;
 	tw_ring_reader rd;
 	tw_iov *iov;
 	tw_iov iov_inline[4];
-	tw_conn_write_cb wcb;
-	tw_conn_read_cb rcb;
-	void *arg;
 } shm_op;
 
 struct shm_conn {
-	tw_conn base;
+	tw_conn_core core; /* first; phase SETUP: connecting, then the exchange */
 	shm_transport *t;
 	int fd;
 	uv_poll_t poll;
 	int poll_events;
 	uv_timer_t timer; /* connect retries and deadline; then notify retries */
-	enum shm_state state;
-	tw_status_t err;
-	char err_detail[TW_DETAIL_MAX];
-	shm_op *wq_head, *wq_tail;
-	shm_op *rq_head, *rq_tail;
-	unsigned refs; /* the two handles + every op and report not yet delivered */
+	bool sock_connected; /* the socket is connected: the exchange runs */
 	/* the rings */
 	tw_ring inbox;        /* ours: the peer writes, we read */
 	tw_ring outbox;       /* the peer's inbox */
@@ -105,27 +93,9 @@ struct shm_conn {
 	bool peer_gone;          /* the socket said so; the inbox may still hold bytes */
 	tw_status_t gone_status;
 	char gone_detail[TW_DETAIL_MAX];
-	bool watch_armed;
-	bool hup_reported;
-	tw_conn_end_cb watch_cb;
-	tw_conn_hangup_cb hup_cb;
-	void *watch_arg;
-	tw_status_t watch_status;
-	tw_deferred watch_dfr;
-	tw_deferred hup_dfr;
 	tw_conn_opts opts;
 	bool connected;
-	char peer[SHM_ADDR_MAX];
 };
-
-typedef struct shm_listener {
-	tw_tlistener base;
-	tw_acceptor *acc;
-	tw_tlistener_accept_cb cb;
-	void *arg;
-	tw_conn_opts opts;
-	char address[TW_ABSTRACT_NAME_MAX + 1];
-} shm_listener;
 
 struct shm_transport {
 	tw_transport base;
@@ -134,17 +104,15 @@ struct shm_transport {
 };
 
 static const tw_conn_ops shm_conn_ops;
-static const tw_tlistener_ops shm_listener_ops;
 
 static void shm_drive(shm_conn *c);
 static void shm_update_poll(shm_conn *c);
 
 /* ---- connection lifetime ------------------------------------------------ */
 
-static void shm_conn_unref(shm_conn *c)
+static void shm_free_conn(tw_conn_core *core)
 {
-	if (--c->refs > 0)
-		return;
+	shm_conn *c = (shm_conn *)core;
 	tw__ring_unmap(&c->inbox);
 	tw__ring_unmap(&c->outbox);
 	tw__ring_unmap(&c->peer_reactor);
@@ -153,81 +121,14 @@ static void shm_conn_unref(shm_conn *c)
 	tw__free(c);
 }
 
-static void shm_op_free(shm_op *op)
+static void shm_free_op(tw_conn_op *base, bool ok)
 {
+	shm_op *op = (shm_op *)base;
+	(void)ok; /* a read's allocation is the reader's until taken */
 	tw__ring_reader_drop(&op->rd);
 	if (op->iov != op->iov_inline)
 		tw__free(op->iov);
 	tw__free(op);
-}
-
-static void shm_op_deliver(void *arg)
-{
-	shm_op *op = arg;
-	shm_conn *c = op->conn;
-	const char *detail = op->status == TW_OK ? "" : c->err_detail;
-	if (op->is_write) {
-		op->wcb(&c->base, op->status, detail, op->arg);
-	} else if (op->status == TW_OK) {
-		void *buf = op->rd.alloc ? tw__ring_reader_take(&op->rd) : op->rd.buf;
-		op->rcb(&c->base, TW_OK, "", buf, op->rd.len, op->arg);
-	} else {
-		op->rcb(&c->base, op->status, detail, NULL, 0, op->arg);
-	}
-	shm_op_free(op);
-	shm_conn_unref(c);
-}
-
-static void shm_op_complete(shm_op *op, tw_status_t status)
-{
-	op->status = status;
-	tw__loop_defer(op->conn->base.transport->loop, &op->dfr, shm_op_deliver, op);
-}
-
-static shm_op *shm_pop(shm_op **head, shm_op **tail)
-{
-	shm_op *op = *head;
-	*head = op->next;
-	if (!*head)
-		*tail = NULL;
-	op->next = NULL;
-	return op;
-}
-
-static void shm_fail_queue(shm_op **head, shm_op **tail, tw_status_t status)
-{
-	while (*head)
-		shm_op_complete(shm_pop(head, tail), status);
-}
-
-static void shm_watch_deliver(void *arg)
-{
-	shm_conn *c = arg;
-	if (c->state == SHM_CLOSED)
-		c->watch_cb(&c->base, TW_ERR_CLOSED, SHM_WHO ": closed locally", c->watch_arg);
-	else
-		c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
-	shm_conn_unref(c);
-}
-
-static void shm_hangup_deliver(void *arg)
-{
-	shm_conn *c = arg;
-	char detail[TW_DETAIL_MAX];
-	tw__detail(detail, sizeof(detail),
-	           SHM_WHO ": connection closed by peer %s, with bytes it sent still unread", c->peer);
-	if (c->state != SHM_CLOSED)
-		c->hup_cb(&c->base, detail, c->watch_arg);
-	shm_conn_unref(c);
-}
-
-static void shm_watch_fire(shm_conn *c, tw_status_t status)
-{
-	if (!c->watch_armed)
-		return;
-	c->watch_armed = false;
-	c->watch_status = status;
-	tw__loop_defer(c->base.transport->loop, &c->watch_dfr, shm_watch_deliver, c);
 }
 
 static void shm_forget_tokens(shm_conn *c)
@@ -238,55 +139,38 @@ static void shm_forget_tokens(shm_conn *c)
 	tw__shm_reactor_remove(c->t->reactor, c->tokens);
 }
 
-__attribute__((format(printf, 3, 4))) static void shm_fail(shm_conn *c, tw_status_t status,
-                                                           const char *fmt, ...)
+static void shm_failed(tw_conn_core *core)
 {
-	if (c->state == SHM_FAILED || c->state == SHM_CLOSED)
-		return;
-	c->state = SHM_FAILED;
-	c->err = status;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err_detail, sizeof(c->err_detail), fmt, ap);
-	va_end(ap);
-	shm_fail_queue(&c->wq_head, &c->wq_tail, status);
-	shm_fail_queue(&c->rq_head, &c->rq_tail, status);
-	shm_watch_fire(c, status);
+	shm_conn *c = (shm_conn *)core;
 	shm_forget_tokens(c);
 	uv_timer_stop(&c->timer);
 	shm_update_poll(c);
 }
 
+static const tw_conn_core_ops shm_core_ops = { shm_free_op, shm_free_conn, shm_failed };
+
+#define shm_fail(c, ...) tw__conn_fail(&(c)->core, __VA_ARGS__)
+
 static void shm_fail_errno(shm_conn *c, const char *what, int err)
 {
 	char eb[128];
 	tw__strerror(err, eb, sizeof(eb));
-	tw_status_t st = err == ECONNRESET || err == EPIPE   ? TW_ERR_CONNRESET
-	                 : err == ECONNREFUSED || err == ENOENT ? TW_ERR_SYS
-	                 : err == EMSGSIZE                      ? TW_ERR_PROTO
-	                                                        : TW_ERR_SYS;
-	shm_fail(c, st, SHM_WHO ": %s %s: %s", what, c->peer, eb);
+	tw_status_t st = err == ECONNRESET || err == EPIPE ? TW_ERR_CONNRESET
+	                 : err == EMSGSIZE                  ? TW_ERR_PROTO
+	                                                    : TW_ERR_SYS;
+	shm_fail(c, st, SHM_WHO ": %s %s: %s", what, c->core.peer, eb);
 }
 
 static void shm_on_handle_closed(uv_handle_t *h)
 {
-	shm_conn_unref(h->data);
+	tw__conn_core_unref(h->data);
 }
 
 static void shm_conn_close(tw_conn *base)
 {
 	shm_conn *c = (shm_conn *)base;
-	if (c->state == SHM_CLOSED)
+	if (!tw__conn_close_ops(&c->core))
 		return;
-	if (c->state != SHM_FAILED) {
-		c->err = TW_ERR_CLOSED;
-		tw__detail(c->err_detail, sizeof(c->err_detail),
-		           SHM_WHO ": connection to %s closed locally", c->peer);
-	}
-	c->state = SHM_CLOSED;
-	shm_fail_queue(&c->wq_head, &c->wq_tail, TW_ERR_CLOSED);
-	shm_fail_queue(&c->rq_head, &c->rq_tail, TW_ERR_CLOSED);
-	shm_watch_fire(c, TW_ERR_CLOSED);
 	shm_forget_tokens(c);
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
@@ -296,7 +180,7 @@ static void shm_conn_close(tw_conn *base)
 
 static const char *shm_conn_peer(tw_conn *base)
 {
-	return ((shm_conn *)base)->peer;
+	return ((shm_conn *)base)->core.peer;
 }
 
 /* Bytes of the peer's wait in our inbox (a broken ring reads as none). */
@@ -304,7 +188,7 @@ static uint64_t shm_inbox_used(shm_conn *c)
 {
 	uint64_t used = 0;
 	char d[TW_DETAIL_MAX];
-	if (c->state != SHM_OPEN || tw__ring_used(&c->inbox, &used, d, sizeof(d)) != TW_OK)
+	if (c->core.phase != TW_CONN_OPEN || tw__ring_used(&c->inbox, &used, d, sizeof(d)) != TW_OK)
 		return 0;
 	return used;
 }
@@ -328,14 +212,14 @@ static void shm_on_timer(uv_timer_t *h);
 static void shm_notify(shm_conn *c, int which)
 {
 	c->notify_pending[which] = true;
-	for (int i = 0; i < 2 && c->state == SHM_OPEN; i++) {
+	for (int i = 0; i < 2 && c->core.phase == TW_CONN_OPEN; i++) {
 		if (!c->notify_pending[i])
 			continue;
 		bool done = false;
 		char d[TW_DETAIL_MAX];
 		if (tw__shm_reactor_notify(&c->peer_reactor, c->peer_tokens[i], &done, d, sizeof(d)) !=
 		    TW_OK) {
-			shm_fail(c, TW_ERR_PROTO, "%s (the reactor ring of peer %s)", d, c->peer);
+			shm_fail(c, TW_ERR_PROTO, "%s (the reactor ring of peer %s)", d, c->core.peer);
 			return;
 		}
 		if (done)
@@ -350,18 +234,18 @@ static void shm_notify(shm_conn *c, int which)
 static void shm_drive_writes(shm_conn *c)
 {
 	bool moved_any = false;
-	while (c->state == SHM_OPEN && c->wq_head) {
-		shm_op *op = c->wq_head;
+	while (c->core.phase == TW_CONN_OPEN && c->core.wq_head) {
+		shm_op *op = (shm_op *)c->core.wq_head;
 		uint64_t moved = 0;
 		char d[TW_DETAIL_MAX];
 		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
-			shm_fail(c, TW_ERR_PROTO, "%s (the inbox of peer %s)", d, c->peer);
+			shm_fail(c, TW_ERR_PROTO, "%s (the inbox of peer %s)", d, c->core.peer);
 			return;
 		}
 		moved_any |= moved > 0;
 		if (!tw__ring_writer_done(&op->w))
 			break;
-		shm_op_complete(shm_pop(&c->wq_head, &c->wq_tail), TW_OK);
+		tw__conn_op_done(&c->core, true);
 	}
 	if (moved_any)
 		shm_notify(c, 0);
@@ -370,19 +254,21 @@ static void shm_drive_writes(shm_conn *c)
 static void shm_drive_reads(shm_conn *c)
 {
 	bool moved_any = false;
-	while (c->state == SHM_OPEN && c->rq_head) {
-		shm_op *op = c->rq_head;
+	while (c->core.phase == TW_CONN_OPEN && c->core.rq_head) {
+		shm_op *op = (shm_op *)c->core.rq_head;
 		uint64_t moved = 0;
 		char d[TW_DETAIL_MAX];
 		tw_status_t st = tw__ring_read_some(&c->inbox, &op->rd, 0, &moved, SHM_WHO, d, sizeof(d));
 		if (st != TW_OK) {
-			shm_fail(c, st, "%s (from peer %s)", d, c->peer);
+			shm_fail(c, st, "%s (from peer %s)", d, c->core.peer);
 			return;
 		}
 		moved_any |= moved > 0;
 		if (!tw__ring_reader_done(&op->rd))
 			break;
-		shm_op_complete(shm_pop(&c->rq_head, &c->rq_tail), TW_OK);
+		op->op.buf = op->rd.alloc ? tw__ring_reader_take(&op->rd) : op->rd.buf;
+		op->op.len = op->rd.len;
+		tw__conn_op_done(&c->core, false);
 	}
 	if (moved_any)
 		shm_notify(c, 1);
@@ -393,19 +279,15 @@ static void shm_drive_reads(shm_conn *c)
  * waits for room the peer will never free. */
 static void shm_drive_end(shm_conn *c)
 {
-	if (c->state != SHM_OPEN || !c->peer_gone)
+	if (c->core.phase != TW_CONN_OPEN || !c->peer_gone)
 		return;
 	uint64_t used = shm_inbox_used(c);
-	if (used == 0 || c->wq_head) {
+	if (used == 0 || c->core.wq_head) {
 		shm_fail(c, c->gone_status, "%s%s", c->gone_detail,
 		         used == 0 ? "" : " (while a write waited for room in its inbox)");
 		return;
 	}
-	if (c->rq_head || c->hup_reported || !c->watch_armed || !c->hup_cb)
-		return;
-	c->hup_reported = true;
-	c->refs++;
-	tw__loop_defer(c->base.transport->loop, &c->hup_dfr, shm_hangup_deliver, c);
+	tw__conn_hangup(&c->core);
 }
 
 /* ---- the descriptor exchange (2.3.1) -------------------------------------- */
@@ -430,7 +312,7 @@ static void shm_exchange_send(shm_conn *c)
 	}
 	if (n != SHM_HELLO_LEN) {
 		shm_fail(c, TW_ERR_SYS, SHM_WHO ": sending descriptors to %s: short send of %zd bytes",
-		         c->peer, n);
+		         c->core.peer, n);
 		return;
 	}
 	c->hello_sent = true;
@@ -450,7 +332,7 @@ static void shm_exchange_recv(shm_conn *c)
 			shm_fail(c, TW_ERR_PROTO,
 			         SHM_WHO ": peer %s sent more than %d descriptors, or this process is out "
 			         "of descriptors (spec 2.3.1.b)",
-			         c->peer, SHM_HELLO_FDS);
+			         c->core.peer, SHM_HELLO_FDS);
 		else
 			shm_fail_errno(c, "receiving descriptors from", errno);
 		return;
@@ -460,7 +342,7 @@ static void shm_exchange_recv(shm_conn *c)
 			tw__sys_close(fds[i]);
 		shm_fail(c, TW_ERR_EOF,
 		         SHM_WHO ": connection closed by peer %s before it sent its descriptors",
-		         c->peer);
+		         c->core.peer);
 		return;
 	}
 	if (n != SHM_HELLO_LEN || nfds != SHM_HELLO_FDS) {
@@ -469,7 +351,7 @@ static void shm_exchange_recv(shm_conn *c)
 		shm_fail(c, TW_ERR_PROTO,
 		         SHM_WHO ": peer %s sent %zd bytes and %d descriptors where %d and %d were "
 		         "expected (spec 2.3.1.b)",
-		         c->peer, n, nfds, SHM_HELLO_LEN, SHM_HELLO_FDS);
+		         c->core.peer, n, nfds, SHM_HELLO_LEN, SHM_HELLO_FDS);
 		return;
 	}
 	for (int i = 0; i < 2; i++)
@@ -481,16 +363,16 @@ static void shm_exchange_recv(shm_conn *c)
 	if (st != TW_OK) {
 		tw__sys_close(fds[2]);
 		tw__sys_close(fds[3]);
-		shm_fail(c, st, "%s (peer %s)", d, c->peer);
+		shm_fail(c, st, "%s (peer %s)", d, c->core.peer);
 		return;
 	}
 	st = tw__ring_load(&c->outbox, fds[2], fds[3], TW_RING_INBOX_CAPACITY,
 	                   SHM_WHO ": the peer's inbox", d, sizeof(d));
 	if (st != TW_OK) {
-		shm_fail(c, st, "%s (peer %s)", d, c->peer);
+		shm_fail(c, st, "%s (peer %s)", d, c->core.peer);
 		return;
 	}
-	c->state = SHM_OPEN;
+	c->core.phase = TW_CONN_OPEN;
 	c->connected = true;
 	uv_timer_stop(&c->timer);
 }
@@ -498,7 +380,7 @@ static void shm_exchange_recv(shm_conn *c)
 static void shm_try_connect(shm_conn *c)
 {
 	if (tw__sys_connect(c->fd, (struct sockaddr *)&c->addr, c->addr_len) == 0) {
-		c->state = SHM_EXCHANGE;
+		c->sock_connected = true;
 		return;
 	}
 	int err = errno;
@@ -519,11 +401,12 @@ static void shm_try_connect(shm_conn *c)
 
 static void shm_drive(shm_conn *c)
 {
-	if (c->state == SHM_EXCHANGE && !c->hello_sent)
+	bool exchange = c->core.phase == TW_CONN_SETUP && c->sock_connected;
+	if (exchange && !c->hello_sent)
 		shm_exchange_send(c);
-	if (c->state == SHM_EXCHANGE && c->hello_sent)
+	if (exchange && c->core.phase == TW_CONN_SETUP && c->hello_sent)
 		shm_exchange_recv(c);
-	if (c->state == SHM_OPEN) {
+	if (c->core.phase == TW_CONN_OPEN) {
 		shm_drive_writes(c);
 		shm_drive_reads(c);
 		shm_drive_end(c);
@@ -534,25 +417,25 @@ static void shm_drive(shm_conn *c)
 static void shm_on_timer(uv_timer_t *h)
 {
 	shm_conn *c = h->data;
-	if (c->state == SHM_CONNECTING || c->state == SHM_EXCHANGE) {
+	if (c->core.phase == TW_CONN_SETUP) {
 		if (c->deadline && uv_now(&c->t->base.loop->uv) >= c->deadline) {
 			shm_fail(c, TW_ERR_TIMEDOUT,
 			         SHM_WHO ": connect %s: not connected within the connect timeout of %llu "
 			         "ms",
-			         c->peer, (unsigned long long)c->opts.connect_timeout_ms);
+			         c->core.peer, (unsigned long long)c->opts.connect_timeout_ms);
 			return;
 		}
-		if (c->state == SHM_CONNECTING)
+		if (!c->sock_connected)
 			shm_try_connect(c);
 		/* The deadline bounds the exchange too: re-armed until it is over. */
-		if ((c->state == SHM_CONNECTING || c->state == SHM_EXCHANGE) && c->deadline &&
+		if (c->core.phase == TW_CONN_SETUP && c->deadline &&
 		    !uv_is_active((uv_handle_t *)&c->timer))
 			uv_timer_start(&c->timer, shm_on_timer,
 			               c->deadline - uv_now(&c->t->base.loop->uv), 0);
 		shm_drive(c);
 		return;
 	}
-	if (c->state == SHM_OPEN) {
+	if (c->core.phase == TW_CONN_OPEN) {
 		for (int i = 0; i < 2; i++)
 			if (c->notify_pending[i])
 				shm_notify(c, i);
@@ -570,12 +453,12 @@ static void shm_on_poll(uv_poll_t *h, int status, int events);
 
 static void shm_update_poll(shm_conn *c)
 {
-	if (c->state == SHM_CLOSED)
+	if (c->core.phase == TW_CONN_CLOSED)
 		return;
 	int want = 0;
-	if (c->state == SHM_EXCHANGE)
+	if (c->core.phase == TW_CONN_SETUP && c->sock_connected)
 		want = c->hello_sent ? UV_READABLE : UV_WRITABLE;
-	else if (c->state == SHM_OPEN && !c->peer_gone)
+	else if (c->core.phase == TW_CONN_OPEN && !c->peer_gone)
 		want = UV_READABLE; /* only the end can come this way (2.3.1.c) */
 	if (want == c->poll_events)
 		return;
@@ -587,7 +470,7 @@ static void shm_update_poll(shm_conn *c)
 	int rc = uv_poll_start(&c->poll, want, shm_on_poll);
 	if (rc != 0) {
 		c->poll_events = 0;
-		shm_fail(c, TW_ERR_SYS, SHM_WHO ": uv_poll_start on connection to %s: %s", c->peer,
+		shm_fail(c, TW_ERR_SYS, SHM_WHO ": uv_poll_start on connection to %s: %s", c->core.peer,
 		         uv_strerror(rc));
 	}
 }
@@ -603,19 +486,19 @@ static void shm_notice_end(shm_conn *c)
 		shm_fail(c, TW_ERR_PROTO,
 		         SHM_WHO ": peer %s sent bytes on its socket after the descriptor exchange "
 		         "(spec 2.3.1.c)",
-		         c->peer);
+		         c->core.peer);
 		return;
 	}
 	c->peer_gone = true;
 	if (r == 0) {
 		c->gone_status = TW_ERR_EOF;
 		tw__detail(c->gone_detail, sizeof(c->gone_detail),
-		           SHM_WHO ": connection closed by peer %s", c->peer);
+		           SHM_WHO ": connection closed by peer %s", c->core.peer);
 	} else {
 		char eb[128];
 		c->gone_status = errno == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS;
 		tw__detail(c->gone_detail, sizeof(c->gone_detail), SHM_WHO ": connection to %s: %s",
-		           c->peer, tw__strerror(errno, eb, sizeof(eb)));
+		           c->core.peer, tw__strerror(errno, eb, sizeof(eb)));
 	}
 }
 
@@ -625,31 +508,25 @@ static void shm_on_poll(uv_poll_t *h, int status, int events)
 	(void)events;
 	if (status < 0) {
 		c->poll_events = 0;
-		shm_fail(c, TW_ERR_SYS, SHM_WHO ": poll on connection to %s: %s", c->peer,
+		shm_fail(c, TW_ERR_SYS, SHM_WHO ": poll on connection to %s: %s", c->core.peer,
 		         uv_strerror(status));
 		return;
 	}
-	if (c->state == SHM_OPEN)
+	if (c->core.phase == TW_CONN_OPEN)
 		shm_notice_end(c);
 	shm_drive(c);
 }
 
 /* ---- operations ---------------------------------------------------------------- */
 
-static void shm_queue(shm_conn *c, shm_op *op, shm_op **head, shm_op **tail)
+static void shm_queue(shm_conn *c, shm_op *op, tw_conn_write_cb wcb, tw_conn_read_cb rcb,
+                      void *arg)
 {
-	op->conn = c;
-	c->refs++;
-	if (c->state == SHM_FAILED || c->state == SHM_CLOSED) {
-		shm_op_complete(op, c->err);
-		return;
-	}
-	if (*tail)
-		(*tail)->next = op;
-	else
-		*head = op;
-	*tail = op;
-	shm_drive(c);
+	op->op.wcb = wcb;
+	op->op.rcb = rcb;
+	op->op.arg = arg;
+	if (tw__conn_queue(&c->core, &op->op, wcb != NULL))
+		shm_drive(c);
 }
 
 static tw_status_t shm_conn_write(tw_conn *base, const tw_iov *iov, size_t num_iov, unsigned flags,
@@ -668,15 +545,12 @@ static tw_status_t shm_conn_write(tw_conn *base, const tw_iov *iov, size_t num_i
 		}
 	}
 	memcpy(op->iov, iov, num_iov * sizeof(*iov));
-	op->is_write = true;
-	op->wcb = cb;
-	op->arg = arg;
 	char d[TW_DETAIL_MAX];
 	tw_status_t st = tw__ring_writer_init(&op->w, op->iov, num_iov, flags,
 	                                      TW_RING_INBOX_CAPACITY, SHM_WHO, d, sizeof(d));
 	if (st != TW_OK) /* the pipe checks the limits first: this is a bug */
-		shm_fail(c, st, "%s (to %s)", d, c->peer);
-	shm_queue(c, op, &c->wq_head, &c->wq_tail);
+		shm_fail(c, st, "%s (to %s)", d, c->core.peer);
+	shm_queue(c, op, cb, NULL, arg);
 	return TW_OK;
 }
 
@@ -689,9 +563,7 @@ static tw_status_t shm_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw
 		return TW_ERR_NOMEM;
 	op->iov = op->iov_inline;
 	tw__ring_reader_into(&op->rd, buf, len);
-	op->rcb = cb;
-	op->arg = arg;
-	shm_queue(c, op, &c->rq_head, &c->rq_tail);
+	shm_queue(c, op, NULL, cb, arg);
 	return TW_OK;
 }
 
@@ -704,9 +576,7 @@ static tw_status_t shm_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_
 		return TW_ERR_NOMEM;
 	op->iov = op->iov_inline;
 	tw__ring_reader_alloc(&op->rd, max_len);
-	op->rcb = cb;
-	op->arg = arg;
-	shm_queue(c, op, &c->rq_head, &c->rq_tail);
+	shm_queue(c, op, NULL, cb, arg);
 	return TW_OK;
 }
 
@@ -714,22 +584,14 @@ static tw_status_t shm_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_
                                       void *arg)
 {
 	shm_conn *c = (shm_conn *)base;
-	c->watch_cb = cb;
-	c->hup_cb = hup_cb;
-	c->watch_arg = arg;
-	c->watch_armed = true;
-	c->refs++;
-	if (c->state == SHM_FAILED || c->state == SHM_CLOSED) {
-		shm_watch_fire(c, c->err);
-		return TW_OK;
-	}
-	shm_drive_end(c); /* reports are deferred: nothing runs in the caller's stack */
+	if (tw__conn_watch_arm(&c->core, cb, hup_cb, arg))
+		shm_drive_end(c); /* reports are deferred: nothing runs in the caller's stack */
 	return TW_OK;
 }
 
 /* ---- making connections ---------------------------------------------------------- */
 
-static shm_conn *shm_conn_new(shm_transport *t, int fd, enum shm_state state, const char *peer,
+static shm_conn *shm_conn_new(shm_transport *t, int fd, bool accepted, const char *peer,
                               const tw_conn_opts *opts, char *detail, size_t detail_len)
 {
 	shm_conn *c = tw__calloc(1, sizeof(*c));
@@ -738,18 +600,17 @@ static shm_conn *shm_conn_new(shm_transport *t, int fd, enum shm_state state, co
 		tw__sys_close(fd);
 		return NULL;
 	}
-	c->base.ops = &shm_conn_ops;
-	c->base.transport = &t->base;
+	/* two references: the poll and the timer handles */
+	tw__conn_core_init(&c->core, &shm_conn_ops, &shm_core_ops, &t->base, SHM_WHO, peer,
+	                   TW_CONN_SETUP, 2);
 	c->t = t;
 	c->fd = fd;
 	tw__ring_none(&c->inbox);
 	tw__ring_none(&c->outbox);
 	tw__ring_none(&c->peer_reactor);
-	c->state = state;
 	c->opts = *opts;
-	c->connected = state == SHM_EXCHANGE; /* accepted: always (transport.h) */
-	c->refs = 2; /* poll and timer */
-	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	c->sock_connected = accepted;
+	c->connected = accepted; /* accepted: always (transport.h) */
 	tw_status_t st = tw__shm_reactor_add(t->reactor, c, c->tokens, detail, detail_len);
 	if (st == TW_OK) {
 		c->have_tokens = true;
@@ -815,13 +676,13 @@ static tw_status_t shm_connect(tw_transport *base, const char *address, const tw
 		           tw__strerror(errno, eb, sizeof(eb)));
 		return TW_ERR_SYS;
 	}
-	shm_conn *c = shm_conn_new(t, fd, SHM_CONNECTING, address, opts, detail, detail_len);
+	shm_conn *c = shm_conn_new(t, fd, false, address, opts, detail, detail_len);
 	if (!c)
 		return TW_ERR_NOMEM;
 	(void)tw__sockaddr_abstract(&c->addr, &c->addr_len, address, strlen(address));
 	shm_try_connect(c);
 	shm_drive(c);
-	*out = &c->base;
+	*out = &c->core.base;
 	return TW_OK;
 }
 
@@ -836,7 +697,7 @@ static void shm_format_peer(const struct sockaddr *addr, char *out, size_t out_l
 static void shm_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
                                    int fd, const struct sockaddr *peer_addr, void *arg)
 {
-	shm_listener *l = arg;
+	tw_stream_listener *l = arg;
 	(void)acc;
 	(void)peer_addr;
 	if (status != TW_OK) {
@@ -846,26 +707,14 @@ static void shm_listener_on_accept(tw_acceptor *acc, tw_status_t status, const c
 	char peer[SHM_ADDR_MAX];
 	snprintf(peer, sizeof(peer), "a peer of %s", l->address);
 	char d[TW_DETAIL_MAX];
-	shm_conn *c = shm_conn_new((shm_transport *)l->base.transport, fd, SHM_EXCHANGE, peer,
+	shm_conn *c = shm_conn_new((shm_transport *)l->base.transport, fd, true, peer,
 	                           &l->opts, d, sizeof(d));
 	if (!c) {
 		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
 		return;
 	}
 	shm_drive(c);
-	l->cb(&l->base, TW_OK, "", &c->base, l->arg);
-}
-
-static const char *shm_listener_address(tw_tlistener *base)
-{
-	return ((shm_listener *)base)->address;
-}
-
-static void shm_listener_close(tw_tlistener *base)
-{
-	shm_listener *l = (shm_listener *)base;
-	tw__acceptor_close(l->acc);
-	tw__free(l);
+	l->cb(&l->base, TW_OK, "", &c->core.base, l->arg);
 }
 
 static tw_status_t shm_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
@@ -880,24 +729,18 @@ static tw_status_t shm_listen(tw_transport *base, const char *address, const tw_
 	(void)tw__sockaddr_abstract(&sa, &sl, address, strlen(address));
 	if (!address[0]) /* autobind: the kernel picks a name (2.3.1) */
 		sl = sizeof(sa_family_t);
-	shm_listener *l = tw__calloc(1, sizeof(*l));
-	if (!l) {
-		tw__detail(detail, detail_len, SHM_WHO ": listener on '%s': out of memory", address);
+	tw_stream_listener *l = tw__stream_listener_new(base, SHM_WHO, opts, cb, arg, detail,
+	                                                detail_len);
+	if (!l)
 		return TW_ERR_NOMEM;
-	}
-	l->base.ops = &shm_listener_ops;
-	l->base.transport = base;
-	l->cb = cb;
-	l->arg = arg;
-	l->opts = *opts;
 	struct sockaddr_storage bound;
-	char label[TW_ABSTRACT_NAME_MAX + 3];
+	char label[TW_STREAM_ADDR_MAX + 3];
 	snprintf(label, sizeof(label), "'%s'", address);
 	st = tw__acceptor_open(base->loop, SHM_WHO, label, (struct sockaddr *)&sa, sl, false,
 	                       shm_format_peer, shm_listener_on_accept, l, &l->acc, &bound, detail,
 	                       detail_len);
 	if (st != TW_OK) {
-		tw__free(l);
+		tw__stream_listener_free(l);
 		return st;
 	}
 	const struct sockaddr_un *b = (const struct sockaddr_un *)&bound;
@@ -982,11 +825,6 @@ static const tw_conn_ops shm_conn_ops = {
 	.peer = shm_conn_peer,
 	.has_unread = shm_conn_has_unread,
 	.was_connected = shm_conn_was_connected,
-};
-
-static const tw_tlistener_ops shm_listener_ops = {
-	.address = shm_listener_address,
-	.close = shm_listener_close,
 };
 
 const tw_transport_ops tw__shm_transport_ops = {

@@ -69,7 +69,9 @@
 #include "platform/mutant.h"
 #include "platform/options.h"
 #include "platform/platform.h"
+#include "transport/conn_core.h"
 #include "transport/stream/acceptor.h"
+#include "transport/stream/listener.h"
 #include "transport/tcp/addr.h"
 #include "transport/tcp/tcp.h"
 #include "transport/transport.h"
@@ -80,16 +82,12 @@
 #define TCP_HEADER TW_FRAME_UV_HEADER_SIZE
 
 enum tcp_op_kind { TCP_OP_WRITE, TCP_OP_READ_INTO, TCP_OP_READ_ALLOC };
-enum tcp_state { TCP_CONNECTING, TCP_OPEN, TCP_FAILED, TCP_CLOSED };
 
 typedef struct tcp_conn tcp_conn;
 
 typedef struct tcp_op {
-	struct tcp_op *next;
-	tw_deferred dfr;
-	tcp_conn *conn;
+	tw_conn_op op; /* first */
 	enum tcp_op_kind kind;
-	tw_status_t status;
 	/* write: iov[0] is the length header, then the caller's pieces */
 	uint8_t hdr[TCP_HEADER];
 	size_t num_iov;
@@ -102,54 +100,28 @@ typedef struct tcp_op {
 	uint64_t max;
 	uint64_t got;
 	bool have_header;
-	tw_conn_write_cb wcb;
-	tw_conn_read_cb rcb;
-	void *arg;
 	tw_iov iov_inline[4];
 } tcp_op;
 
+/* Phase SETUP: the connect is in progress. */
 struct tcp_conn {
-	tw_conn base;
+	tw_conn_core core; /* first */
 	int fd;
 	uv_poll_t poll;
 	int poll_events;
-	enum tcp_state state;
-	tw_status_t err;
-	char err_detail[TW_DETAIL_MAX];
-	tcp_op *wq_head, *wq_tail;
-	tcp_op *rq_head, *rq_tail;
 	uint8_t *rbuf;
 	size_t rpos, rend;
-	unsigned refs; /* the poll handle + every op not yet called back */
 	/* A read or write moved less than asked: the socket is drained (or
 	 * full); wait for the next poll event instead of trying again just to
 	 * hear EAGAIN. Level-triggered polling makes this safe. */
 	bool read_drained;
 	bool write_full;
 	/* the end watch */
-	bool watch_armed;
 	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
 	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
-	bool hup_reported;
-	tw_conn_end_cb watch_cb;
-	tw_conn_hangup_cb hup_cb;
-	void *watch_arg;
-	tw_status_t watch_status;
-	tw_deferred watch_dfr;
-	tw_deferred hup_dfr;
 	tw_conn_opts opts;
 	bool connected;       /* the connect completed (accepted: always) */
-	char peer[TW_TCP_ADDR_MAX];
 };
-
-typedef struct tcp_listener {
-	tw_tlistener base;
-	tw_acceptor *acc;
-	tw_tlistener_accept_cb cb;
-	void *arg;
-	tw_conn_opts opts;
-	char address[TW_TCP_ADDR_MAX];
-} tcp_listener;
 
 typedef struct tcp_transport {
 	tw_transport base;
@@ -157,134 +129,58 @@ typedef struct tcp_transport {
 } tcp_transport;
 
 static const tw_conn_ops tcp_conn_ops;
-static const tw_tlistener_ops tcp_listener_ops;
 
 static void tcp_drive(tcp_conn *c);
 static void tcp_update_poll(tcp_conn *c);
 
 /* ---- connection lifetime ------------------------------------------------ */
 
-static void tcp_conn_unref(tcp_conn *c)
+static void tcp_free_conn(tw_conn_core *core)
 {
-	if (--c->refs > 0)
-		return;
+	tcp_conn *c = (tcp_conn *)core;
 	tw__free(c->rbuf);
 	tw__free(c);
 }
 
-static void tcp_op_deliver(void *arg)
+static void tcp_free_op(tw_conn_op *base, bool ok)
 {
-	tcp_op *op = arg;
-	tcp_conn *c = op->conn;
-	const char *detail = op->status == TW_OK ? "" : c->err_detail;
-	if (op->status != TW_OK && op->kind == TCP_OP_READ_ALLOC) {
+	tcp_op *op = (tcp_op *)base;
+	if (!ok && op->kind == TCP_OP_READ_ALLOC)
 		tw__free(op->buf);
-		op->buf = NULL;
-	}
-	if (op->kind == TCP_OP_WRITE)
-		op->wcb(&c->base, op->status, detail, op->arg);
-	else
-		op->rcb(&c->base, op->status, detail, op->status == TW_OK ? op->buf : NULL,
-		        op->status == TW_OK ? op->len : 0, op->arg);
 	if (op->iov != op->iov_inline)
 		tw__free(op->iov);
 	tw__free(op);
-	tcp_conn_unref(c);
 }
 
-/* Completes `op` (already unlinked) with `status`, deferred. */
-static void tcp_op_complete(tcp_op *op, tw_status_t status)
+static void tcp_failed(tw_conn_core *core)
 {
-	op->status = status;
-	tw__loop_defer(op->conn->base.transport->loop, &op->dfr, tcp_op_deliver, op);
+	tcp_update_poll((tcp_conn *)core);
 }
 
-static void tcp_fail_queue(tcp_op **head, tcp_op **tail, tw_status_t status)
-{
-	tcp_op *op = *head;
-	*head = *tail = NULL;
-	while (op) {
-		tcp_op *next = op->next;
-		op->next = NULL;
-		tcp_op_complete(op, status);
-		op = next;
-	}
-}
+static const tw_conn_core_ops tcp_core_ops = { tcp_free_op, tcp_free_conn, tcp_failed };
 
-/* A report still on its way when the owner closes the connection comes as
- * TW_ERR_CLOSED: once the owner has let a connection go it hears nothing
- * else of it (transport.h). */
-static void tcp_watch_deliver(void *arg)
-{
-	tcp_conn *c = arg;
-	if (c->state == TCP_CLOSED)
-		c->watch_cb(&c->base, TW_ERR_CLOSED, "tcp transport: closed locally", c->watch_arg);
-	else
-		c->watch_cb(&c->base, c->watch_status, c->err_detail, c->watch_arg);
-	tcp_conn_unref(c);
-}
-
-static void tcp_hangup_deliver(void *arg)
-{
-	tcp_conn *c = arg;
-	char detail[TW_DETAIL_MAX];
-	tw__detail(detail, sizeof(detail),
-	           "tcp transport: connection closed by peer %s, with bytes it sent still unread",
-	           c->peer);
-	if (c->state != TCP_CLOSED) /* an owner that closed hears only the end */
-		c->hup_cb(&c->base, detail, c->watch_arg);
-	tcp_conn_unref(c);
-}
-
-/* Reports the end to the watch, if one is armed (after the ops' callbacks,
- * which the caller deferred first). */
-static void tcp_watch_fire(tcp_conn *c, tw_status_t status)
-{
-	if (!c->watch_armed)
-		return;
-	c->watch_armed = false;
-	c->watch_status = status;
-	tw__loop_defer(c->base.transport->loop, &c->watch_dfr, tcp_watch_deliver, c);
-}
-
-/* Fails the connection: every pending and later op gets this status. */
-__attribute__((format(printf, 3, 4))) static void tcp_fail(tcp_conn *c, tw_status_t status,
-                                                           const char *fmt, ...)
-{
-	if (c->state == TCP_FAILED || c->state == TCP_CLOSED)
-		return;
-	c->state = TCP_FAILED;
-	c->err = status;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err_detail, sizeof(c->err_detail), fmt, ap);
-	va_end(ap);
-	tcp_fail_queue(&c->wq_head, &c->wq_tail, status);
-	tcp_fail_queue(&c->rq_head, &c->rq_tail, status);
-	tcp_watch_fire(c, status);
-	tcp_update_poll(c);
-}
+#define tcp_fail(c, ...) tw__conn_fail(&(c)->core, __VA_ARGS__)
 
 static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
 {
 	char eb[128];
 	tw__strerror(err, eb, sizeof(eb));
-	if (err == ETIMEDOUT && c->state == TCP_CONNECTING)
+	if (err == ETIMEDOUT && c->core.phase == TW_CONN_SETUP)
 		tcp_fail(c, TW_ERR_TIMEDOUT,
 		         "tcp transport: connect %s: not connected within the connect timeout of "
 		         "%llu ms: %s",
-		         c->peer, (unsigned long long)c->opts.connect_timeout_ms, eb);
+		         c->core.peer, (unsigned long long)c->opts.connect_timeout_ms, eb);
 	else if (err == ETIMEDOUT)
 		tcp_fail(c, TW_ERR_TIMEDOUT,
 		         "tcp transport: %s %s: the peer acknowledged nothing within the liveness "
 		         "bound of %llu ms (a silent network or a peer that stopped reading): %s",
-		         what, c->peer, (unsigned long long)c->opts.liveness_ms, eb);
+		         what, c->core.peer, (unsigned long long)c->opts.liveness_ms, eb);
 	else if (err == ECONNRESET || err == EPIPE)
-		tcp_fail(c, TW_ERR_CONNRESET, "tcp transport: %s %s: %s", what, c->peer, eb);
-	else if (c->state == TCP_CONNECTING)
-		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->peer, eb);
+		tcp_fail(c, TW_ERR_CONNRESET, "tcp transport: %s %s: %s", what, c->core.peer, eb);
+	else if (c->core.phase == TW_CONN_SETUP)
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->core.peer, eb);
 	else
-		tcp_fail(c, TW_ERR_SYS, "tcp transport: %s %s: %s", what, c->peer, eb);
+		tcp_fail(c, TW_ERR_SYS, "tcp transport: %s %s: %s", what, c->core.peer, eb);
 }
 
 /* The liveness bound (see the file comment); best effort, like TCP_NODELAY:
@@ -323,23 +219,14 @@ static void tcp_on_poll_closed(uv_handle_t *h)
 	if (c->fd >= 0)
 		tw__sys_close(c->fd);
 	c->fd = -1;
-	tcp_conn_unref(c);
+	tw__conn_core_unref(&c->core);
 }
 
 static void tcp_conn_close(tw_conn *base)
 {
 	tcp_conn *c = (tcp_conn *)base;
-	if (c->state == TCP_CLOSED)
+	if (!tw__conn_close_ops(&c->core))
 		return;
-	if (c->state != TCP_FAILED) {
-		c->err = TW_ERR_CLOSED;
-		tw__detail(c->err_detail, sizeof(c->err_detail),
-		           "tcp transport: connection to %s closed locally", c->peer);
-	}
-	c->state = TCP_CLOSED;
-	tcp_fail_queue(&c->wq_head, &c->wq_tail, TW_ERR_CLOSED);
-	tcp_fail_queue(&c->rq_head, &c->rq_tail, TW_ERR_CLOSED);
-	tcp_watch_fire(c, TW_ERR_CLOSED);
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, tcp_on_poll_closed);
@@ -347,7 +234,7 @@ static void tcp_conn_close(tw_conn *base)
 
 static const char *tcp_conn_peer(tw_conn *base)
 {
-	return ((tcp_conn *)base)->peer;
+	return ((tcp_conn *)base)->core.peer;
 }
 
 static bool tcp_conn_has_unread(tw_conn *base)
@@ -355,7 +242,7 @@ static bool tcp_conn_has_unread(tw_conn *base)
 	tcp_conn *c = (tcp_conn *)base;
 	if (c->rend > c->rpos)
 		return true;
-	if (c->fd < 0 || c->state == TCP_FAILED || c->state == TCP_CLOSED)
+	if (c->fd < 0 || tw__conn_done(&c->core))
 		return false;
 	return tw__sys_peek(c->fd) > 0;
 }
@@ -371,8 +258,8 @@ static bool tcp_conn_was_connected(tw_conn *base)
  * the ops that are done. */
 static void tcp_advance_writes(tcp_conn *c, size_t n)
 {
-	while (c->wq_head) {
-		tcp_op *op = c->wq_head;
+	while (c->core.wq_head) {
+		tcp_op *op = (tcp_op *)c->core.wq_head;
 		while (op->cur < op->num_iov) {
 			uint64_t rem = op->iov[op->cur].len - op->off;
 			if (rem == 0) {
@@ -386,20 +273,17 @@ static void tcp_advance_writes(tcp_conn *c, size_t n)
 			op->off += take;
 			n -= (size_t)take;
 		}
-		c->wq_head = op->next;
-		if (!c->wq_head)
-			c->wq_tail = NULL;
-		op->next = NULL;
-		tcp_op_complete(op, TW_OK);
+		tw__conn_op_done(&c->core, true);
 	}
 }
 
 static void tcp_drive_writes(tcp_conn *c)
 {
-	while (c->state == TCP_OPEN && c->wq_head) {
+	while (c->core.phase == TW_CONN_OPEN && c->core.wq_head) {
 		struct iovec iov[TCP_IOV_BATCH];
 		int n = 0;
-		for (tcp_op *op = c->wq_head; op && n < TCP_IOV_BATCH; op = op->next) {
+		for (tcp_op *op = (tcp_op *)c->core.wq_head; op && n < TCP_IOV_BATCH;
+		     op = (tcp_op *)op->op.next) {
 			for (size_t i = op->cur; i < op->num_iov && n < TCP_IOV_BATCH; i++) {
 				uint64_t skip = i == op->cur ? op->off : 0;
 				if (op->iov[i].len == skip)
@@ -460,20 +344,10 @@ static tw_status_t tcp_conn_write(tw_conn *base, const tw_iov *iov, size_t num_i
 	op->iov[0].len = TCP_HEADER;
 	op->num_iov = num_iov + 1;
 	op->kind = TCP_OP_WRITE;
-	op->conn = c;
-	op->wcb = cb;
-	op->arg = arg;
-	c->refs++;
-	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
-		tcp_op_complete(op, c->err);
-		return TW_OK;
-	}
-	if (c->wq_tail)
-		c->wq_tail->next = op;
-	else
-		c->wq_head = op;
-	c->wq_tail = op;
-	tcp_drive(c);
+	op->op.wcb = cb;
+	op->op.arg = arg;
+	if (tw__conn_queue(&c->core, &op->op, true))
+		tcp_drive(c);
 	return TW_OK;
 }
 
@@ -521,12 +395,12 @@ static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64
 		if (r == 0) {
 			if (frame_len == UINT64_MAX)
 				tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s",
-				         c->peer);
+				         c->core.peer);
 			else
 				tcp_fail(c, TW_ERR_EOF,
 				         "tcp transport: connection closed by peer %s in the middle of a "
 				         "frame (%llu of %llu bytes received)",
-				         c->peer, (unsigned long long)frame_got,
+				         c->core.peer, (unsigned long long)frame_got,
 				         (unsigned long long)frame_len);
 			return -1;
 		}
@@ -543,8 +417,8 @@ static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64
 
 static void tcp_drive_reads(tcp_conn *c)
 {
-	while (c->state == TCP_OPEN && c->rq_head) {
-		tcp_op *op = c->rq_head;
+	while (c->core.phase == TW_CONN_OPEN && c->core.rq_head) {
+		tcp_op *op = (tcp_op *)c->core.rq_head;
 		if (!c->rbuf) {
 			c->rbuf = tw__malloc(TCP_RBUF_SIZE);
 			if (!c->rbuf) {
@@ -568,7 +442,7 @@ static void tcp_drive_reads(tcp_conn *c)
 			    !TW_MUTANT("frame_length_unchecked")) {
 				tcp_fail(c, TW_ERR_PROTO,
 				         "tcp transport: frame from %s has %llu bytes where %llu were expected",
-				         c->peer, (unsigned long long)len, (unsigned long long)op->len);
+				         c->core.peer, (unsigned long long)len, (unsigned long long)op->len);
 				return;
 			}
 			if (op->kind == TCP_OP_READ_ALLOC) {
@@ -576,7 +450,7 @@ static void tcp_drive_reads(tcp_conn *c)
 					tcp_fail(c, TW_ERR_PROTO,
 					         "tcp transport: frame from %s has %llu bytes, more than the "
 					         "limit of %llu",
-					         c->peer, (unsigned long long)len, (unsigned long long)op->max);
+					         c->core.peer, (unsigned long long)len, (unsigned long long)op->max);
 					return;
 				}
 				op->len = len;
@@ -585,7 +459,7 @@ static void tcp_drive_reads(tcp_conn *c)
 					if (!op->buf) {
 						tcp_fail(c, TW_ERR_NOMEM,
 						         "tcp transport: frame of %llu bytes from %s: out of memory",
-						         (unsigned long long)len, c->peer);
+						         (unsigned long long)len, c->core.peer);
 						return;
 					}
 				}
@@ -612,29 +486,17 @@ static void tcp_drive_reads(tcp_conn *c)
 			op->got += (uint64_t)r;
 			continue;
 		}
-		c->rq_head = op->next;
-		if (!c->rq_head)
-			c->rq_tail = NULL;
-		op->next = NULL;
-		tcp_op_complete(op, TW_OK);
+		op->op.buf = op->buf;
+		op->op.len = op->len;
+		tw__conn_op_done(&c->core, false);
 	}
 }
 
 static tw_status_t tcp_queue_read(tcp_conn *c, tcp_op *op)
 {
-	op->conn = c;
-	c->refs++;
 	c->watch_saw_data = false; /* the read moves past whatever the watch saw */
-	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
-		tcp_op_complete(op, c->err);
-		return TW_OK;
-	}
-	if (c->rq_tail)
-		c->rq_tail->next = op;
-	else
-		c->rq_head = op;
-	c->rq_tail = op;
-	tcp_drive(c);
+	if (tw__conn_queue(&c->core, &op->op, false))
+		tcp_drive(c);
 	return TW_OK;
 }
 
@@ -647,8 +509,8 @@ static tw_status_t tcp_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw
 	op->kind = TCP_OP_READ_INTO;
 	op->buf = buf;
 	op->len = len;
-	op->rcb = cb;
-	op->arg = arg;
+	op->op.rcb = cb;
+	op->op.arg = arg;
 	op->iov = op->iov_inline;
 	return tcp_queue_read((tcp_conn *)base, op);
 }
@@ -661,8 +523,8 @@ static tw_status_t tcp_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_
 		return TW_ERR_NOMEM;
 	op->kind = TCP_OP_READ_ALLOC;
 	op->max = max_len;
-	op->rcb = cb;
-	op->arg = arg;
+	op->op.rcb = cb;
+	op->op.arg = arg;
 	op->iov = op->iov_inline;
 	return tcp_queue_read((tcp_conn *)base, op);
 }
@@ -673,38 +535,34 @@ static tw_status_t tcp_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_
  * nothing known to be waiting unread (see the file comment). */
 static bool tcp_watch_polls(const tcp_conn *c)
 {
-	return c->watch_armed && !c->rq_head && !c->watch_saw_data && c->rpos == c->rend;
+	return c->core.watch_armed && !c->core.rq_head && !c->watch_saw_data && c->rpos == c->rend;
 }
 
 /* True while the watch waits for a hang-up: bytes known to wait unread, no
  * read queued, no FIN seen yet. */
 static bool tcp_watch_hup_polls(const tcp_conn *c)
 {
-	return c->watch_armed && c->hup_cb && !c->hup_seen && !c->rq_head &&
+	return c->core.watch_armed && c->core.hup_cb && !c->hup_seen && !c->core.rq_head &&
 	       (c->watch_saw_data || c->rpos != c->rend);
 }
 
 /* Reports a FIN that came in behind unread bytes (see the file comment). */
 static void tcp_drive_hangup(tcp_conn *c)
 {
-	if (c->state != TCP_OPEN || !c->hup_seen || c->hup_reported || !c->watch_armed ||
-	    !c->hup_cb || c->rq_head || (!c->watch_saw_data && c->rpos == c->rend))
-		return;
-	c->hup_reported = true;
-	c->refs++;
-	tw__loop_defer(c->base.transport->loop, &c->hup_dfr, tcp_hangup_deliver, c);
+	if (c->hup_seen && (c->watch_saw_data || c->rpos != c->rend))
+		tw__conn_hangup(&c->core);
 }
 
 static void tcp_drive_watch(tcp_conn *c)
 {
-	while (c->state == TCP_OPEN && tcp_watch_polls(c) && !c->read_drained) {
+	while (c->core.phase == TW_CONN_OPEN && tcp_watch_polls(c) && !c->read_drained) {
 		ssize_t r = tw__sys_peek(c->fd);
 		if (r > 0) {
 			c->watch_saw_data = true;
 			return;
 		}
 		if (r == 0) {
-			tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s", c->peer);
+			tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s", c->core.peer);
 			return;
 		}
 		if (errno == EINTR)
@@ -722,15 +580,8 @@ static tw_status_t tcp_conn_watch_end(tw_conn *base, tw_conn_end_cb cb,
                                       tw_conn_hangup_cb hup_cb, void *arg)
 {
 	tcp_conn *c = (tcp_conn *)base;
-	c->watch_cb = cb;
-	c->hup_cb = hup_cb;
-	c->watch_arg = arg;
-	c->watch_armed = true;
-	c->refs++;
-	if (c->state == TCP_FAILED || c->state == TCP_CLOSED) {
-		tcp_watch_fire(c, c->err);
+	if (!tw__conn_watch_arm(&c->core, cb, hup_cb, arg))
 		return TW_OK;
-	}
 	/* Not tcp_drive: a peek from inside the caller's stack could fail the
 	 * connection, and callbacks are deferred anyway; just start polling. */
 	tcp_update_poll(c);
@@ -743,14 +594,14 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events);
 
 static void tcp_update_poll(tcp_conn *c)
 {
-	if (c->state == TCP_CLOSED)
+	if (c->core.phase == TW_CONN_CLOSED)
 		return;
 	int want = 0;
-	if (c->state == TCP_CONNECTING)
+	if (c->core.phase == TW_CONN_SETUP)
 		want = UV_WRITABLE;
-	else if (c->state == TCP_OPEN)
-		want = (c->rq_head || tcp_watch_polls(c) ? UV_READABLE : 0) |
-		       (c->wq_head ? UV_WRITABLE : 0) | (tcp_watch_hup_polls(c) ? UV_DISCONNECT : 0);
+	else if (c->core.phase == TW_CONN_OPEN)
+		want = (c->core.rq_head || tcp_watch_polls(c) ? UV_READABLE : 0) |
+		       (c->core.wq_head ? UV_WRITABLE : 0) | (tcp_watch_hup_polls(c) ? UV_DISCONNECT : 0);
 	if (want == c->poll_events)
 		return;
 	c->poll_events = want;
@@ -762,7 +613,7 @@ static void tcp_update_poll(tcp_conn *c)
 	if (rc != 0) {
 		c->poll_events = 0;
 		tcp_fail(c, TW_ERR_SYS, "tcp transport: uv_poll_start on connection to %s: %s",
-		         c->peer, uv_strerror(rc));
+		         c->core.peer, uv_strerror(rc));
 	}
 }
 
@@ -778,18 +629,18 @@ static void tcp_finish_connect(tcp_conn *c)
 		tcp_fail_errno(c, "connect", err);
 		return;
 	}
-	c->state = TCP_OPEN;
+	c->core.phase = TW_CONN_OPEN;
 	c->connected = true;
 	tcp_set_liveness(c->fd, c->opts.liveness_ms);
 }
 
 static void tcp_drive(tcp_conn *c)
 {
-	if (c->state == TCP_OPEN)
+	if (c->core.phase == TW_CONN_OPEN)
 		tcp_drive_writes(c);
-	if (c->state == TCP_OPEN)
+	if (c->core.phase == TW_CONN_OPEN)
 		tcp_drive_reads(c);
-	if (c->state == TCP_OPEN)
+	if (c->core.phase == TW_CONN_OPEN)
 		tcp_drive_watch(c);
 	tcp_drive_hangup(c);
 	tcp_update_poll(c);
@@ -807,7 +658,7 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
 			tcp_fail_errno(c, "connection to", err);
 		} else {
-			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->peer,
+			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->core.peer,
 			         uv_strerror(status));
 		}
 		return;
@@ -821,12 +672,12 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		c->read_drained = false;
 	if (events & UV_WRITABLE)
 		c->write_full = false;
-	if (c->state == TCP_CONNECTING && (events & UV_WRITABLE))
+	if (c->core.phase == TW_CONN_SETUP && (events & UV_WRITABLE))
 		tcp_finish_connect(c);
 	tcp_drive(c);
 }
 
-static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tcp_state state, const char *peer,
+static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tw_conn_phase phase, const char *peer,
                               const tw_conn_opts *opts, char *detail, size_t detail_len)
 {
 	tcp_conn *c = tw__calloc(1, sizeof(*c));
@@ -835,14 +686,12 @@ static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tcp_state state, co
 		tw__sys_close(fd);
 		return NULL;
 	}
-	c->base.ops = &tcp_conn_ops;
-	c->base.transport = &t->base;
+	/* one reference: the poll handle */
+	tw__conn_core_init(&c->core, &tcp_conn_ops, &tcp_core_ops, &t->base, "tcp transport", peer,
+	                   phase, 1);
 	c->fd = fd;
-	c->state = state;
-	c->connected = state == TCP_OPEN;
+	c->connected = phase == TW_CONN_OPEN;
 	c->opts = *opts;
-	c->refs = 1;
-	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	int rc = uv_poll_init_socket(&t->base.loop->uv, &c->poll, fd);
 	if (rc != 0) {
 		tw__detail(detail, detail_len, "tcp transport: uv_poll_init_socket for %s: %s", peer,
@@ -885,20 +734,20 @@ static tw_status_t tcp_connect(tw_transport *base, const char *address, const tw
 	tcp_set_user_timeout(fd, opts->connect_timeout_ms);
 	int rc = tw__sys_connect(fd, (struct sockaddr *)&ss, sl);
 	int err = rc == 0 ? 0 : errno;
-	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TCP_OPEN : TCP_CONNECTING, peer, opts, detail,
+	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TW_CONN_OPEN : TW_CONN_SETUP, peer, opts, detail,
 	                           detail_len);
 	if (!c)
 		return TW_ERR_NOMEM;
 	if (rc != 0 && err != EINPROGRESS) {
 		/* Report it through the operations, like an asynchronous failure. */
-		c->state = TCP_CONNECTING;
+		c->core.phase = TW_CONN_SETUP;
 		tcp_fail_errno(c, "connect", err);
 	} else {
 		if (rc == 0)
 			tcp_set_liveness(fd, opts->liveness_ms);
 		tcp_update_poll(c);
 	}
-	*out = &c->base;
+	*out = &c->core.base;
 	return TW_OK;
 }
 
@@ -1061,7 +910,7 @@ static bool tcp_is_wildcard(const struct sockaddr_storage *ss)
 static void tcp_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
                                    int fd, const struct sockaddr *peer_addr, void *arg)
 {
-	tcp_listener *l = arg;
+	tw_stream_listener *l = arg;
 	(void)acc;
 	if (status != TW_OK) {
 		l->cb(&l->base, status, detail, NULL, l->arg);
@@ -1073,24 +922,12 @@ static void tcp_listener_on_accept(tw_acceptor *acc, tw_status_t status, const c
 	char peer[TW_TCP_ADDR_MAX];
 	tw__tcp_addr_format(peer_addr, peer, sizeof(peer));
 	tcp_set_liveness(fd, l->opts.liveness_ms);
-	tcp_conn *c = tcp_conn_new(t, fd, TCP_OPEN, peer, &l->opts, d, sizeof(d));
+	tcp_conn *c = tcp_conn_new(t, fd, TW_CONN_OPEN, peer, &l->opts, d, sizeof(d));
 	if (!c) {
 		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
 		return;
 	}
-	l->cb(&l->base, TW_OK, "", &c->base, l->arg);
-}
-
-static const char *tcp_listener_address(tw_tlistener *base)
-{
-	return ((tcp_listener *)base)->address;
-}
-
-static void tcp_listener_close(tw_tlistener *base)
-{
-	tcp_listener *l = (tcp_listener *)base;
-	tw__acceptor_close(l->acc);
-	tw__free(l);
+	l->cb(&l->base, TW_OK, "", &c->core.base, l->arg);
 }
 
 static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
@@ -1102,29 +939,23 @@ static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_
 	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
 	if (st != TW_OK)
 		return st;
-	tcp_listener *l = tw__calloc(1, sizeof(*l));
-	if (!l) {
-		tw__detail(detail, detail_len, "tcp transport: listener on %s: out of memory", address);
+	tw_stream_listener *l = tw__stream_listener_new(base, "tcp transport", opts, cb, arg, detail,
+	                                                detail_len);
+	if (!l)
 		return TW_ERR_NOMEM;
-	}
-	l->base.ops = &tcp_listener_ops;
-	l->base.transport = base;
-	l->cb = cb;
-	l->arg = arg;
-	l->opts = *opts;
 	struct sockaddr_storage bound;
 	st = tw__acceptor_open(base->loop, "tcp transport", address, (struct sockaddr *)&ss, sl, true,
 	                       tw__tcp_addr_format, tcp_listener_on_accept, l, &l->acc, &bound,
 	                       detail, detail_len);
 	if (st != TW_OK) {
-		tw__free(l);
+		tw__stream_listener_free(l);
 		return st;
 	}
 	if (tcp_is_wildcard(&bound)) {
 		st = tcp_pick_advertised(bound.ss_family, tw__tcp_addr_port(&bound), opts, l->address,
 		                         sizeof(l->address), detail, detail_len);
 		if (st != TW_OK) {
-			tcp_listener_close(&l->base);
+			tw__stream_listener_free(l);
 			return st;
 		}
 	} else {
@@ -1187,11 +1018,6 @@ static const tw_conn_ops tcp_conn_ops = {
 	.peer = tcp_conn_peer,
 	.has_unread = tcp_conn_has_unread,
 	.was_connected = tcp_conn_was_connected,
-};
-
-static const tw_tlistener_ops tcp_listener_ops = {
-	.address = tcp_listener_address,
-	.close = tcp_listener_close,
 };
 
 static const char *const tcp_schemes[] = { "tcp", "uv", NULL };
