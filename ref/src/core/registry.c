@@ -7,6 +7,7 @@
 
 #include "channel/basic/basic.h"
 #include "channel/cma/cma.h"
+#include "channel/mpt/mpt.h"
 #include "core/core.h"
 #include "transport/shm/shm.h"
 #include "transport/tcp/tcp.h"
@@ -20,6 +21,7 @@ const tw_transport_ops *const tw__transport_kinds[] = {
 const tw_channel_ops *const tw__channel_kinds[] = {
 	&tw__basic_channel_ops,
 	&tw__cma_channel_ops,
+	&tw__mpt_channel_ops,
 	NULL,
 };
 

@@ -1,0 +1,123 @@
+/*
+ * mpt_test.c - what the battery does not reach in the mpt channel
+ * (spec/wire.md 4.3):
+ *
+ *   chunks     lanes=3: tensors of 1, 2, 3, 4 and 1 MiB + 1 bytes (fewer
+ *              bytes than lanes: empty chunks on some lanes) and an empty
+ *              one, in one message and in order, arrive intact
+ *   mismatch   2 lanes against 3: the device descriptors differ, so mpt
+ *              is not selected (no handshake that cannot work); the pipe
+ *              still carries payloads and a tensor write fails alone,
+ *              naming the device pair
+ *   options    a bad lane count or option is refused naming the option
+ *
+ * One process, two contexts, uv transport.
+ */
+#include "pair_util.h"
+
+static void mpt_ctx(tw_context **c, const char *name, const char *options)
+{
+	CHECK_OK(tw_context_create(name, c));
+	CHECK_OK(tw_context_register_transport(*c, "uv", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(*c, "mpt", NULL, 0, options));
+}
+
+static void case_chunks(void)
+{
+	tu_pair p = { 0 };
+	mpt_ctx(&p.sctx, "server", "lanes=3,listen=127.0.0.1:0");
+	mpt_ctx(&p.cctx, "client", "lanes=3,listen=127.0.0.1:0");
+	tu_pair_open(&p, "tcp://127.0.0.1:0");
+	tw_pipe_info info;
+	CHECK_OK(tw_pipe_get_info(p.c, &info));
+	CHECK(strcmp(info.channel, "mpt") == 0);
+	enum { N = 6 };
+	static const size_t lens[N] = { 1, 2, 3, 0, 4, (1u << 20) + 1 };
+	uint8_t *src[N], *dst[N];
+	tw_tensor t[N];
+	tw_tensor_allocation ta[N];
+	for (int i = 0; i < N; i++) {
+		src[i] = malloc(lens[i] + 1);
+		dst[i] = calloc(1, lens[i] + 1);
+		CHECK(src[i] && dst[i]);
+		tu_fill_at(src[i], lens[i], 500 + (uint64_t)i);
+		t[i] = (tw_tensor){ .data = src[i], .length = lens[i], .source_device = tw_device_cpu(),
+			            .has_target_device = true, .target_device = tw_device_cpu() };
+		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = tw_device_cpu() };
+	}
+	tw_message m = { .num_tensors = N, .tensors = t };
+	for (int round = 0; round < 3; round++) {
+		tu_rec w, d, r;
+		tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+		CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+		CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+		tu_expect(&d, TW_OK, NULL);
+		CHECK(d.desc->num_tensors == N);
+		tw_allocation a = { .num_tensors = N, .tensors = ta };
+		CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+		tu_expect(&r, TW_OK, NULL);
+		tu_expect(&w, TW_OK, NULL);
+		for (int i = 0; i < N; i++)
+			CHECK(memcmp(src[i], dst[i], lens[i]) == 0);
+		tu_once(&w), tu_once(&d), tu_once(&r);
+		memset(dst[N - 1], 0, lens[N - 1]);
+	}
+	tu_pair_close(&p);
+	for (int i = 0; i < N; i++)
+		free(src[i]), free(dst[i]);
+}
+
+static void case_mismatch(void)
+{
+	tu_pair p = { 0 };
+	mpt_ctx(&p.sctx, "server", "lanes=2,listen=127.0.0.1:0");
+	mpt_ctx(&p.cctx, "client", "lanes=3,listen=127.0.0.1:0");
+	tu_pair_open(&p, "tcp://127.0.0.1:0");
+	/* Established without a channel: messages without tensors still go. */
+	tu_send_text(p.c, "payloads still travel");
+	tu_expect_text(p.s, "payloads still travel");
+	/* A tensor fails alone, naming why, before anything is sent. */
+	static uint8_t data[16];
+	tw_tensor t = { .data = data, .length = sizeof(data), .source_device = tw_device_cpu(),
+		        .has_target_device = true, .target_device = tw_device_cpu() };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+	tu_wait(&w.w, 1);
+	printf("# the tensor write: %s: %s\n", tw_status_name(w.status), w.detail);
+	CHECK(w.status == TW_ERR_UNSUPPORTED && strstr(w.detail, "cpu:0"));
+	tu_send_text(p.c, "and after it");
+	tu_expect_text(p.s, "and after it");
+	tu_pair_close(&p);
+	tu_once(&w);
+}
+
+static void case_options(void)
+{
+	static const char *const bad[][2] = {
+		{ "lanes=0", "lanes" }, { "lanes=65", "lanes" }, { "lanes=two", "lanes" },
+		{ "lane=2", "lane" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tw_context *c;
+		CHECK_OK(tw_context_create("opts", &c));
+		tw_status_t st = tw_context_register_channel(c, "mpt", NULL, 0, bad[i][0]);
+		printf("# '%s': %s: %s\n", bad[i][0], tw_status_name(st), tw_last_error());
+		CHECK(st == TW_ERR_INVAL);
+		CHECK(strstr(tw_last_error(), "mpt channel") && strstr(tw_last_error(), bad[i][1]));
+		tw_context_destroy(c);
+	}
+}
+
+static const tu_case cases[] = {
+	{ "chunks", case_chunks },
+	{ "mismatch", case_mismatch },
+	{ "options", case_options },
+};
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 60);
+}
