@@ -22,6 +22,7 @@ const tw_channel_ops *const tw__channel_kinds[] = {
 	&tw__basic_channel_ops,
 	&tw__cma_channel_ops,
 	&tw__mpt_channel_ops,
+	&tw__xth_channel_ops,
 	NULL,
 };
 

@@ -20,6 +20,11 @@
  * fails fails that receive with the call and errno named and the channel
  * with it (4.4.c); the core then closes the pipe.
  *
+ * xth (spec 4.5) is the same flow inside one process: its Descriptor is
+ * {ptr} alone and the receiver copies with memcpy, in the same bounded
+ * steps. Its device descriptor names the process (identity.c), so two
+ * processes never select it. Details name whichever of the two it is.
+ *
  * This file must not know about descriptors of messages or pipes.
  */
 #define _GNU_SOURCE
@@ -43,6 +48,7 @@
 
 typedef struct cma_channel {
 	tw_channel base;
+	bool xth;           /* the same-process flavour (spec 4.5) */
 	tw_conn *conn[2];   /* 0: descriptors, 1: completions */
 	unsigned refs;      /* 1 while open + one per operation not yet called back */
 	tw_list copies;     /* cma_op receives with a descriptor, in receive order */
@@ -95,7 +101,7 @@ static void cma_settle(cma_op *op)
 	char buf[TW_DETAIL_MAX];
 	const char *detail = "";
 	if (op->status != TW_OK) {
-		tw__detail(buf, sizeof(buf), "cma channel: %s", op->detail);
+		tw__detail(buf, sizeof(buf), "%s channel: %s", ch->xth ? "xth" : "cma", op->detail);
 		detail = buf;
 	}
 	op->cb(&ch->base, op->status, detail, op->arg);
@@ -158,10 +164,15 @@ static tw_status_t cma_send(tw_channel *base, const tw_buffer *buf, tw_channel_c
 		return TW_ERR_NOMEM;
 	if (empty)
 		return TW_OK;
-	tw_wire_cma_descriptor d = { (uint32_t)getpid(), (uint64_t)(uintptr_t)buf->ptr };
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
-	tw__wire_encode_cma_descriptor(&w, &d);
+	if (ch->xth) {
+		tw_wire_xth_descriptor d = { (uint64_t)(uintptr_t)buf->ptr };
+		tw__wire_encode_xth_descriptor(&w, &d);
+	} else {
+		tw_wire_cma_descriptor d = { (uint32_t)getpid(), (uint64_t)(uintptr_t)buf->ptr };
+		tw__wire_encode_cma_descriptor(&w, &d);
+	}
 	if (tw__nop_writer_finish(&w) != TW_OK || w.len > sizeof(op->desc)) {
 		tw__nop_writer_free(&w);
 		ch->refs--;
@@ -234,7 +245,13 @@ static void cma_copy_step(void *arg)
 		n = TW_RW_MAX;
 	struct iovec l = { op->buf + op->done, (size_t)n };
 	struct iovec r = { (void *)(uintptr_t)(op->ptr + op->done), (size_t)n };
-	ssize_t got = tw__sys_process_vm_readv((pid_t)op->pid, &l, 1, &r, 1);
+	ssize_t got;
+	if (ch->xth) { /* the sender is this process: its buffer is ours to read */
+		memcpy(l.iov_base, r.iov_base, l.iov_len);
+		got = (ssize_t)n;
+	} else {
+		got = tw__sys_process_vm_readv((pid_t)op->pid, &l, 1, &r, 1);
+	}
 	if (got < 0 && errno == EINTR)
 		got = 0; /* the next pass tries again */
 	else if (got <= 0) {
@@ -278,10 +295,16 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 		cma_settle(op);
 		return;
 	}
-	tw_wire_cma_descriptor d;
+	tw_wire_cma_descriptor d = { 0, 0 };
 	size_t used;
 	char dd[TW_DETAIL_MAX];
-	st = tw__wire_decode_cma_descriptor(buf, (size_t)len, &d, &used, dd, sizeof(dd));
+	if (ch->xth) {
+		tw_wire_xth_descriptor x = { 0 };
+		st = tw__wire_decode_xth_descriptor(buf, (size_t)len, &x, &used, dd, sizeof(dd));
+		d.ptr = x.ptr;
+	} else {
+		st = tw__wire_decode_cma_descriptor(buf, (size_t)len, &d, &used, dd, sizeof(dd));
+	}
 	tw__free(buf);
 	if (st != TW_OK) { /* a broken peer fails the channel (channel.h) */
 		ch->failed = TW_ERR_PROTO;
@@ -354,12 +377,13 @@ static tw_status_t cma_open(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *
 	if (!ch) {
 		for (size_t i = 0; i < num_conns; i++)
 			conns[i]->ops->close(conns[i]);
-		tw__detail(detail, detail_len, num_conns == 2 ? "cma channel: out of memory"
-		                                              : "cma channel: needs 2 connections");
+		tw__detail(detail, detail_len, "%s channel: %s", c->ops->kind,
+		           num_conns == 2 ? "out of memory" : "needs 2 connections");
 		return num_conns == 2 ? TW_ERR_NOMEM : TW_ERR_INVAL;
 	}
 	ch->base.ops = &cma_instance_ops;
 	ch->base.ctx = c;
+	ch->xth = c->ops == &tw__xth_channel_ops;
 	ch->conn[0] = conns[0];
 	ch->conn[1] = conns[1];
 	ch->refs = 1;
@@ -435,6 +459,34 @@ static tw_status_t cma_create(const tw_channel_env *env, const char *options,
 const tw_channel_ops tw__cma_channel_ops = {
 	.kind = "cma",
 	.create = cma_create,
+	.can_communicate = NULL,
+	.num_connections = cma_num_connections,
+	.open = cma_open,
+	.shutdown = NULL,
+	.destroy = tw__channel_cpu_ctx_free,
+};
+
+/* xth: cma's flow inside one process (spec 4.5). Stock offers it under
+ * the same rule: only a peer in this very process has this descriptor. */
+static tw_status_t xth_create(const tw_channel_env *env, const char *options,
+                              tw_channel_ctx **out, char *detail, size_t detail_len)
+{
+	tw_status_t st = tw__options_parse("xth channel", options, NULL, 0, NULL, NULL, 0, detail,
+	                                   detail_len);
+	if (st != TW_OK)
+		return st;
+	char desc[TW_IDENTITY_MAX], why[TW_DETAIL_MAX];
+	st = tw__identity_xth(desc, sizeof(desc), why, sizeof(why));
+	if (st != TW_OK) {
+		tw__detail(detail, detail_len, "xth channel: not viable: %s", why);
+		return TW_ERR_UNSUPPORTED;
+	}
+	return tw__channel_cpu_ctx_new(&tw__xth_channel_ops, env, desc, out, detail, detail_len);
+}
+
+const tw_channel_ops tw__xth_channel_ops = {
+	.kind = "xth",
+	.create = xth_create,
 	.can_communicate = NULL,
 	.num_connections = cma_num_connections,
 	.open = cma_open,

@@ -1,6 +1,7 @@
 /*
- * cma.h - the cma channel's vtable (spec 4.4). Everything else about it is
- * private to cma.c.
+ * cma.h - the vtables of the cma channel (spec 4.4) and of xth (4.5), the
+ * same flow inside one process; both live in cma.c and everything else
+ * about them is private to it.
  */
 #ifndef TW_CHANNEL_CMA_CMA_H
 #define TW_CHANNEL_CMA_CMA_H
@@ -8,5 +9,6 @@
 #include "channel/channel.h"
 
 extern const tw_channel_ops tw__cma_channel_ops;
+extern const tw_channel_ops tw__xth_channel_ops;
 
 #endif /* TW_CHANNEL_CMA_CMA_H */
