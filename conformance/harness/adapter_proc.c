@@ -40,6 +40,7 @@ struct twc_adapter {
 	json_t *stray;   /* descriptions of lines that broke the protocol */
 	json_int_t next_id;
 	bool out_eof, err_eof, exited;
+	bool signalled; /* the case killed or signalled it on purpose */
 	int wstatus;
 };
 
@@ -388,8 +389,19 @@ static json_t *take(twc_adapter *a, json_int_t id, bool want_event)
 	return NULL;
 }
 
+/* The first adapter that went away while the harness waited for it, in
+ * this (case) process: its label ("server ours"). */
+static char first_gone[64];
+
+const char *twc_adapter_first_gone(void)
+{
+	return first_gone;
+}
+
 static void describe_gone(twc_adapter *a, char *err, size_t errlen, const char *waiting)
 {
+	if (!first_gone[0] && !a->signalled)
+		snprintf(first_gone, sizeof(first_gone), "%s", a->label);
 	char st[64] = "still running";
 	for (int i = 0; i < 50 && !a->exited; i++) {
 		twc_adapter_pump(10);
@@ -620,6 +632,7 @@ static void signal_tree(pid_t pid, int sig, int depth)
 
 void twc_adapter_kill(twc_adapter *a)
 {
+	a->signalled = true;
 	if (!a->exited)
 		signal_tree(a->pid, SIGKILL, 0);
 }
@@ -628,6 +641,7 @@ int twc_adapter_signal(twc_adapter *a, int sig)
 {
 	if (a->exited)
 		return -1;
+	a->signalled = true;
 	signal_tree(a->pid, sig, 0);
 	return 0;
 }

@@ -25,6 +25,11 @@ typedef struct twc_adapter twc_adapter;
 twc_adapter *twc_adapter_spawn(const char *cmd, const char *label, char *err, size_t errlen);
 
 const char *twc_adapter_label(const twc_adapter *a);
+/* The label of the first adapter of this process that closed its output
+ * (exited, crashed) while the harness waited for it; "" if none did. A
+ * profile may excuse such a failure only for that adapter's own
+ * implementation. */
+const char *twc_adapter_first_gone(void);
 
 /* Sends `req` (stolen; "id" is set here) and waits up to timeout_ms for its
  * response. Returns the response (caller decrefs), whatever its "ok", or NULL

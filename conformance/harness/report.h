@@ -34,6 +34,7 @@ typedef struct twc_result {
 	char combo[72];           /* battery runs: "shm+cma"; "" for the case's own */
 	bool required_failure;    /* counts against the exit status */
 	bool unexcused;           /* the case said no profile may excuse this failure */
+	char gone[32];            /* the IUT whose adapter went away first, "" if none */
 	char *log;                /* what the case printed (owned) */
 } twc_result;
 
