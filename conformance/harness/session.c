@@ -388,6 +388,29 @@ int twc_session_connect(twc_session *s, const char *url)
 	return 0;
 }
 
+/* Waits for the receiver's event `rd` like twc_session_ok_event, but gives
+ * up as soon as one of the sender's writes wids[0..written) has failed:
+ * that failure is the verdict (a write the sender refused, e.g. a tensor
+ * over its transport's frame limit, would otherwise leave the reader
+ * waiting for the whole bound). Checked writes are marked in done[]. */
+static int twc_session_rx_or_tx_failed(twc_session *s, twc_adapter *rx, json_int_t rd,
+                                       const char *name, json_t **out, twc_adapter *tx,
+                                       const json_int_t *wids, bool *done, int written)
+{
+	long long deadline = twc_now_ms() + s->wait_ms;
+	while (twc_adapter_events_seen(rx, rd) == 0 && twc_now_ms() < deadline) {
+		for (int j = 0; j < written; j++) {
+			if (done[j] || twc_adapter_events_seen(tx, wids[j]) == 0)
+				continue;
+			done[j] = true;
+			if (twc_session_ok_event(s, tx, wids[j], "write", NULL))
+				return -1;
+		}
+		twc_adapter_pump(50);
+	}
+	return twc_session_ok_event(s, rx, rd, name, out);
+}
+
 int twc_session_transfer(twc_session *s, bool client_to_server, twc_shape_fn shape, int n,
                         bool burst, uint64_t seed_base)
 {
@@ -397,12 +420,13 @@ int twc_session_transfer(twc_session *s, bool client_to_server, twc_shape_fn sha
 	const char *rxpipe = client_to_server ? s->spipe : s->cpipe;
 	twc_agent_msg *msgs = calloc((size_t)n, sizeof(*msgs));
 	json_int_t *wids = calloc((size_t)n, sizeof(*wids));
+	bool *wdone = calloc((size_t)n, sizeof(*wdone));
 	char why[1024];
 	int rc = -1;
 	printf("# %s -> %s: %d message(s)\n", client_to_server ? "client" : "server",
 	       client_to_server ? "server" : "client", n);
 	fflush(stdout);
-	if (!msgs || !wids) {
+	if (!msgs || !wids || !wdone) {
 		twc_session_fail(s, "harness: out of memory");
 		goto out;
 	}
@@ -426,7 +450,8 @@ int twc_session_transfer(twc_session *s, bool client_to_server, twc_shape_fn sha
 		json_int_t rd = twc_session_arm(s, rx, json_pack("{s:s,s:s}", "cmd", "read_descriptor",
 		                                                "pipe", rxpipe));
 		json_t *ev;
-		if (rd < 0 || twc_session_ok_event(s, rx, rd, "read_descriptor", &ev))
+		if (rd < 0 || twc_session_rx_or_tx_failed(s, rx, rd, "read_descriptor", &ev, tx, wids,
+		                                          wdone, written))
 			goto out;
 		if (twc_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
 		                            sizeof(why))) {
@@ -447,7 +472,7 @@ int twc_session_transfer(twc_session *s, bool client_to_server, twc_shape_fn sha
 		json_decref(ev);
 	}
 	for (int i = 0; i < n; i++) {
-		if (twc_session_ok_event(s, tx, wids[i], "write", NULL))
+		if (!wdone[i] && twc_session_ok_event(s, tx, wids[i], "write", NULL))
 			goto out;
 	}
 	rc = 0;
@@ -456,6 +481,7 @@ out:
 		twc_msg_clear(&msgs[i]);
 	free(msgs);
 	free(wids);
+	free(wdone);
 	return rc;
 }
 

@@ -6,12 +6,42 @@
  * both adapters end cleanly (harness/session.h checks bytes, descriptors and
  * callbacks).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cases.h"
 #include "combo.h"
 #include "session.h"
+
+/* Whether the case's messages cannot travel on this combination by the
+ * spec's own limits: on a ring transport (shm, ibv) a frame is under 4 GiB
+ * (wire.md 2.3.3.d) and basic moves a tensor in one frame, so a larger
+ * tensor must be refused there (2.5), not carried: not a case to run. */
+static bool twc_interop_beyond_limits(const twc_interop_case *c, char *why, size_t len)
+{
+	const twc_combo *cb = twc_combo_current();
+	bool ring = !strcmp(cb->transport, "shm") || !strcmp(cb->transport, "ibv");
+	if (!ring || strcmp(cb->channel, "basic") != 0)
+		return false;
+	twc_agent_msg m;
+	memset(&m, 0, sizeof(m));
+	bool beyond = false;
+	uint64_t biggest = 0;
+	if (c->shape(0, &m) == 0)
+		for (size_t i = 0; i < m.num_tensors; i++)
+			if (m.tensors[i].data.len > UINT32_MAX) {
+				beyond = true;
+				biggest = m.tensors[i].data.len;
+			}
+	twc_msg_clear(&m);
+	if (beyond)
+		snprintf(why, len,
+		         "a %llu-byte tensor cannot travel on %s+basic: a ring frame is under 4 GiB "
+		         "(spec/wire.md 2.3.3.d, 2.5); ref.limits checks that it is refused",
+		         (unsigned long long)biggest, cb->transport);
+	return beyond;
+}
 
 int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char *scmd,
                         const char *cname, const char *sname, int wait_s, char *reason,
@@ -23,6 +53,8 @@ int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char
 		         twc_cmd_unavailable(scmd, NULL) ? sname : cname, why);
 		return 77;
 	}
+	if (twc_interop_beyond_limits(c, reason, reasonlen))
+		return 77;
 	int case_no = (int)(c - twc_interop_cases);
 	uint64_t base = (uint64_t)(case_no + 1) << 36;
 	twc_session s;
