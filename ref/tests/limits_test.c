@@ -15,6 +15,10 @@
  *
  *   limits_test refused   the above
  *   limits_test options   bad option strings are refused, naming the key
+ *   limits_test ring      on the real shm transport (shm+basic), a tensor of
+ *                         4.5 GiB is refused before any of it is read (its
+ *                         buffer is 16 bytes: touching it would fault),
+ *                         naming the 2^32-1 limit; the pipe lives on
  */
 #include "pair_util.h"
 
@@ -104,6 +108,29 @@ static void expect_refused(const char *kind, const char *options, const char *su
 	tw_context_destroy(c);
 }
 
+static void test_ring(void)
+{
+	setenv("TW_TEST_COMBO", "shm+basic", 1);
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	static uint8_t small[16];
+	tw_device cpu = tw_device_cpu();
+	tw_tensor huge = { .data = small, .length = (uint64_t)9 << 29, .source_device = cpu,
+		           .has_target_device = true, .target_device = cpu };
+	tw_message m = { .num_tensors = 1, .tensors = &huge };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+	tu_wait(&w.w, 1);
+	printf("# the 4.5 GiB tensor: %s: %s\n", tw_status_name(w.status), w.detail);
+	tu_expect(&w, TW_ERR_UNSUPPORTED, "4294967295");
+	CHECK(strstr(w.detail, "shm") != NULL);
+	tu_send_text(p.c, "the pipe lives on");
+	tu_expect_text(p.s, "the pipe lives on");
+	tu_pair_close(&p);
+	tu_once(&w);
+}
+
 static void test_options(void)
 {
 	expect_refused("uv", "max_frame=abc",
@@ -128,6 +155,7 @@ int main(int argc, char **argv)
 	static const tu_case cases[] = {
 		{ "refused", test_refused },
 		{ "options", test_options },
+		{ "ring", test_ring },
 	};
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 60);
 }
