@@ -195,3 +195,20 @@ bool tw__conn_close_ops(tw_conn_core *c)
 	tw__conn_watch_fire(c, TW_ERR_CLOSED);
 	return true;
 }
+
+void tw__conn_poll(tw_conn_core *c, uv_poll_t *poll, int *current, int want, uv_poll_cb cb)
+{
+	if (want == *current)
+		return;
+	*current = want;
+	if (want == 0) {
+		uv_poll_stop(poll);
+		return;
+	}
+	int rc = uv_poll_start(poll, want, cb);
+	if (rc != 0) {
+		*current = 0;
+		tw__conn_fail(c, TW_ERR_SYS, "%s: uv_poll_start on connection to %s: %s", c->who,
+		              c->peer, uv_strerror(rc));
+	}
+}

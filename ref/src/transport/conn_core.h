@@ -80,6 +80,12 @@ struct tw_conn_core {
 	char peer[160];
 };
 
+/* Makes the connection's poll handle watch `want` (uv_poll events, 0:
+ * nothing), *current being what it watches now; a uv_poll_start that
+ * fails fails the connection naming it. For transports whose connection
+ * is a descriptor on the loop (tcp, shm's socket). */
+void tw__conn_poll(tw_conn_core *c, uv_poll_t *poll, int *current, int want, uv_poll_cb cb);
+
 /* Sets up the core part of a new connection with `refs` references held
  * by the transport (one per loop handle it will close). */
 void tw__conn_core_init(tw_conn_core *c, const tw_conn_ops *ops, const tw_conn_core_ops *cops,

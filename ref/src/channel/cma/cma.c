@@ -437,23 +437,36 @@ static tw_status_t cma_viable(char *detail, size_t detail_len)
 	return TW_OK;
 }
 
-static tw_status_t cma_create(const tw_channel_env *env, const char *options,
-                              tw_channel_ctx **out, char *detail, size_t detail_len)
+/* cma and xth: no options, the descriptor stock builds, and (cma) the
+ * checks stock makes; the reason is said when the channel is not viable. */
+static tw_status_t cpu_same_host_create(const tw_channel_ops *ops,
+                                        tw_status_t (*identity)(char *, size_t, char *, size_t),
+                                        tw_status_t (*viable)(char *, size_t),
+                                        const tw_channel_env *env, const char *options,
+                                        tw_channel_ctx **out, char *detail, size_t detail_len)
 {
-	tw_status_t st = tw__options_parse("cma channel", options, NULL, 0, NULL, NULL, 0, detail,
-	                                   detail_len);
+	char who[32];
+	snprintf(who, sizeof(who), "%s channel", ops->kind);
+	tw_status_t st = tw__options_parse(who, options, NULL, 0, NULL, NULL, 0, detail, detail_len);
 	if (st != TW_OK)
 		return st;
 	char desc[TW_IDENTITY_MAX], why[TW_DETAIL_MAX];
-	st = tw__identity_cma(desc, sizeof(desc), why, sizeof(why));
+	st = identity(desc, sizeof(desc), why, sizeof(why));
 	if (st != TW_OK) {
-		tw__detail(detail, detail_len, "cma channel: not viable: %s", why);
+		tw__detail(detail, detail_len, "%s: not viable: %s", who, why);
 		return TW_ERR_UNSUPPORTED;
 	}
-	st = cma_viable(detail, detail_len);
+	st = viable ? viable(detail, detail_len) : TW_OK;
 	if (st != TW_OK)
 		return st;
-	return tw__channel_cpu_ctx_new(&tw__cma_channel_ops, env, desc, out, detail, detail_len);
+	return tw__channel_cpu_ctx_new(ops, env, desc, out, detail, detail_len);
+}
+
+static tw_status_t cma_create(const tw_channel_env *env, const char *options,
+                              tw_channel_ctx **out, char *detail, size_t detail_len)
+{
+	return cpu_same_host_create(&tw__cma_channel_ops, tw__identity_cma, cma_viable, env, options,
+	                            out, detail, detail_len);
 }
 
 const tw_channel_ops tw__cma_channel_ops = {
@@ -471,17 +484,8 @@ const tw_channel_ops tw__cma_channel_ops = {
 static tw_status_t xth_create(const tw_channel_env *env, const char *options,
                               tw_channel_ctx **out, char *detail, size_t detail_len)
 {
-	tw_status_t st = tw__options_parse("xth channel", options, NULL, 0, NULL, NULL, 0, detail,
-	                                   detail_len);
-	if (st != TW_OK)
-		return st;
-	char desc[TW_IDENTITY_MAX], why[TW_DETAIL_MAX];
-	st = tw__identity_xth(desc, sizeof(desc), why, sizeof(why));
-	if (st != TW_OK) {
-		tw__detail(detail, detail_len, "xth channel: not viable: %s", why);
-		return TW_ERR_UNSUPPORTED;
-	}
-	return tw__channel_cpu_ctx_new(&tw__xth_channel_ops, env, desc, out, detail, detail_len);
+	return cpu_same_host_create(&tw__xth_channel_ops, tw__identity_xth, NULL, env, options, out,
+	                            detail, detail_len);
 }
 
 const tw_channel_ops tw__xth_channel_ops = {

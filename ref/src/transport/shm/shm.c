@@ -460,19 +460,7 @@ static void shm_update_poll(shm_conn *c)
 		want = c->hello_sent ? UV_READABLE : UV_WRITABLE;
 	else if (c->core.phase == TW_CONN_OPEN && !c->peer_gone)
 		want = UV_READABLE; /* only the end can come this way (2.3.1.c) */
-	if (want == c->poll_events)
-		return;
-	c->poll_events = want;
-	if (want == 0) {
-		uv_poll_stop(&c->poll);
-		return;
-	}
-	int rc = uv_poll_start(&c->poll, want, shm_on_poll);
-	if (rc != 0) {
-		c->poll_events = 0;
-		shm_fail(c, TW_ERR_SYS, SHM_WHO ": uv_poll_start on connection to %s: %s", c->core.peer,
-		         uv_strerror(rc));
-	}
+	tw__conn_poll(&c->core, &c->poll, &c->poll_events, want, shm_on_poll);
 }
 
 /* Readable after the exchange: the peer is gone (2.3.1.c). Bytes on the

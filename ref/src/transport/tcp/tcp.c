@@ -602,19 +602,7 @@ static void tcp_update_poll(tcp_conn *c)
 	else if (c->core.phase == TW_CONN_OPEN)
 		want = (c->core.rq_head || tcp_watch_polls(c) ? UV_READABLE : 0) |
 		       (c->core.wq_head ? UV_WRITABLE : 0) | (tcp_watch_hup_polls(c) ? UV_DISCONNECT : 0);
-	if (want == c->poll_events)
-		return;
-	c->poll_events = want;
-	if (want == 0) {
-		uv_poll_stop(&c->poll);
-		return;
-	}
-	int rc = uv_poll_start(&c->poll, want, tcp_on_poll);
-	if (rc != 0) {
-		c->poll_events = 0;
-		tcp_fail(c, TW_ERR_SYS, "tcp transport: uv_poll_start on connection to %s: %s",
-		         c->core.peer, uv_strerror(rc));
-	}
+	tw__conn_poll(&c->core, &c->poll, &c->poll_events, want, tcp_on_poll);
 }
 
 static void tcp_finish_connect(tcp_conn *c)
