@@ -90,7 +90,6 @@ typedef struct mpt_op {
 struct mpt_channel {
 	tw_channel base;
 	mpt_ctx *ctx;
-	tw_endpoint_t endpoint;
 	tw_conn *control;
 	tw_conn *lanes[MPT_MAX_LANES];
 	uint64_t ids[MPT_MAX_LANES]; /* listen end: the ids it advertised */
@@ -587,7 +586,6 @@ static tw_status_t mpt_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_con
 	ch->base.ops = &mpt_instance_ops;
 	ch->base.ctx = base;
 	ch->ctx = ctx;
-	ch->endpoint = endpoint;
 	ch->control = conns[0];
 	ch->refs = 1;
 	tw__list_init(&ch->queued);

@@ -41,7 +41,6 @@ struct tw_shm_reactor {
 	uint32_t *free_slots;
 	size_t num_free;
 	uint32_t next_slot;
-	size_t live;
 };
 
 static uint32_t *tw__shm_head_word(const tw_ring *ring)
@@ -195,7 +194,6 @@ tw_status_t tw__shm_reactor_add(tw_shm_reactor *r, void *conn, uint32_t tokens[2
 		return TW_ERR_NOMEM;
 	}
 	r->conns[slot] = conn;
-	r->live++;
 	tokens[0] = slot * 2;
 	tokens[1] = slot * 2 + 1;
 	return TW_OK;
@@ -208,7 +206,6 @@ void tw__shm_reactor_remove(tw_shm_reactor *r, const uint32_t tokens[2])
 		return;
 	r->conns[slot] = NULL;
 	r->free_slots[r->num_free++] = slot;
-	r->live--;
 }
 
 void tw__shm_reactor_fds(const tw_shm_reactor *r, int fds[2])
