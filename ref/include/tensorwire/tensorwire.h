@@ -420,6 +420,22 @@ typedef struct tw_pipe_info {
 
 TW_NODISCARD tw_status_t tw_pipe_get_info(tw_pipe *pipe, tw_pipe_info *info_out);
 
+/* Every backend this pipe's context was asked to register, one line each
+ * ("\n"-terminated), with its verdict for this pipe and the reason:
+ *   "transport shm: selected"
+ *   "transport uv: not selected: the pipe uses shm"
+ *   "channel cma: selected: copies proven both ways (spec 8.3)"
+ *   "channel cma: selected: the peer cannot copy from this process
+ *    (process_vm_readv from pid 4242: Operation not permitted): tensors to
+ *    the peer travel inline"
+ *   "channel mpt: not selected: the peer does not offer mpt"
+ *   "channel cma: not offered: cma channel: not viable: ..."  (registration
+ *    refused on this host, or left out by TW_CHANNELS / tw_context_select)
+ * Valid once the pipe is established (as tw_pipe_get_info). A channel's
+ * line can change once, shortly after establishment, when its proof ends.
+ * TW_ERR_INVAL if buf is too small (the text is cut, NUL-terminated). */
+TW_NODISCARD tw_status_t tw_pipe_get_verdicts(tw_pipe *pipe, char *buf, size_t len);
+
 /* The channel chosen for tensors going from `local` to `remote`, into buf. */
 TW_NODISCARD tw_status_t tw_pipe_channel_for(tw_pipe *pipe, const tw_device *local,
                                              const tw_device *remote, char *buf,

@@ -70,6 +70,8 @@ typedef struct tw_channel_device {
 	size_t descriptor_len;
 } tw_channel_device;
 
+#define TW_CHANNEL_PROOF 1u /* open(): both ends agreed on spec 8.3 */
+
 typedef struct tw_channel_ops {
 	const char *kind; /* "basic" */
 	/* Any thread. TW_ERR_UNSUPPORTED with the reason if not viable here,
@@ -81,9 +83,17 @@ typedef struct tw_channel_ops {
 	                        const char *remote, size_t remote_len);
 	/* Connections of the pipe's transport one instance needs (basic: 1). */
 	size_t (*num_connections)(tw_channel_ctx *c);
-	/* Loop thread. Takes ownership of conns[0..n) (also on failure). */
+	/* Speaks the proof of spec 8.3 (a same-host mechanism shows it works
+	 * between the two processes before the first tensor, and falls back
+	 * to the pipe's transport if not). The core asks for the extension when
+	 * a registered channel does, and opens instances with TW_CHANNEL_PROOF
+	 * on the pipes that agreed on it. */
+	bool speaks_proof;
+	/* Loop thread. Takes ownership of conns[0..n) (also on failure). flags:
+	 * TW_CHANNEL_PROOF or 0. */
 	tw_status_t (*open)(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *const *conns,
-	                    size_t num_conns, tw_channel **out, char *detail, size_t detail_len);
+	                    size_t num_conns, unsigned flags, tw_channel **out, char *detail,
+	                    size_t detail_len);
 	/* Loop thread, context shutting down after every instance closed. */
 	void (*shutdown)(tw_channel_ctx *c);
 	/* Any thread, after the loop stopped. */
@@ -112,6 +122,9 @@ typedef struct tw_channel_instance_ops {
 	 * the frame limit of its connection's transport). NULL: no limit. The
 	 * pipe fails a message with a longer tensor before sending any of it. */
 	uint64_t (*max_tensor)(tw_channel *ch);
+	/* Loop thread, optional: how the instance moves tensors now, for
+	 * tw_pipe_get_info ("copies proven both ways"); "" when nothing to say. */
+	void (*describe)(tw_channel *ch, char *buf, size_t len);
 } tw_channel_instance_ops;
 
 struct tw_channel {

@@ -290,6 +290,20 @@ tw_status_t tw_context_select(tw_context *ctx, const char *transports, const cha
 	return TW_OK;
 }
 
+/* Remembers a registration refused as not viable, for tw_pipe_get_verdicts. */
+static void tw__ctx_note_refused(tw_context *ctx, const char *what, const char *name,
+                                 tw_status_t st, const char *detail)
+{
+	if (st != TW_ERR_UNSUPPORTED)
+		return;
+	pthread_mutex_lock(&ctx->mu);
+	size_t off = strlen(ctx->refused);
+	if (off + 1 < sizeof(ctx->refused))
+		snprintf(ctx->refused + off, sizeof(ctx->refused) - off, "%s %s: not offered: %s\n",
+		         what, name, detail);
+	pthread_mutex_unlock(&ctx->mu);
+}
+
 tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, const char *name,
                                           int64_t priority, const char *options)
 {
@@ -313,8 +327,10 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 		                    "8.1): '%s'",
 		                    fn, name);
 	st = tw__ctx_selected(ctx, fn, true, ops->kind, &priority);
-	if (st != TW_OK)
+	if (st != TW_OK) {
+		tw__ctx_note_refused(ctx, "transport", name, st, tw_last_error());
 		return st;
+	}
 	char rest[256];
 	uint64_t max_object = 0;
 	st = tw__ctx_split_options(fn, options, rest, sizeof(rest), &max_object);
@@ -324,8 +340,10 @@ tw_status_t tw_context_register_transport(tw_context *ctx, const char *kind, con
 	memset(&reg, 0, sizeof(reg));
 	char detail[TW_DETAIL_MAX] = "";
 	st = ops->create(&ctx->loop, rest, &reg.t, detail, sizeof(detail));
-	if (st != TW_OK)
+	if (st != TW_OK) {
+		tw__ctx_note_refused(ctx, "transport", name, st, detail);
 		return tw__api_fail(st, "%s: %s", fn, detail);
+	}
 	reg.name_len = strlen(name);
 	memcpy(reg.name, name, reg.name_len + 1);
 	reg.ops = ops;
@@ -355,14 +373,18 @@ tw_status_t tw_context_register_channel(tw_context *ctx, const char *kind, const
 	if (st != TW_OK)
 		return st;
 	st = tw__ctx_selected(ctx, fn, false, ops->kind, &priority);
-	if (st != TW_OK)
+	if (st != TW_OK) {
+		tw__ctx_note_refused(ctx, "channel", name, st, tw_last_error());
 		return st;
+	}
 	tw_channel_reg reg;
 	memset(&reg, 0, sizeof(reg));
 	char detail[TW_DETAIL_MAX] = "";
 	st = ops->create(&ctx->chenv, options ? options : "", &reg.c, detail, sizeof(detail));
-	if (st != TW_OK)
+	if (st != TW_OK) {
+		tw__ctx_note_refused(ctx, "channel", name, st, detail);
 		return tw__api_fail(st, "%s: %s", fn, detail);
+	}
 	reg.name_len = strlen(name);
 	memcpy(reg.name, name, reg.name_len + 1);
 	reg.ops = ops;

@@ -44,6 +44,11 @@
 #define TW_EXT_ANSWER_KEY UINT64_C(0x74770001)
 #define TW_EXT_GOODBYE "goodbye"
 #define TW_EXT_GOODBYE_BIT UINT64_C(1)
+/* proof (spec 8.3): same-host channels prove their mechanism works between
+ * the two processes before their first tensor, and fall back if not. Asked
+ * for only when a registered channel speaks it. */
+#define TW_EXT_PROOF "proof"
+#define TW_EXT_PROOF_BIT UINT64_C(2)
 /* Bounds of the end of a pipe (spec 8.2): how long an established goodbye
  * pipe whose peer is leaving waits for the verdict (the goodbye, or R's end
  * without one) after the first end it noticed; how long a closing pipe waits
@@ -119,6 +124,9 @@ struct tw_context {
 	tw_channel_reg channels[TW_REGS_MAX];
 	size_t num_channels;
 	bool frozen;                 /* (mu) */
+	/* (mu) registrations refused as not viable, one line each ("channel
+	 * cma: not offered: ..."), for tw_pipe_get_verdicts */
+	char refused[2048];
 	tw_list all_pipes;           /* (mu) every pipe not yet freed */
 	tw_list all_listeners;       /* (mu) */
 	bool close_posted;           /* (mu) */
@@ -327,6 +335,9 @@ typedef struct tw_pipe_channel {
 	uint64_t *ids;          /* registration ids (server: ours; client: the answer's) */
 } tw_pipe_channel;
 
+/* Why a registered channel was not selected for a pipe (tw_pipe_get_verdicts). */
+#define TW_WHY_MAX 160
+
 /* A loop timer that holds its pipe alive (inflight) while its handle is
  * open; closed for good when the pipe fails (or later, see pipe.c). */
 typedef struct tw_pipe_timer {
@@ -382,6 +393,9 @@ struct tw_pipe {
 	uint64_t handshake_ms;      /* server: the handshake's bound, 0 for none */
 	tw_pipe_channel *chans;
 	size_t num_chans;
+	/* loop thread: per registered channel (context order), why it was not
+	 * selected ("" when it was, or before selection) */
+	char chan_why[TW_REGS_MAX][TW_WHY_MAX];
 	tw_pipe_pair *pairs;
 	size_t num_pairs;
 	char remote_name[256];
@@ -389,6 +403,7 @@ struct tw_pipe {
 	/* goodbye (spec 8.2): negotiated in the handshake; then R always has a
 	 * read pending and a local close writes a goodbye on it first */
 	bool ext_goodbye;
+	bool ext_proof;             /* spec 8.3: channel instances open with TW_CHANNEL_PROOF */
 	tw_conn *r_goodbye;         /* R after a local close, until the goodbye is written */
 	/* The end of an established pipe (spec 5.6): the first connection that
 	 * ends (EOF or reset) starts it. Once the verdict is known (goodbye

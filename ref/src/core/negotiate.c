@@ -46,6 +46,16 @@ static bool tw__channel_accepts(tw_channel_reg *creg, const tw_channel_device *l
 	return tw__wire_str_eq(remote, local->descriptor, local->descriptor_len);
 }
 
+/* Does a registered channel speak the proof (spec 8.3)? Then this context
+ * asks for it as a client and acknowledges it as a server. */
+static bool tw__ext_we_ask_proof(const tw_context *ctx)
+{
+	for (size_t i = 0; i < ctx->num_channels; i++)
+		if (ctx->channels[i].ops->speaks_proof)
+			return true;
+	return false;
+}
+
 /* ---- Brochure (client) ------------------------------------------------------ */
 
 tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w)
@@ -67,8 +77,10 @@ tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w)
 	/* The extensions we ask for (spec 8.1): last, after every transport. */
 	kv[ctx->num_transports].key.s = (char *)TW_EXT_BROCHURE_NAME;
 	kv[ctx->num_transports].key.n = strlen(TW_EXT_BROCHURE_NAME);
-	kv[ctx->num_transports].value.s = (char *)TW_EXT_GOODBYE;
-	kv[ctx->num_transports].value.n = strlen(TW_EXT_GOODBYE);
+	const char *asked = tw__ext_we_ask_proof(ctx) ? TW_EXT_GOODBYE "," TW_EXT_PROOF
+	                                              : TW_EXT_GOODBYE;
+	kv[ctx->num_transports].value.s = (char *)asked;
+	kv[ctx->num_transports].value.n = strlen(asked);
 	b.num_transports = ctx->num_transports + 1;
 	b.transports = kv;
 	for (size_t i = 0; i < ctx->num_channels; i++) {
@@ -132,8 +144,10 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 		for (size_t k = 0; k < num_remote && !rc; k++)
 			if (tw__wire_str_eq(&remote[k].channel, creg->name, creg->name_len))
 				rc = &remote[k];
-		if (!rc)
+		if (!rc) {
+			tw__detail(p->chan_why[i], TW_WHY_MAX, "the peer does not offer %s", creg->name);
 			continue;
+		}
 		size_t idx = p->num_chans;
 		bool won = false;
 		for (size_t a = 0; a < creg->c->num_devices; a++) {
@@ -155,8 +169,20 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 				won = true;
 			}
 		}
-		if (!won)
+		if (!won) {
+			const tw_wire_str *rd = rc->num_devices ? &rc->devices[0].descriptor : NULL;
+			tw__detail(p->chan_why[i], TW_WHY_MAX,
+			           "no device pair: the peer's descriptor \"%.*s\" is not ours \"%.*s\" "
+			           "(another host, namespace or user)",
+			           rd ? (int)(rd->n > 48 ? 48 : rd->n) : 0, rd ? rd->s : "",
+			           creg->c->num_devices ? (int)(creg->c->devices[0].descriptor_len > 48
+			                                            ? 48
+			                                            : creg->c->devices[0].descriptor_len)
+			                                : 0,
+			           creg->c->num_devices ? creg->c->devices[0].descriptor : "");
 			continue;
+		}
+		p->chan_why[i][0] = '\0';
 		tw_pipe_channel *pc = &p->chans[p->num_chans++];
 		pc->reg = creg;
 		pc->num_conns = creg->ops->num_connections(creg->c);
@@ -196,8 +222,9 @@ static uint64_t tw__ext_asked(const tw_wire_brochure *b)
 	for (size_t i = 0; i < b->num_transports; i++) {
 		/* Duplicate keys were dropped by the decoder: the first one counts. */
 		if (tw__wire_str_eq(&b->transports[i].key, TW_EXT_BROCHURE_NAME, n))
-			return tw__ext_list_has(&b->transports[i].value, TW_EXT_GOODBYE) ? TW_EXT_GOODBYE_BIT
-			                                                                  : 0;
+			return (tw__ext_list_has(&b->transports[i].value, TW_EXT_GOODBYE) ? TW_EXT_GOODBYE_BIT
+			                                                                   : 0) |
+			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_PROOF) ? TW_EXT_PROOF_BIT : 0);
 	}
 	return 0;
 }
@@ -303,13 +330,15 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	a.num_transport_ids = p->need_replacement ? 2 : 1;
 	/* Acknowledge what the client asked for and we support (spec 8.1.c);
 	 * a client that asked for nothing (any stock client) gets no key. */
-	uint64_t acked = tw__ext_asked(b) & TW_EXT_GOODBYE_BIT;
+	uint64_t acked = tw__ext_asked(b) &
+	                 (TW_EXT_GOODBYE_BIT | (tw__ext_we_ask_proof(ctx) ? TW_EXT_PROOF_BIT : 0));
 	if (acked) {
 		ids[a.num_transport_ids].key = TW_EXT_ANSWER_KEY;
 		ids[a.num_transport_ids].id = acked;
 		a.num_transport_ids++;
 	}
 	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
+	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0;
 	a.transport_ids = ids;
 	a.transport_domain_descriptor.s = (char *)tdesc;
 	a.transport_domain_descriptor.n = strlen(tdesc);
@@ -408,6 +437,7 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 	}
 	/* Only what we asked for counts (spec 8.1.d); stock never sends the key. */
 	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
+	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0 && tw__ext_we_ask_proof(ctx);
 	if (!have_r) {
 		tw__detail(detail, detail_len,
 		           "BrochureAnswer has no registration id for the descriptor-reply connection (key 1)");

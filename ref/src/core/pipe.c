@@ -337,6 +337,90 @@ tw_status_t tw_pipe_get_info(tw_pipe *p, tw_pipe_info *info_out)
 	return st;
 }
 
+typedef struct tw_verdicts_call {
+	tw_pipe *p;
+	char *buf;
+	size_t len, off;
+	bool cut;
+} tw_verdicts_call;
+
+static void tw__verdicts_add(tw_verdicts_call *v, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static void tw__verdicts_add(tw_verdicts_call *v, const char *fmt, ...)
+{
+	if (v->off + 1 >= v->len) {
+		v->cut = true;
+		return;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(v->buf + v->off, v->len - v->off, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= v->len - v->off) {
+		v->cut = true;
+		v->off = v->len - 1;
+	} else {
+		v->off += (size_t)n;
+	}
+}
+
+/* Loop thread (channels describe themselves there). */
+static void tw__verdicts_build(void *arg)
+{
+	tw_verdicts_call *v = arg;
+	tw_pipe *p = v->p;
+	tw_context *ctx = p->ctx;
+	for (size_t i = 0; i < ctx->num_transports; i++) {
+		const tw_transport_reg *t = &ctx->transports[i];
+		if (t == p->reg)
+			tw__verdicts_add(v, "transport %s: selected\n", t->name);
+		else
+			tw__verdicts_add(v, "transport %s: not selected: the pipe uses %s\n", t->name,
+			                 p->reg ? p->reg->name : "none");
+	}
+	for (size_t i = 0; i < ctx->num_channels; i++) {
+		const tw_channel_reg *c = &ctx->channels[i];
+		const tw_pipe_channel *pc = NULL;
+		for (size_t k = 0; k < p->num_chans && !pc; k++)
+			if (p->chans[k].reg == c)
+				pc = &p->chans[k];
+		if (!pc) {
+			tw__verdicts_add(v, "channel %s: not selected: %s\n", c->name,
+			                 p->chan_why[i][0] ? p->chan_why[i] : "no device pair");
+			continue;
+		}
+		char how[TW_DETAIL_MAX] = "";
+		if (pc->ch && pc->ch->ops->describe)
+			pc->ch->ops->describe(pc->ch, how, sizeof(how));
+		tw__verdicts_add(v, "channel %s: selected%s%s\n", c->name, how[0] ? ": " : "", how);
+	}
+	pthread_mutex_lock(&ctx->mu);
+	tw__verdicts_add(v, "%s", ctx->refused);
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+tw_status_t tw_pipe_get_verdicts(tw_pipe *p, char *buf, size_t len)
+{
+	static const char fn[] = "tw_pipe_get_verdicts";
+	tw__api_clear();
+	if (!p || !buf || len == 0)
+		return tw__api_fail(TW_ERR_INVAL, "%s: pipe and buf must not be NULL, len not 0", fn);
+	buf[0] = '\0';
+	pthread_mutex_lock(&p->ctx->mu);
+	tw_status_t st = p->info_status;
+	char why[TW_DETAIL_MAX];
+	snprintf(why, sizeof(why), "%s", p->info_detail);
+	pthread_mutex_unlock(&p->ctx->mu);
+	if (st != TW_OK)
+		return tw__api_fail(st, "%s: %s", fn, why);
+	tw_verdicts_call v = { p, buf, len, 0, false };
+	if (!tw__loop_call_sync(&p->ctx->loop, tw__verdicts_build, &v))
+		return tw__api_fail(TW_ERR_CLOSED, "%s: the context's loop has stopped", fn);
+	if (v.cut)
+		return tw__api_fail(TW_ERR_INVAL, "%s: %zu bytes are not enough", fn, len);
+	return TW_OK;
+}
+
 tw_status_t tw_pipe_channel_for(tw_pipe *p, const tw_device *local, const tw_device *remote,
                                 char *buf, size_t buflen)
 {

@@ -199,8 +199,9 @@ static tw_status_t tw__pipe_open_channels(tw_pipe *p, tw_endpoint_t endpoint)
 	for (size_t i = 0; i < p->num_chans; i++) {
 		tw_pipe_channel *pc = &p->chans[i];
 		char detail[TW_DETAIL_MAX];
-		tw_status_t st = pc->reg->ops->open(pc->reg->c, endpoint, pc->conns, pc->num_conns, &pc->ch,
-		                                    detail, sizeof(detail));
+		unsigned flags = p->ext_proof && pc->reg->ops->speaks_proof ? TW_CHANNEL_PROOF : 0;
+		tw_status_t st = pc->reg->ops->open(pc->reg->c, endpoint, pc->conns, pc->num_conns, flags,
+		                                    &pc->ch, detail, sizeof(detail));
 		/* open() owns the connections now, on success and on failure. */
 		for (size_t k = 0; k < pc->num_conns; k++)
 			pc->conns[k] = NULL;

@@ -131,9 +131,10 @@ static const tw_channel_instance_ops basic_instance_ops = {
 };
 
 static tw_status_t basic_open(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *const *conns,
-                              size_t num_conns, tw_channel **out, char *detail,
+                              size_t num_conns, unsigned flags, tw_channel **out, char *detail,
                               size_t detail_len)
 {
+	(void)flags;
 	if (num_conns != 1) {
 		for (size_t i = 0; i < num_conns; i++)
 			conns[i]->ops->close(conns[i]);

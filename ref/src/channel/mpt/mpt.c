@@ -570,8 +570,10 @@ static void mpt_on_server_hello(tw_conn *c, tw_status_t st, const char *detail, 
 /* ---- instances ------------------------------------------------------------------------- */
 
 static tw_status_t mpt_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn *const *conns,
-                            size_t num_conns, tw_channel **out, char *detail, size_t detail_len)
+                            size_t num_conns, unsigned flags, tw_channel **out, char *detail,
+                            size_t detail_len)
 {
+	(void)flags;
 	mpt_ctx *ctx = (mpt_ctx *)base;
 	mpt_channel *ch = num_conns == 1 ? tw__calloc(1, sizeof(*ch)) : NULL;
 	if (!ch) {
