@@ -305,10 +305,14 @@ const char *twc_session_unavailable(void)
 static int make_context(twc_session *s, twc_adapter *a, const char *name, const json_t *tmpl)
 {
 	json_t *req;
+	bool tolerate = false;
 	if (tmpl) {
 		req = json_deep_copy(tmpl);
 		json_object_set_new(req, "cmd", json_string("context"));
 		json_object_set_new(req, "name", json_string(name));
+		/* harness-only: entries the IUT finds not viable are part of the case */
+		tolerate = json_is_true(json_object_get(req, "tolerate_skipped"));
+		json_object_del(req, "tolerate_skipped");
 	} else {
 		const twc_combo *cb = twc_combo_current(); /* the run's battery axis */
 		req = json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd", "context",
@@ -320,7 +324,17 @@ static int make_context(twc_session *s, twc_adapter *a, const char *name, const 
 	if (!r)
 		return -1;
 	const json_t *sk = json_object_get(r, "skipped");
-	if (json_array_size(sk)) {
+	if (json_array_size(sk) && tolerate) {
+		char *txt = json_dumps(sk, JSON_COMPACT);
+		printf("# %s: not viable there: %s\n", twc_adapter_label(a), txt ? txt : "?");
+		free(txt);
+		for (size_t i = 0; a == s->server && i < json_array_size(sk); i++) {
+			const char *n = json_string_value(json_object_get(json_array_get(sk, i), "name"));
+			size_t off = strlen(s->server_skipped);
+			if (n)
+				snprintf(s->server_skipped + off, sizeof(s->server_skipped) - off, ",%s,", n);
+		}
+	} else if (json_array_size(sk)) {
 		char *txt = json_dumps(sk, JSON_COMPACT);
 		twc_session_fail(s, "%s could not register everything asked: %s", twc_adapter_label(a),
 		                txt ? txt : "?");
@@ -355,7 +369,17 @@ int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const 
 	if (!urls && !twc_combo_listen_url(twc_combo_current()->transport, lurl, sizeof(lurl)))
 		return twc_session_fail(s, "the harness knows no listening URL for transport '%s'",
 		                        twc_combo_current()->transport);
-	json_object_set_new(req, "urls", urls ? json_deep_copy(urls) : json_pack("[s]", lurl));
+	json_t *lurls = urls ? json_array() : json_pack("[s]", lurl);
+	for (size_t i = 0; urls && i < json_array_size(urls); i++) {
+		/* a transport the server could not register is not listened on */
+		const char *u = json_string_value(json_array_get(urls, i));
+		const char *colon = u ? strchr(u, ':') : NULL;
+		char key[40];
+		snprintf(key, sizeof(key), ",%.*s,", colon ? (int)(colon - u) : 0, u ? u : "");
+		if (u && !strstr(s->server_skipped, key))
+			json_array_append_new(lurls, json_string(u));
+	}
+	json_object_set_new(req, "urls", lurls);
 	json_t *r = twc_session_call(s, s->server, req);
 	if (!r)
 		return -1;

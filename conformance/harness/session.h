@@ -32,6 +32,7 @@ typedef struct twc_session {
 	char reason[TWC_REASON_MAX];
 	char impl[2][64], version[2][64]; /* [0] server, [1] client, from hello */
 	char transport[32], channel[32];  /* what info reported (client side) */
+	char server_skipped[256];         /* ",name," per entry the server found not viable */
 } twc_session;
 
 /* Shapes message `index` (counts, lengths, devices; seeds are assigned by the
@@ -51,7 +52,9 @@ int twc_session_fail(twc_session *s, const char *fmt, ...)
 const char *twc_session_unavailable(void);
 
 /* Spawns both adapters, says hello and creates their contexts from `ctx`
- * (a "context" request without "name", borrowed; NULL = the run's
+ * (a "context" request without "name", borrowed; a member
+ * "tolerate_skipped": true, not sent, lets entries the IUT finds not viable
+ * be skipped instead of failing the start; NULL = the run's
  * transport and channel, combo.h, priority 0), then makes the server listen
  * on `urls` (NULL = that transport's listening URL, e.g. uv://127.0.0.1:0). */
 int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const char *cname,

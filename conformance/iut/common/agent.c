@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -586,4 +587,20 @@ void twc_agent_cmd_fds(json_int_t id, const json_t *req)
 		twc_agent_respond_err(id, "sys", "fds", err);
 	else
 		twc_agent_respond_ok(id, json_pack("{s:i}", "held", held));
+}
+
+void twc_agent_cmd_dumpable(json_int_t id, const json_t *req)
+{
+	const json_t *v = json_object_get(req, "dumpable");
+	if (!json_is_boolean(v)) {
+		twc_agent_respond_err(id, "inval", "bad_request", "dumpable: 'dumpable' must be a boolean");
+		return;
+	}
+	if (prctl(PR_SET_DUMPABLE, json_is_true(v) ? 1 : 0, 0, 0, 0) != 0) {
+		char text[128];
+		snprintf(text, sizeof(text), "prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+		twc_agent_respond_err(id, "sys", "dumpable", text);
+		return;
+	}
+	twc_agent_respond_ok(id, json_pack("{s:i}", "dumpable", prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)));
 }

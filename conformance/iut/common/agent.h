@@ -129,6 +129,10 @@ int twc_agent_parse_urls(const json_t *req, const char ***urls, size_t *n, char 
  * at most N more can be opened; {"free": null} releases them. Answers the
  * request itself. */
 void twc_agent_cmd_fds(json_int_t id, const json_t *req);
+/* The "dumpable" command (6.13), the same in every adapter: sets the
+ * process's dumpable flag (prctl PR_SET_DUMPABLE), as a process that
+ * hardens itself after start-up does. */
+void twc_agent_cmd_dumpable(json_int_t id, const json_t *req);
 
 /* ---- JSON lines ------------------------------------------------------------- */
 

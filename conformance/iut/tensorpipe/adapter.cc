@@ -755,6 +755,8 @@ int main()
 			cmd_close(id, req);
 		} else if (cmd == "fds") {
 			twc_agent_cmd_fds(id, req);
+		} else if (cmd == "dumpable") {
+			twc_agent_cmd_dumpable(id, req);
 		} else if (cmd == "shutdown") {
 			shutdown_context();
 			twc_agent_respond_ok(id, nullptr);

@@ -770,6 +770,8 @@ int main(void)
 			cmd_close(id, req);
 		else if (!strcmp(cmd, "fds"))
 			twc_agent_cmd_fds(id, req);
+		else if (!strcmp(cmd, "dumpable"))
+			twc_agent_cmd_dumpable(id, req);
 		else if (!strcmp(cmd, "shutdown")) {
 			tw_status_t st = shutdown_context();
 			if (st != TW_OK)
