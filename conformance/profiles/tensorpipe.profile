@@ -57,3 +57,8 @@ wire.fuzz_answer_channel_ids_*      XFAIL  aborts the whole client process: no r
 wire.fuzz_answer_channel_selection_*  XFAIL  aborts the whole client process: an inconsistent channel selection is an assertion  --  docs/stock-tensorpipe-findings.md F19, wire.md 3.7 (3.7.d)
 wire.fuzz_sigpipe_*                 XFAIL  killed by SIGPIPE: writes to a connection the peer has closed without MSG_NOSIGNAL; timing-dependent (the release adapter survived the server-role reproducer once)  --  docs/stock-tensorpipe-findings.md F20, wire.md 5.6 (5.6.a), 5.2 (5.2.b)
 wire.fuzz_pending_*                 XFAIL  (SHOULD) a server pipe waiting for a registered connection never notices that the others closed; its operations stay pending  --  docs/stock-tensorpipe-findings.md F21, wire.md 5.6 (5.6.b), 3.8 (3.8.e)
+
+# The contain suite (same-host mechanisms across sandboxes, tensorwire issue 11
+# item 4), run as root on one host:
+contain.cma_refused_before_use  XFAIL  cma is selected on matching descriptors alone; the peer cannot copy from a process that turned non-dumpable (no CAP_SYS_PTRACE), so the first tensor fails the pipe with "process_vm_readv: Operation not permitted" (channel/cma/context_impl.cc:60) where a working path (basic) existed  --  wire.md 6 (6.b), 8.3; field failure T01
+contain.memfd_enosys_small_shm  XFAIL  aborts the whole process when its shm context is created: with memfd_create missing (ENOSYS) it falls back to /dev/shm, and a 1 MiB /dev/shm makes the reactor's 4 MiB ring fail (fallocate ENOSPC), thrown as an uncaught std::runtime_error (transport/shm/reactor.cc:49) instead of declaring shm not viable  --  wire.md 6 (6.b); field failures T04, T07

@@ -12,6 +12,7 @@ const twc_suite twc_suites[] = {
 	{"wire", twc_suite_wire_descriptors},
 	{"semantic", twc_suite_semantic},
 	{"interop", twc_suite_interop},
+	{"contain", twc_suite_contain},
 };
 const size_t twc_num_suites = sizeof(twc_suites) / sizeof(twc_suites[0]);
 

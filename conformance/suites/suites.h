@@ -16,6 +16,7 @@ const twc_case *twc_suite_wire_fuzz(int *count_out);   /* wire/fuzz_findings.c: 
 const twc_case *twc_suite_wire_descriptors(int *count_out); /* wire/descriptors.c: spec 6 */
 const twc_case *twc_suite_semantic(int *count_out);    /* semantic/semantic.c */
 const twc_case *twc_suite_interop(int *count_out);     /* interop/suite.c */
+const twc_case *twc_suite_contain(int *count_out);     /* contain/contain.c: containers, sandboxes */
 
 /* Every table, in the order the runner lists and runs them. */
 extern const twc_suite twc_suites[];

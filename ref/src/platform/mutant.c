@@ -33,6 +33,7 @@ static const char *const tw__mutants[] = {
 	"operation_timeout_ignored",
 	"payloads_reordered",
 	"peer_death_ignored",
+	"proof_ignored",
 	"proto_as_sys",
 	"read_cb_early",
 	"registration_reusable",
