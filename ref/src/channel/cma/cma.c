@@ -524,6 +524,21 @@ static void cma_on_proof_written(tw_conn *c, tw_status_t st, const char *detail,
 	cma_unref(ch);
 }
 
+/* A frame of the proof arrived (or its read failed): false when there is
+ * nothing more to do with it (the instance closed, or the proof failed),
+ * the frame freed and the read's reference dropped. */
+static bool cma_proof_frame(cma_channel *ch, tw_status_t st, const char *what,
+                            const char *detail, void *buf)
+{
+	if (!ch->closed && st == TW_OK)
+		return true;
+	tw__free(buf);
+	if (!ch->closed)
+		cma_proof_failed(ch, st, what, detail);
+	cma_unref(ch);
+	return false;
+}
+
 /* The peer's probe: copy it as every later tensor would be copied, and
  * answer with "" (proven) or why not; our receives then start in COPY or
  * INLINE mode. */
@@ -532,16 +547,8 @@ static void cma_on_peer_probe(tw_conn *c, tw_status_t st, const char *detail, vo
 {
 	(void)c;
 	cma_channel *ch = arg;
-	if (ch->closed) {
-		tw__free(buf);
-		cma_unref(ch);
+	if (!cma_proof_frame(ch, st, "reading the peer's probe", detail, buf))
 		return;
-	}
-	if (st != TW_OK) {
-		cma_proof_failed(ch, st, "reading the peer's probe", detail);
-		cma_unref(ch);
-		return;
-	}
 	tw_wire_cma_descriptor d = { 0, 0 };
 	size_t used;
 	char dd[TW_DETAIL_MAX];
@@ -595,16 +602,8 @@ static void cma_on_answer(tw_conn *c, tw_status_t st, const char *detail, void *
 {
 	(void)c;
 	cma_channel *ch = arg;
-	if (ch->closed) {
-		tw__free(buf);
-		cma_unref(ch);
+	if (!cma_proof_frame(ch, st, "reading the answer to our probe", detail, buf))
 		return;
-	}
-	if (st != TW_OK) {
-		cma_proof_failed(ch, st, "reading the answer to our probe", detail);
-		cma_unref(ch);
-		return;
-	}
 	if (len == 0) {
 		ch->send_mode = CMA_MODE_COPY;
 	} else {
