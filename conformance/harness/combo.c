@@ -44,3 +44,19 @@ bool twc_combo_listen_url(const char *transport, char *out, size_t out_len)
 		out[0] = '\0';
 	return false;
 }
+
+const char *twc_combo_sections(const char *name)
+{
+	static const struct {
+		const char *name, *sections;
+	} table[] = {
+		{ "shm", "wire.md 2.3, wire.md 2.3.1, wire.md 2.3.2, wire.md 2.3.3" },
+		{ "ibv", "wire.md 2.3.2, wire.md 2.3.3, wire.md 2.4" },
+		{ "mpt", "wire.md 4.3" },
+		{ "cma", "wire.md 4.4" },
+	};
+	for (size_t i = 0; i < sizeof(table) / sizeof(*table); i++)
+		if (!strcmp(name, table[i].name))
+			return table[i].sections;
+	return "";
+}

@@ -30,6 +30,14 @@ bool twc_combo_parse(const char *spec, twc_combo *out);
 const twc_combo *twc_combo_current(void);
 bool twc_combo_set_current(const char *spec);
 
+/* The spec sections every battery case exercises when it runs on backend
+ * `name` (a transport or a channel): its bootstrap, framing and messages,
+ * which a pair of two implementations must get right byte for byte for any
+ * battery case to pass ("wire.md 2.3.1, wire.md 2.3.2, ..."); "" for one
+ * with nothing beyond the base sections (uv, basic). --uncovered credits
+ * them to the battery cases of the --combo runs it is given. */
+const char *twc_combo_sections(const char *name);
+
 /* A URL to listen on with `transport` that lets the system pick the rest
  * ("uv://127.0.0.1:0", "shm://"); false (out "") for a transport the
  * harness does not know how to listen on. */

@@ -145,7 +145,8 @@ static void usage(FILE *f)
 	"  --list              print the selected cases (id, level, section, description)\n"
 	"                      and exit\n"
 	"  --uncovered         print every section of spec/*.md that states a MUST and has\n"
-	"                      no case, and exit\n"
+	"                      no case, and exit; with --combo, a battery case also covers\n"
+	"                      the sections of those runs' backends (shm: 2.3.x, mpt: 4.3)\n"
 	"\n"
 	"judging:\n"
 	"  --strict            a SKIP counts as a FAIL (nothing may be left unchecked)\n"
@@ -682,8 +683,17 @@ static int uncovered(const options *opt, const twc_case *const *sel, int nsel)
 					char want[64];
 					snprintf(want, sizeof(want), "%s %s", de->d_name, sec);
 					bool covered = false;
-					for (int i = 0; i < nsel && !covered; i++)
+					for (int i = 0; i < nsel && !covered; i++) {
 						covered = cites(sel[i]->section, want);
+						/* a battery case also exercises its runs' backends */
+						for (int k = 0; sel[i]->battery && k < opt->ncombos && !covered;
+						     k++) {
+							twc_combo cb;
+							if (twc_combo_parse(opt->combos[k], &cb))
+								covered = cites(twc_combo_sections(cb.transport), want) ||
+								          cites(twc_combo_sections(cb.channel), want);
+						}
+					}
 					if (!covered) {
 						printf("%-16s %s\n", want, title);
 						missing++;
