@@ -386,6 +386,10 @@ int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, 
 			out->has_descriptor_id = 1;
 			out->descriptor_id = v;
 		}
+		if (k == UINT64_C(0x74770001)) {
+			out->has_ext = 1;
+			out->ext_mask = v;
+		}
 	}
 	if (get_string(&r, NULL, 0))
 		goto bad;

@@ -56,6 +56,8 @@ typedef struct twc_raw_answer {
 	int has_basic;
 	uint64_t basic_id;        /* channelRegistrationIds["basic"][0] */
 	char channels[128];       /* the channels of channelRegistrationIds, comma-separated */
+	int has_ext;
+	uint64_t ext_mask;        /* transportRegistrationIds[0x74770001], spec/wire.md 8.1 */
 } twc_raw_answer;
 
 /* Parses a BrochureAnswer body; 0 on success, -1 with the reason. */

@@ -314,6 +314,63 @@ static int send_registration_timeout(ctx *c)
 	return 0;
 }
 
+/* A Brochure offering uv and basic that asks for the extensions `asked`
+ * (spec 8.1), handshaken; the answer is in c->ans. */
+static int ext_handshake(ctx *c, const char *asked)
+{
+	unsigned char b[256];
+	size_t n = 0, an = strlen(asked);
+	static const unsigned char head[] = { 0xb9, 0x02, 0xbb, 0x02, 0xbd, 0x02, 'u', 'v',
+		                              0xbd, 0x04, 'u', 'v', ':', '*', 0xbd, 0x0e };
+	static const char name[] = "tensorwire.ext";
+	if (an > 60)
+		return -1;
+	memcpy(b, head, sizeof(head));
+	n = sizeof(head);
+	memcpy(b + n, name, 14);
+	n += 14;
+	b[n++] = 0xbd;
+	b[n++] = (unsigned char)an;
+	memcpy(b + n, asked, an);
+	n += an;
+	/* the channels, as in the plain uv+basic Brochure (after its transports) */
+	memcpy(b + n, twc_raw_brochure_uv_basic + 14, twc_raw_brochure_uv_basic_len - 14);
+	n += twc_raw_brochure_uv_basic_len - 14;
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "ext") || twc_raw_handshake(c, fd, b, n, false))
+		return -1;
+	return 0;
+}
+
+/* Only names it does not know: no acknowledgement at all (8.1.b, 8.1.c). */
+static int send_ext_unknown_only(ctx *c)
+{
+	if (ext_handshake(c, "zz-unknown,tensorwire.none"))
+		return -1;
+	if (c->ans.has_ext)
+		twc_raw_check(c, "asked only for unknown extensions, the answer acknowledges mask 0x%llx "
+		                 "(spec 8.1.c: no key 0x74770001)",
+		              (unsigned long long)c->ans.ext_mask);
+	return 0;
+}
+
+/* goodbye among unknown names: at most bit 0 (8.1.b, 8.1.c). */
+static int send_ext_bits_asked(ctx *c)
+{
+	if (ext_handshake(c, "zz-first,goodbye,zz-last"))
+		return -1;
+	if (c->ans.has_ext && (c->ans.ext_mask & ~UINT64_C(1)))
+		twc_raw_check(c, "asked for goodbye (bit 0) among unknown names, the answer sets mask "
+		                 "0x%llx (spec 8.1.c: only bits asked for and supported)",
+		              (unsigned long long)c->ans.ext_mask);
+	if (c->ans.has_ext && c->ans.ext_mask == 0)
+		twc_raw_check(c, "the answer has key 0x74770001 with no bit set (spec 8.1.c: the key "
+		                 "only when an extension asked for is supported)");
+	printf("# acknowledgement: %s 0x%llx\n", c->ans.has_ext ? "mask" : "none",
+	       (unsigned long long)c->ans.ext_mask);
+	return 0;
+}
+
 /* Sections: spec/wire.md, with the numbered requirement checked. */
 /* ---- running and judging ------------------------------------------------------------- */
 
@@ -367,6 +424,20 @@ static twc_outcome_t run_raw(const twc_case *c, twc_case_env *env)
 	}
 
 static const twc_case cases[] = {
+	RAW("ext_unknown_only", "8.1 (8.1.b, 8.1.c)", TWC_MUST,
+	    "a Brochure whose tensorwire.ext entry names only extensions nobody knows",
+	    "(8.1.b) A server MUST ignore names in the value that it does not know, and an entry "
+	    "whose value names none it supports. (8.1.c) A server MUST add key 0x74770001 to a "
+	    "BrochureAnswer only when the Brochure asked for an extension it supports. And always: "
+	    ALWAYS,
+	    send_ext_unknown_only, NULL, NULL, NULL, 0, NULL),
+	RAW("ext_bits_asked", "8.1 (8.1.c)", TWC_MUST,
+	    "a Brochure asking for goodbye between two unknown extension names",
+	    "(8.1.c) A server MUST add key 0x74770001 to a BrochureAnswer only when the Brochure "
+	    "asked for an extension it supports, and MUST set only the bits of extensions that were "
+	    "asked for and that it supports. And always: "
+	    ALWAYS,
+	    send_ext_bits_asked, NULL, NULL, NULL, 0, NULL),
 	RAW("close_before_hello", "5.4 (5.4.a)", TWC_MUST,
 	    "TCP connect, then close without sending anything",
 	    "(5.4.a) A connection that closes, or sends a malformed hello, before its hello is complete "

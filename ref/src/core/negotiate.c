@@ -334,6 +334,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	 * a client that asked for nothing (any stock client) gets no key. */
 	uint64_t acked = tw__ext_asked(b) &
 	                 (TW_EXT_GOODBYE_BIT | (tw__ext_we_ask_proof(ctx) ? TW_EXT_PROOF_BIT : 0));
+	if (TW_MUTANT("ext_acked_unasked"))
+		acked |= TW_EXT_PROOF_BIT;
 	if (acked) {
 		ids[a.num_transport_ids].key = TW_EXT_ANSWER_KEY;
 		ids[a.num_transport_ids].id = acked;

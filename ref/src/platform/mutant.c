@@ -24,6 +24,7 @@ static const char *const tw__mutants[] = {
 	"descriptor_reply_unchecked",
 	"empty_variant_kept",
 	"eof_as_reset",
+	"ext_acked_unasked",
 	"frame_length_unchecked",
 	"frame_limit_unchecked",
 	"goodbye_omitted",
