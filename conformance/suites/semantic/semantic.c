@@ -20,6 +20,7 @@
 
 #include "adapter_proc.h"
 #include "case.h"
+#include "combo.h"
 #include "suites.h"
 #include "session.h"
 
@@ -256,6 +257,59 @@ static twc_outcome_t run_both_write(const twc_case *c, twc_case_env *env)
 			twc_msg_clear(&msgs[d][i]);
 	if (rc == 0)
 		rc = twc_session_check_info(&s, NULL, NULL);
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	return from_session(&s, env, rc);
+}
+
+/* Message 0 of the limit case: 3 MiB of metadata, so its Descriptor packet
+ * is over the 2 MiB a ring transport carries (spec 2.5); then small ones. */
+static int shape_big_descriptor(int i, twc_agent_msg *m)
+{
+	if (parts(m, 1, 1))
+		return -1;
+	m->metadata.len = i == 0 ? UINT64_C(3) << 20 : 7;
+	m->payloads[0].data.len = 100;
+	m->tensors[0].data.len = 1000 + (uint64_t)i;
+	return 0;
+}
+
+/* (2.5.a) on the run's transport: a ring (shm, ibv) must refuse the message
+ * whose Descriptor does not fit a packet, alone, before sending any of it,
+ * naming the limit; the next messages travel. A stream (uv) carries it. */
+static twc_outcome_t run_packet_limit(const twc_case *c, twc_case_env *env)
+{
+	const char *t = twc_combo_current()->transport;
+	bool ring = !strcmp(t, "shm") || !strcmp(t, "ibv");
+	twc_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	if (rc == 0 && !ring)
+		rc = twc_session_transfer(&s, true, shape_big_descriptor, 3, false, 7100000);
+	if (rc == 0 && ring) {
+		twc_agent_msg m;
+		if (shape_big_descriptor(0, &m))
+			rc = twc_session_fail(&s, "harness: out of memory");
+		twc_msg_assign_seeds(&m, 7000000);
+		json_int_t w = rc ? -1 : twc_session_arm(&s, s.client,
+		                                         json_pack("{s:s,s:s,s:o}", "cmd", "write",
+		                                                   "pipe", s.cpipe, "message",
+		                                                   twc_msg_json(&m)));
+		twc_msg_clear(&m);
+		json_t *ev = NULL;
+		rc = w < 0 ? -1 : twc_session_event(&s, s.client, w, "write", &ev);
+		if (rc == 0 && json_is_true(json_object_get(ev, "ok")))
+			rc = twc_session_fail(&s, "on %s a message whose Descriptor is over 3 MiB was "
+			                          "written; a ring packet is at most 2 MiB (2.5.a)",
+			                      t);
+		else if (rc == 0)
+			printf("# refused as it must be: %s\n", twc_event_error_text(ev));
+		json_decref(ev);
+		/* the pipe and the peer are not affected: the next messages travel */
+		if (rc == 0)
+			rc = twc_session_transfer(&s, true, shape_small, 3, false, 7200000);
+	}
+	if (rc == 0)
+		rc = twc_session_transfer(&s, false, shape_small, 3, false, 7300000);
 	if (rc == 0)
 		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
@@ -863,6 +917,16 @@ static const twc_case cases[] = {
 	 .requirement = "After its first frame every connection is symmetric. (wire.md 3.1) - "
 	                "both sides writing at once (issue 3 item 5)",
 	 .timeout_s = 300, .run = run_both_write, .cross = true},
+	{.id = "semantic.packet_limit", .battery = true, .suite = "semantic",
+	 .section = "wire.md 2.5 (2.5.a)", .level = TWC_MUST, .needs = "",
+	 .description = "a message with 3 MiB of metadata: refused alone on a ring transport (its "
+	                "Descriptor is over a 2 MiB packet), carried on uv; the next messages travel",
+	 .requirement = "(2.5.a) A sender MUST check each message against what its pipe can carry "
+	                "(the transport's largest frame and packet, each channel's largest tensor) "
+	                "before it sends any part of it, and fail that message alone with an error "
+	                "naming the part and the limit; the pipe, the messages after it and the peer "
+	                "are not affected.",
+	 .timeout_s = 120, .run = run_packet_limit, .cross = true},
 	{.id = "semantic.descriptor_then_close", .battery = true, .suite = "semantic", .section = "agent.md 6.10",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "read_descriptor without read, then close: every callback once, clean exit",
