@@ -3,9 +3,12 @@
  */
 #include "case.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 const char *twc_outcome_name(twc_outcome_t o)
 {
@@ -47,4 +50,20 @@ const twc_case **twc_cases_collect(const twc_suite *suites, size_t nsuites, int 
 		all[n] = NULL;
 	*count_out = n;
 	return all;
+}
+
+int twc_tool_path(const char *name, char *buf, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = '\0';
+	if (snprintf(buf, len, "%s/%s", self, name) >= (int)len)
+		return -1;
+	return access(buf, X_OK);
 }

@@ -84,6 +84,10 @@ const twc_case **twc_cases_collect(const twc_suite *suites, size_t nsuites, int 
 
 const char *twc_outcome_name(twc_outcome_t o);
 
+/* The path of a helper program built beside the runner (tw-sandbox,
+ * tw-xth-dual) into buf; -1 when it is not there or not executable. */
+int twc_tool_path(const char *name, char *buf, size_t len);
+
 /* Sets env->reason and returns the outcome, for one-line returns. */
 twc_outcome_t twc_case_result(twc_case_env *env, twc_outcome_t o, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

@@ -58,23 +58,6 @@ static int shape_one(int index, twc_agent_msg *m)
 	return 0;
 }
 
-/* tw-sandbox beside this executable. */
-static int sandbox_path(char *buf, size_t len)
-{
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return -1;
-	*slash = '\0';
-	if (snprintf(buf, len, "%s/tw-sandbox", self) >= (int)len)
-		return -1;
-	return access(buf, X_OK);
-}
-
 /* Runs `cmd`; 0 when it exits 0, else -1 with its first output line in why. */
 static int try_cmd(const char *cmd, char *why, size_t len)
 {
@@ -136,7 +119,7 @@ static twc_outcome_t run_contain(const twc_case *c, twc_case_env *env)
 		return twc_case_result(env, TWC_SKIP, "needs root (seccomp as root, capability drops, "
 		                                      "mount and pid namespaces)");
 	char sb[PATH_MAX], prefix[2 * PATH_MAX] = "", probe[3 * PATH_MAX], reason[512];
-	if (sandbox_path(sb, sizeof(sb)) != 0)
+	if (twc_tool_path("tw-sandbox", sb, sizeof(sb)) != 0)
 		return twc_case_result(env, TWC_ERROR, "tw-sandbox is not beside tensorwire-conform");
 	if (sp->unshare) {
 		snprintf(probe, sizeof(probe), "unshare %s -- true", sp->unshare);
