@@ -3,6 +3,7 @@
  * cases: every case of cases.c, run for every ordered pair of IUTs (the
  * first one connects, the second accepts; messages go both ways).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,42 @@ static twc_outcome_t run_interop(const twc_case *c, twc_case_env *env)
 	                             wait_s, env->reason, sizeof(env->reason), env->transport,
 	                             env->channel);
 	return rc == 0 ? TWC_PASS : rc == 77 ? TWC_SKIP : TWC_FAIL;
+}
+
+/* xth (spec 4.5) between the two implementations: both in one process,
+ * which only tw-xth-dual (built when stock is) can be. The client IUT's
+ * implementation connects to the server's; a pair of one implementation is
+ * a SKIP (ours<->ours xth runs in the ref batteries ref.uv_xth.*). */
+static twc_outcome_t run_xth_one_process(const twc_case *c, twc_case_env *env)
+{
+	(void)c;
+	const char *ci = env->iut_impl, *si = env->peer_impl ? env->peer_impl : "";
+	bool ours_c = !strcmp(ci, "tensorwire"), ours_s = !strcmp(si, "tensorwire");
+	bool stock_c = !strcmp(ci, "tensorpipe"), stock_s = !strcmp(si, "tensorpipe");
+	if (!((ours_c && stock_s) || (stock_c && ours_s)))
+		return twc_case_result(env, TWC_SKIP,
+		                       "xth joins two implementations in one process; this pair is %s "
+		                       "and %s (ours<->ours xth: ref.uv_xth.* batteries)",
+		                       ci, si);
+	char tool[PATH_MAX], cmd[PATH_MAX + 64];
+	if (twc_tool_path("tw-xth-dual", tool, sizeof(tool)) != 0)
+		return twc_case_result(env, TWC_SKIP, "tw-xth-dual is not built (it needs stock "
+		                                      "TensorPipe's headers and library)");
+	snprintf(cmd, sizeof(cmd), "%s %s 2>&1", tool, ours_c ? "ours-connects" : "stock-connects");
+	snprintf(env->transport, sizeof(env->transport), "uv");
+	snprintf(env->channel, sizeof(env->channel), "xth");
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		return twc_case_result(env, TWC_ERROR, "popen %s failed", tool);
+	char line[1024], last[1024] = "";
+	while (fgets(line, sizeof(line), f)) {
+		fputs(line, stdout);
+		snprintf(last, sizeof(last), "%.*s", (int)strcspn(line, "\n"), line);
+	}
+	int st = pclose(f);
+	if (st == 0)
+		return TWC_PASS;
+	return twc_case_result(env, TWC_FAIL, "%s (status %d)", last, st);
 }
 
 /* "Interop tests [...] each ours->stock, stock->ours and ours<->ours: [...]
@@ -76,6 +113,25 @@ const twc_case *twc_suite_interop(int *count_out)
 			};
 			n++;
 		}
+	}
+	static bool xth_added;
+	if (!xth_added) {
+		xth_added = true;
+		cases[n++] = (twc_case){
+			.id = "interop.xth_one_process",
+			.suite = "interop",
+			.section = "wire.md 4.5 (4.5.a)",
+			.level = TWC_MUST,
+			.needs = "",
+			.description = "stock and ours in one process select xth and move tensors of 0 B "
+			               "to 9 MiB both ways, either one connecting",
+			.requirement = "(4.5.a) An implementation MUST NOT advertise xth unless it speaks "
+			               "exactly this protocol, since a stock instance in the same process "
+			               "would select it.",
+			.timeout_s = 120,
+			.pairwise = true,
+			.run = run_xth_one_process,
+		};
 	}
 	*count_out = n;
 	return cases;
