@@ -1,0 +1,271 @@
+/*
+ * shm_bootstrap.c - spec/wire.md 2.3.1 and 2.3.2 from a hostile peer: the
+ * harness connects to the IUT's shm listener as a raw client and sends a
+ * descriptor exchange with one thing wrong (bytes, descriptor count, segment
+ * sizes, a capacity the segments do not have), or none at all.
+ *
+ * A conforming IUT closes that connection (a protocol error, 2.3.1.b,
+ * 2.3.2.a) within a few seconds, maps nothing it was not given, keeps its
+ * process and its listener, and then serves a well-formed pipe over shm
+ * from a second adapter of the same implementation: one message each way,
+ * every byte checked, both adapters ending cleanly.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "session.h"
+#include "suites.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+typedef enum bad_kind {
+	BAD_BYTES_ONLY,     /* 8 bytes, no descriptors */
+	BAD_TWO_FDS,        /* 8 bytes, 2 descriptors */
+	BAD_FIVE_FDS,       /* 8 bytes, 5 descriptors */
+	BAD_NINE_BYTES,     /* 9 bytes, 4 descriptors */
+	BAD_TINY_SEGMENTS,  /* 4 descriptors of 16 bytes each */
+	BAD_LYING_CAPACITY, /* 40-byte headers claiming 1 TiB over small data segments */
+	BAD_SILENT_CLOSE,   /* connect, send nothing, close */
+} bad_kind;
+
+/* A ring's two segments: a 40-byte header announcing `claimed` bytes and
+ * a data segment of `actual` bytes. */
+static int ring_fds(uint64_t claimed, uint64_t actual, int out[2])
+{
+	out[0] = memfd_create("twc-hostile-header", MFD_CLOEXEC);
+	out[1] = memfd_create("twc-hostile-data", MFD_CLOEXEC);
+	if (out[0] < 0 || out[1] < 0)
+		return -1;
+	uint8_t h[40] = {0};
+	for (int i = 0; i < 8; i++) {
+		h[i] = (uint8_t)(claimed >> (8 * i));
+		h[8 + i] = (uint8_t)((claimed - 1) >> (8 * i));
+	}
+	if (pwrite(out[0], h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    ftruncate(out[1], (off_t)actual) != 0)
+		return -1;
+	return 0;
+}
+
+static int send_exchange(int sock, const uint8_t *bytes, size_t n, const int *fds, int nfds)
+{
+	struct iovec iov = {(void *)bytes, n};
+	union {
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (nfds > 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
+}
+
+/* Reads (and drops) what the IUT sends until it closes the socket or
+ * `ms` pass; true when it closed. Descriptors it passes are closed. */
+static bool closed_within(int sock, int ms)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct timespec t;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return false;
+		struct pollfd p = {sock, POLLIN, 0};
+		if (poll(&p, 1, (int)left) <= 0)
+			continue;
+		uint8_t b[64];
+		union {
+			char buf[CMSG_SPACE(16 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = {b, sizeof(b)};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+		                    .msg_controllen = sizeof(u.buf)};
+		ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm))
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+				for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++)
+					close(((int *)CMSG_DATA(cm))[k]);
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			return true;
+	}
+}
+
+/* The hostile connection: its exchange, then whether the IUT dropped it. */
+static int hostile(const char *url, bad_kind kind, char *why, size_t len)
+{
+	const char *name = url + strlen("shm://");
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	size_t nl = strlen(name);
+	if (nl + 1 > sizeof(sa.sun_path)) {
+		snprintf(why, len, "harness: shm address '%s' too long", name);
+		return -1;
+	}
+	memcpy(sa.sun_path + 1, name, nl); /* abstract: a leading NUL */
+	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock < 0 || connect(sock, (struct sockaddr *)&sa,
+	                        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl)) != 0) {
+		snprintf(why, len, "harness: connect to the IUT's shm listener %s: %s", url,
+		         strerror(errno));
+		if (sock >= 0)
+			close(sock);
+		return -1;
+	}
+	int fds[8], nfds = 0, rc = 0;
+	uint8_t bytes[9] = {1, 0, 0, 0, 2, 0, 0, 0, 9};
+	size_t nbytes = 8;
+	int r[2] = {-1, -1}, in[2] = {-1, -1};
+	switch (kind) {
+	case BAD_SILENT_CLOSE:
+		close(sock);
+		return 0;
+	case BAD_BYTES_ONLY:
+		break;
+	case BAD_TINY_SEGMENTS:
+		for (nfds = 0; nfds < 4; nfds++) {
+			fds[nfds] = memfd_create("twc-tiny", MFD_CLOEXEC);
+			if (fds[nfds] < 0 || ftruncate(fds[nfds], 16) != 0)
+				rc = -1;
+		}
+		break;
+	case BAD_LYING_CAPACITY:
+		rc = ring_fds(UINT64_C(1) << 40, 4 * MiB, r) | ring_fds(UINT64_C(1) << 40, 2 * MiB, in);
+		fds[0] = r[0], fds[1] = r[1], fds[2] = in[0], fds[3] = in[1];
+		nfds = 4;
+		break;
+	default: /* well-formed segments, wrong counts */
+		rc = ring_fds(4 * MiB, 4 * MiB, r) | ring_fds(2 * MiB, 2 * MiB, in);
+		fds[0] = r[0], fds[1] = r[1], fds[2] = in[0], fds[3] = in[1];
+		nfds = kind == BAD_TWO_FDS ? 2 : 4;
+		if (kind == BAD_FIVE_FDS)
+			fds[nfds++] = dup(in[1]);
+		if (kind == BAD_NINE_BYTES)
+			nbytes = 9;
+		break;
+	}
+	if (rc == 0)
+		rc = send_exchange(sock, bytes, nbytes, fds, nfds);
+	if (rc != 0)
+		snprintf(why, len, "harness: could not build or send the exchange: %s", strerror(errno));
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	for (int i = nfds; i < 4 && kind != BAD_TINY_SEGMENTS; i++) {
+		/* the segments a short exchange left out */
+		int f = i < 2 ? r[i] : in[i - 2];
+		if (f >= 0)
+			close(f);
+	}
+	if (rc == 0 && !closed_within(sock, 3000)) {
+		snprintf(why, len, "the IUT kept the connection whose exchange was malformed open "
+		                   "for 3 s (2.3.1.b: a protocol error)");
+		rc = -1;
+	}
+	close(sock);
+	return rc;
+}
+
+static int shape_one(int index, twc_agent_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	if (!(m->tensors = calloc(1, sizeof(*m->tensors))))
+		return -1;
+	m->num_tensors = 1;
+	m->metadata.len = 5;
+	m->tensors[0].data.len = 65536 + (uint64_t)index;
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
+	m->tensors[0].has_target_device = true;
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
+	return 0;
+}
+
+static twc_outcome_t run_shm_bootstrap(const twc_case *c, twc_case_env *env)
+{
+	bad_kind kind = (bad_kind)(intptr_t)c->arg;
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "shm",
+	                        "kind", "shm", "priority", 0, "channels", "name", "basic", "kind",
+	                        "basic", "priority", 0);
+	json_t *urls = json_pack("[s]", "shm://");
+	twc_session s;
+	int rc = twc_session_start(&s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
+	                          env->wait_ms, ctx, urls);
+	json_decref(ctx);
+	json_decref(urls);
+	char why[512] = "";
+	if (rc == 0 && hostile(s.url, kind, why, sizeof(why)) != 0) {
+		twc_session_destroy(&s);
+		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
+		                       why);
+	}
+	/* the listener and the process still serve a well-formed pipe */
+	if (rc == 0)
+		rc = twc_session_connect(&s, NULL);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, true, shape_one, 1, false, UINT64_C(9) << 40);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, false, shape_one, 1, false, UINT64_C(10) << 40);
+	if (rc == 0)
+		rc = twc_session_check_info(&s, "shm", "basic");
+	snprintf(env->transport, sizeof(env->transport), "shm");
+	snprintf(env->channel, sizeof(env->channel), "basic");
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	twc_session_destroy(&s);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "after the hostile exchange: %s", s.reason);
+	return TWC_PASS;
+}
+
+#define SHM_BAD(id_, sec_, what_, req_, kind_)                                                    \
+	{.id = "wire.shm_" id_, .suite = "wire", .section = "wire.md " sec_, .level = TWC_MUST,      \
+	 .needs = "", .description = "raw shm client: " what_ "; then a good pipe over shm",       \
+	 .requirement = req_, .timeout_s = 60, .run = run_shm_bootstrap,                          \
+	 .arg = (const void *)(intptr_t)(kind_)}
+
+#define REQ_B "(2.3.1.b) A receiver MUST treat a message with a different byte count or "        \
+	      "descriptor count as a protocol error."
+#define REQ_SIZES "(2.3.2.a) A header segment MUST be exactly 40 bytes and a data segment "       \
+	          "exactly capacity bytes; a receiver MUST reject descriptors whose sizes differ."
+
+static const twc_case cases[] = {
+	SHM_BAD("bytes_only", "2.3.1 (2.3.1.b)", "8 bytes and no descriptors", REQ_B,
+	        BAD_BYTES_ONLY),
+	SHM_BAD("two_fds", "2.3.1 (2.3.1.b)", "8 bytes and 2 descriptors", REQ_B, BAD_TWO_FDS),
+	SHM_BAD("five_fds", "2.3.1 (2.3.1.b)", "8 bytes and 5 descriptors", REQ_B, BAD_FIVE_FDS),
+	SHM_BAD("nine_bytes", "2.3.1 (2.3.1.b)", "9 bytes and 4 descriptors", REQ_B, BAD_NINE_BYTES),
+	SHM_BAD("tiny_segments", "2.3.2 (2.3.2.a)", "4 descriptors of 16-byte files", REQ_SIZES,
+	        BAD_TINY_SEGMENTS),
+	SHM_BAD("lying_capacity", "2.3.2 (2.3.2.a)",
+	        "headers announcing 1 TiB rings over 4 and 2 MiB data segments", REQ_SIZES,
+	        BAD_LYING_CAPACITY),
+	SHM_BAD("silent_close", "2.3.1", "connect and close without an exchange",
+	        "A listener MUST keep accepting after any error on one accepted connection (3.3.f).",
+	        BAD_SILENT_CLOSE),
+};
+
+const twc_case *twc_suite_wire_shm(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
