@@ -409,6 +409,12 @@ int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, 
 			r.off = save;
 			out->has_basic = 1;
 		}
+		if (!strcmp(name, "mpt") && blen >= 8) {
+			size_t save = r.off;
+			(void)get_le(&r, 8, &out->mpt_id);
+			r.off = save;
+			out->has_mpt = 1;
+		}
 		r.off += (size_t)blen;
 	}
 	if (skip_value(&r, 0) || skip_value(&r, 0))
@@ -417,4 +423,29 @@ int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, 
 bad:
 	snprintf(err, errlen, "BrochureAnswer: %s at byte %zu", r.why ? r.why : "malformed", r.off);
 	return -1;
+}
+
+int twc_raw_parse_server_hello(const unsigned char *b, size_t n, twc_raw_lane *lanes, int max,
+                               int *count_out, char *err, size_t errlen)
+{
+	rd r = {b, n, 0, NULL};
+	unsigned char pfx, idx;
+	uint64_t members, count;
+	if (get_byte(&r, &pfx) || pfx != 0xb8 || get_byte(&r, &idx) || idx != 0 ||
+	    get_byte(&r, &pfx) || pfx != 0xb9 || get_u64(&r, &members) || members != 1 ||
+	    get_byte(&r, &pfx) || pfx != 0xba || get_u64(&r, &count) || count > (uint64_t)max) {
+		snprintf(err, errlen, "ServerHello: expected Variant 0 {Array of at most %d lanes}", max);
+		return -1;
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		if (get_byte(&r, &pfx) || pfx != 0xb9 || get_u64(&r, &members) || members != 2 ||
+		    get_string(&r, lanes[i].address, sizeof(lanes[i].address)) ||
+		    get_u64(&r, &lanes[i].id)) {
+			snprintf(err, errlen, "ServerHello: lane %llu: %s at byte %zu",
+			         (unsigned long long)i, r.why ? r.why : "malformed", r.off);
+			return -1;
+		}
+	}
+	*count_out = (int)count;
+	return 0;
 }

@@ -58,7 +58,19 @@ typedef struct twc_raw_answer {
 	char channels[128];       /* the channels of channelRegistrationIds, comma-separated */
 	int has_ext;
 	uint64_t ext_mask;        /* transportRegistrationIds[0x74770001], spec/wire.md 8.1 */
+	int has_mpt;
+	uint64_t mpt_id;          /* channelRegistrationIds["mpt"][0], its control connection */
 } twc_raw_answer;
+
+/* One lane of an mpt ServerHello (spec/wire.md 4.3). */
+typedef struct twc_raw_lane {
+	char address[128];
+	uint64_t id;
+} twc_raw_lane;
+
+/* Parses an mpt ServerHello packet into at most `max` lanes. */
+int twc_raw_parse_server_hello(const unsigned char *b, size_t n, twc_raw_lane *lanes, int max,
+                               int *count_out, char *err, size_t errlen);
 
 /* Parses a BrochureAnswer body; 0 on success, -1 with the reason. */
 int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, char *err,

@@ -11,6 +11,7 @@ const twc_suite twc_suites[] = {
 	{"wire", twc_suite_wire_fuzz},
 	{"wire", twc_suite_wire_descriptors},
 	{"wire", twc_suite_wire_shm},
+	{"wire", twc_suite_wire_mpt},
 	{"semantic", twc_suite_semantic},
 	{"interop", twc_suite_interop},
 	{"contain", twc_suite_contain},

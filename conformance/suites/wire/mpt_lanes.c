@@ -1,0 +1,238 @@
+/*
+ * mpt_lanes.c - spec/wire.md 4.3 (4.3.b) from a hostile peer: the harness
+ * is a raw client of a pipe that selects mpt with two lanes. It reads the
+ * IUT's ServerHello on the channel's control connection, then connects to
+ * the first lane listener it names and sends a first frame that is not a
+ * ClientHello with a registered id (garbage, an id nobody handed out, a
+ * ServerHello), or nothing at all.
+ *
+ * A conforming IUT closes that lane connection within a few seconds, keeps
+ * its process, and still serves a well-formed mpt pipe from a second
+ * adapter of the same implementation (one message each way, every byte
+ * checked, both adapters ending cleanly).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "rawpeer.h"
+#include "session.h"
+#include "suites.h"
+
+typedef enum lane_bad { LANE_GARBAGE, LANE_UNKNOWN_ID, LANE_SERVER_HELLO, LANE_SILENT_CLOSE } lane_bad;
+
+/* True when the peer closes `fd` within `ms` (what it sends is dropped). */
+static bool peer_closes(int fd, int ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return false;
+		struct pollfd p = {fd, POLLIN, 0};
+		if (poll(&p, 1, (int)left) <= 0)
+			continue;
+		char b[256];
+		ssize_t n = read(fd, b, sizeof(b));
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			return true;
+	}
+}
+
+static int shape_one(int index, twc_agent_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	if (!(m->tensors = calloc(1, sizeof(*m->tensors))))
+		return -1;
+	m->num_tensors = 1;
+	m->metadata.len = 3;
+	m->tensors[0].data.len = (UINT64_C(1) << 20) + 3 + (uint64_t)index;
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
+	m->tensors[0].has_target_device = true;
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
+	return 0;
+}
+
+/* The raw pipe up to the ServerHello; then the hostile lane. 0, or -1 with
+ * the reason (a "harness:" prefix when the harness could not do its part). */
+static int raw_part(twc_session *s, lane_bad kind, char *why, size_t len)
+{
+	const char *addr = strstr(s->url, "://") ? strstr(s->url, "://") + 3 : s->url;
+	char err[512] = "";
+	int fds[4] = {-1, -1, -1, -1}, rc = -1;
+	unsigned char b[512];
+	size_t n;
+	json_int_t acc = twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd", "accept",
+	                                                        "listener", s->lid));
+	if (acc < 0) {
+		snprintf(why, len, "harness: %.900s", s->reason);
+		return -1;
+	}
+	/* main connection: hello, Brochure (uv; mpt with 2 uv lanes) */
+	static const unsigned char brochure[] = {
+		0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v', 0xbd, 0x04, 'u', 'v', ':', '*',
+		0xbb, 0x01, 0xbd, 0x03, 'm', 'p', 't', 0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p',
+		'u', 0x00, 0xbd, 0x0b, '2', ':', 'u', 'v', ':', '*', ':', 'u', 'v', ':', '*'};
+	twc_raw_answer ans;
+	if ((fds[0] = twc_raw_connect(addr, 3000, err, sizeof(err))) < 0 ||
+	    !(n = twc_raw_hello("mpt-raw", b, sizeof(b))) ||
+	    twc_raw_send_frame(fds[0], b, n, err, sizeof(err)) ||
+	    twc_raw_send_frame(fds[0], brochure, sizeof(brochure), err, sizeof(err))) {
+		snprintf(why, len, "harness: %s", err);
+		goto out;
+	}
+	long got = twc_raw_recv_frame(fds[0], b, sizeof(b), 5000, err, sizeof(err));
+	if (got < 0 || twc_raw_parse_answer(b, (size_t)got, &ans, err, sizeof(err))) {
+		snprintf(why, len, "no usable BrochureAnswer: %s", got == -2 ? "connection closed" : err);
+		goto out;
+	}
+	if (!ans.has_mpt) {
+		snprintf(why, len, "the BrochureAnswer does not select mpt (channels: %s)", ans.channels);
+		goto out;
+	}
+	/* the descriptor-reply and the mpt control connections */
+	uint64_t ids[2] = {ans.reply_id, ans.mpt_id};
+	for (int i = 0; i < 2; i++)
+		if ((fds[1 + i] = twc_raw_connect(addr, 3000, err, sizeof(err))) < 0 ||
+		    !(n = twc_raw_requested(ids[i], b, sizeof(b))) ||
+		    twc_raw_send_frame(fds[1 + i], b, n, err, sizeof(err))) {
+			snprintf(why, len, "harness: %s", err);
+			goto out;
+		}
+	json_t *ev = NULL;
+	if (twc_session_ok_event(s, s->server, acc, "accept", &ev)) {
+		snprintf(why, len, "the raw pipe was not accepted: %.900s", s->reason);
+		goto out;
+	}
+	char rawpipe[64];
+	snprintf(rawpipe, sizeof(rawpipe), "%s", json_string_value(json_object_get(ev, "pipe")) ?: "");
+	json_decref(ev);
+	got = twc_raw_recv_frame(fds[2], b, sizeof(b), 5000, err, sizeof(err));
+	twc_raw_lane lanes[4];
+	int nl = 0;
+	if (got < 0 || twc_raw_parse_server_hello(b, (size_t)got, lanes, 4, &nl, err, sizeof(err)) ||
+	    nl != 2) {
+		snprintf(why, len, "no ServerHello with 2 lanes on the mpt control connection: %s",
+		         got < 0 ? (got == -2 ? "connection closed" : err) : err);
+		goto out;
+	}
+	printf("# ServerHello: lane 0 %s id %llu, lane 1 %s id %llu\n", lanes[0].address,
+	       (unsigned long long)lanes[0].id, lanes[1].address, (unsigned long long)lanes[1].id);
+	/* the hostile lane */
+	if ((fds[3] = twc_raw_connect(lanes[0].address, 3000, err, sizeof(err))) < 0) {
+		snprintf(why, len, "harness: lane 0 at %s: %s", lanes[0].address, err);
+		goto out;
+	}
+	static const unsigned char garbage[] = {0xff, 0xfe, 0x00, 0x13, 0x37};
+	int sent = 0;
+	switch (kind) {
+	case LANE_GARBAGE:
+		sent = twc_raw_send_frame(fds[3], garbage, sizeof(garbage), err, sizeof(err));
+		break;
+	case LANE_UNKNOWN_ID: {
+		uint64_t bogus = lanes[0].id ^ lanes[1].id ^ UINT64_C(0x5eed0000);
+		n = twc_raw_requested(bogus, b, sizeof(b)); /* ClientHello's bytes */
+		sent = twc_raw_send_frame(fds[3], b, n, err, sizeof(err));
+		break;
+	}
+	case LANE_SERVER_HELLO:
+		sent = twc_raw_send_frame(fds[3], b, (size_t)got, err, sizeof(err));
+		break;
+	case LANE_SILENT_CLOSE:
+		close(fds[3]);
+		fds[3] = -1;
+		break;
+	}
+	if (sent) {
+		snprintf(why, len, "harness: sending on lane 0: %s", err);
+		goto out;
+	}
+	if (fds[3] >= 0 && !peer_closes(fds[3], 3000)) {
+		snprintf(why, len, "lane listener %s kept a connection whose first frame is not a "
+		                   "ClientHello with a registered id open for 3 s (4.3.b)",
+		         lanes[0].address);
+		goto out;
+	}
+	/* the raw pipe is done with: closed through the adapter, then its sockets */
+	json_t *r = twc_session_call(s, s->server, json_pack("{s:s,s:s}", "cmd", "close", "pipe",
+	                                                    rawpipe));
+	if (!r) {
+		snprintf(why, len, "closing the raw pipe: %.900s", s->reason);
+		goto out;
+	}
+	json_decref(r);
+	rc = 0;
+out:
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return rc;
+}
+
+static twc_outcome_t run_mpt_lane(const twc_case *c, twc_case_env *env)
+{
+	lane_bad kind = (lane_bad)(intptr_t)c->arg;
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i,s:{s:i}}]}", "transports", "name",
+	                        "uv", "kind", "uv", "priority", 0, "channels", "name", "mpt", "kind",
+	                        "mpt", "priority", 0, "options", "lanes", 2);
+	twc_session s;
+	int rc = twc_session_start(&s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
+	                          env->wait_ms, ctx, NULL);
+	json_decref(ctx);
+	snprintf(env->transport, sizeof(env->transport), "uv");
+	snprintf(env->channel, sizeof(env->channel), "mpt");
+	char why[1024] = "";
+	if (rc != 0) {
+		twc_session_destroy(&s);
+		return twc_case_result(env, TWC_ERROR, "%s", s.reason);
+	}
+	if (raw_part(&s, kind, why, sizeof(why)) != 0) {
+		twc_session_destroy(&s);
+		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
+		                       why);
+	}
+	rc = twc_session_connect(&s, NULL);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, true, shape_one, 1, false, UINT64_C(11) << 40);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, false, shape_one, 1, false, UINT64_C(12) << 40);
+	if (rc == 0)
+		rc = twc_session_check_info(&s, "uv", "mpt");
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	twc_session_destroy(&s);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "after the hostile lane: %s", s.reason);
+	return TWC_PASS;
+}
+
+#define LANE_REQ "(4.3.b) A lane listener MUST close a connection whose first frame is not a " \
+	         "ClientHello with a registered id."
+#define MPT_BAD(id_, what_, kind_)                                                                \
+	{.id = "wire.mpt_lane_" id_, .suite = "wire", .section = "wire.md 4.3 (4.3.b)",              \
+	 .level = TWC_MUST, .needs = "",                                                             \
+	 .description = "raw client of an mpt pipe: lane 0 gets " what_ "; then a good mpt pipe",   \
+	 .requirement = LANE_REQ, .timeout_s = 60, .run = run_mpt_lane,                           \
+	 .arg = (const void *)(intptr_t)(kind_)}
+
+static const twc_case cases[] = {
+	MPT_BAD("garbage", "a 5-byte frame that is no packet", LANE_GARBAGE),
+	MPT_BAD("unknown_id", "a ClientHello with an id nobody handed out", LANE_UNKNOWN_ID),
+	MPT_BAD("server_hello", "the ServerHello itself", LANE_SERVER_HELLO),
+	MPT_BAD("silent_close", "a connect and a close without a frame", LANE_SILENT_CLOSE),
+};
+
+const twc_case *twc_suite_wire_mpt(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
