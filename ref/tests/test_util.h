@@ -290,13 +290,15 @@ static inline pid_t tu_fork_url_child(int fds[2], char *url, size_t len)
 
 /* A test written once runs on every transport x channel combination the
  * build lists (CMake's tw_battery, TW_REF_COMBOS, nng's NUTS pattern): CTest
- * passes the combination as TW_TEST_COMBO="<transport>+<channel>" and the
+ * passes the combination as TW_TEST_COMBO="<transport>[@<options>]+<channel>"
+ * (options: the transport's, e.g. shm@busy_poll_us=20000+basic) and the
  * test asks here instead of naming "uv" or "basic". Without the variable:
  * uv+basic. */
 typedef struct tu_combo {
 	char transport[32];
 	char channel[32];
 	char listen_url[64]; /* a URL to listen on that lets the system pick */
+	char options[64];    /* "<transport>@<options>+<channel>": the transport's options */
 } tu_combo;
 
 static inline const tu_combo *tu_combo_get(void)
@@ -314,6 +316,11 @@ static inline const tu_combo *tu_combo_get(void)
 	}
 	memcpy(c.transport, spec, (size_t)(plus - spec));
 	snprintf(c.channel, sizeof(c.channel), "%s", plus + 1);
+	char *at = strchr(c.transport, '@');
+	if (at) {
+		snprintf(c.options, sizeof(c.options), "%s", at + 1);
+		*at = '\0';
+	}
 	/* One listening URL per transport: the only transport-specific fact a
 	 * battery needs. */
 	if (!strcmp(c.transport, "uv") || !strcmp(c.transport, "ibv"))
@@ -332,7 +339,8 @@ static inline const tu_combo *tu_combo_get(void)
 static inline void tu_register_combo(tw_context *ctx)
 {
 	const tu_combo *c = tu_combo_get();
-	CHECK_OK(tw_context_register_transport(ctx, c->transport, NULL, 0, NULL));
+	CHECK_OK(tw_context_register_transport(ctx, c->transport, NULL, 0,
+	                                       c->options[0] ? c->options : NULL));
 	CHECK_OK(tw_context_register_channel(ctx, c->channel, NULL, 0, NULL));
 }
 
