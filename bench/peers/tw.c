@@ -59,16 +59,27 @@ static void twd_check(tw_status_t st, const char *what)
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
-	const char *dash = strchr(a->system, '-');
-	if (!dash || (size_t)(dash - a->system) >= tlen || !dash[1])
-		twb_die(2, "bad --system '%s' (want <transport>-<channel>, e.g. uv-basic)", a->system);
-	memcpy(transport, a->system, (size_t)(dash - a->system));
-	transport[dash - a->system] = '\0';
+	/* "<transport>-<channel>[-spin]": -spin asks shm to busy-poll for
+	 * 100 ms after the last activity (option busy_poll_us), as stock spins */
+	char sys[64], channel[32];
+	snprintf(sys, sizeof(sys), "%s", a->system);
+	size_t sl = strlen(sys);
+	bool spin = sl > 5 && !strcmp(sys + sl - 5, "-spin");
+	if (spin)
+		sys[sl - 5] = '\0';
+	const char *dash = strchr(sys, '-');
+	if (!dash || (size_t)(dash - sys) >= tlen || !dash[1] || strlen(dash + 1) >= sizeof(channel))
+		twb_die(2, "bad --system '%s' (want <transport>-<channel>[-spin], e.g. uv-basic)",
+		        a->system);
+	memcpy(transport, sys, (size_t)(dash - sys));
+	transport[dash - sys] = '\0';
+	snprintf(channel, sizeof(channel), "%s", dash + 1);
 	twd_check(tw_context_create(a->role == TWB_ROLE_SERVER ? "twb-server" : "twb-client", &ctx),
 	          "tw_context_create");
-	twd_check(tw_context_register_transport(ctx, transport, NULL, 0, NULL),
+	twd_check(tw_context_register_transport(ctx, transport, NULL, 0,
+	                                        spin ? "busy_poll_us=100000" : NULL),
 	          "tw_context_register_transport");
-	twd_check(tw_context_register_channel(ctx, dash + 1, NULL, 0, NULL),
+	twd_check(tw_context_register_channel(ctx, channel, NULL, 0, NULL),
 	          "tw_context_register_channel");
 	return ctx;
 }

@@ -6,6 +6,14 @@
  * pending slots); the loop thread owns the slot table and the tokens, and
  * is woken with a uv_async. A slot's flag is cleared before its connection
  * is woken, so a token that arrives while it runs wakes it again.
+ *
+ * Busy polling (opt-in, busy_poll_us): after a token or a write, the loop
+ * thread reads the ring itself on every pass (a uv_idle handle, so the loop
+ * never sleeps) until busy_poll_us pass without a token; meanwhile byte 18
+ * of the ring's header says so (spec 2.3.1.e), our producers skip their
+ * futex wake and the reading thread stays asleep. When polling stops the
+ * byte is cleared and the reading thread woken, so that a token whose
+ * producer still saw the byte set is taken.
  */
 #include "transport/shm/reactor.h"
 
@@ -36,12 +44,27 @@ struct tw_shm_reactor {
 	size_t num_pending;
 	/* loop thread */
 	uv_async_t async;
+	uint64_t busy_ns;        /* busy polling: how long after the last activity (0: off) */
+	uint64_t last_ns;        /* uv_hrtime() of the last activity */
+	uv_idle_t spin;          /* active while busy polling */
+	bool spinning;
 	uint32_t *work;          /* the batch being run (swapped with pending) */
 	void **conns;            /* TW_SHM_MAX_CONNS */
 	uint32_t *free_slots;
 	size_t num_free;
 	uint32_t next_slot;
 };
+
+/* Byte 18 of a reactor ring's header is padding in stock's layout (spec
+ * 2.3.2), which stock never reads or writes: tensorwire sets it while its
+ * loop thread polls the ring itself (busy polling), and our producers then
+ * skip the futex wake, which would only take the core from the poller. */
+#define TW_SHM_REACTOR_OFF_POLLING 18
+
+static uint8_t *tw__shm_polling_byte(const tw_ring *ring)
+{
+	return ring->header + TW_SHM_REACTOR_OFF_POLLING;
+}
 
 static uint32_t *tw__shm_head_word(const tw_ring *ring)
 {
@@ -93,6 +116,27 @@ static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
 	pthread_mutex_unlock(&r->mu);
 }
 
+/* Takes the next token out of the ring (either thread: the ring's consumer
+ * flag lets one in at a time). False when there is none, or when our own
+ * markers were made inconsistent (then `broken` is set). */
+static bool tw__shm_reactor_next(tw_shm_reactor *r, uint32_t *token)
+{
+	if (atomic_load(&r->broken))
+		return false;
+	uint8_t le[4];
+	bool done;
+	char d[TW_DETAIL_MAX];
+	if (tw__ring_read_all(&r->ring, le, 4, &done, d, sizeof(d)) != TW_OK) {
+		atomic_store(&r->broken, true);
+		return false;
+	}
+	if (!done)
+		return false;
+	*token = (uint32_t)le[0] | (uint32_t)le[1] << 8 | (uint32_t)le[2] << 16 |
+	         (uint32_t)le[3] << 24;
+	return true;
+}
+
 static void *tw__shm_reactor_main(void *arg)
 {
 	tw_shm_reactor *r = arg;
@@ -101,19 +145,16 @@ static void *tw__shm_reactor_main(void *arg)
 		/* Read the word before looking for tokens: a token written after
 		 * the look changes it, so the sleep below returns at once. */
 		uint32_t seen = __atomic_load_n(tw__shm_head_word(&r->ring), __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(tw__shm_polling_byte(&r->ring), __ATOMIC_SEQ_CST)) {
+			/* the loop polls the ring; it wakes us when it stops */
+			(void)tw__sys_futex_wait_shared(tw__shm_head_word(&r->ring), seen,
+			                                r->idle_us * 1000);
+			continue;
+		}
 		bool any = false;
-		while (!atomic_load(&r->broken)) {
-			uint8_t le[4];
-			bool done;
-			char d[TW_DETAIL_MAX];
-			if (tw__ring_read_all(&r->ring, le, 4, &done, d, sizeof(d)) != TW_OK) {
-				atomic_store(&r->broken, true);
-				break;
-			}
-			if (!done)
-				break;
-			tw__shm_reactor_mark(r, (uint32_t)le[0] | (uint32_t)le[1] << 8 |
-			                            (uint32_t)le[2] << 16 | (uint32_t)le[3] << 24);
+		uint32_t token;
+		while (tw__shm_reactor_next(r, &token)) {
+			tw__shm_reactor_mark(r, token);
 			any = true;
 		}
 		if (any || atomic_load(&r->broken))
@@ -130,6 +171,61 @@ static void *tw__shm_reactor_main(void *arg)
 
 /* ---- the loop side ---- */
 
+static void tw__shm_reactor_on_spin(uv_idle_t *h);
+
+void tw__shm_reactor_set_busy_poll(tw_shm_reactor *r, uint64_t us)
+{
+	r->busy_ns = us * 1000;
+}
+
+void tw__shm_reactor_kick(tw_shm_reactor *r)
+{
+	if (!r->busy_ns || !r->thread_started)
+		return;
+	r->last_ns = uv_hrtime();
+	if (!r->spinning) {
+		uv_idle_start(&r->spin, tw__shm_reactor_on_spin);
+		r->spinning = true;
+		__atomic_store_n(tw__shm_polling_byte(&r->ring), 1, __ATOMIC_SEQ_CST);
+	}
+}
+
+/* Loop thread: polling ends; the reading thread takes over (woken, so that
+ * a token whose producer saw the flag still set is not left waiting). */
+static void tw__shm_reactor_unspin(tw_shm_reactor *r)
+{
+	if (!r->spinning)
+		return;
+	uv_idle_stop(&r->spin);
+	r->spinning = false;
+	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
+	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+}
+
+/* A pass of the loop while busy polling: the tokens in the ring wake their
+ * connections here, on the loop thread (the reading thread may take some
+ * too: the ring's consumer flag lets one of the two in at a time). */
+static void tw__shm_reactor_on_spin(uv_idle_t *h)
+{
+	tw_shm_reactor *r = h->data;
+	bool any = false;
+	uint32_t token;
+	while (tw__shm_reactor_next(r, &token)) {
+		uint32_t slot = token / 2;
+		if (slot < r->next_slot && r->conns[slot])
+			r->wake(r->conns[slot]);
+		any = true;
+	}
+	if (atomic_load(&r->broken))
+		uv_async_send(&r->async); /* wakes every connection, as the thread does */
+	uint64_t now = uv_hrtime();
+	if (any) {
+		r->last_ns = now;
+	} else if (now - r->last_ns > r->busy_ns) {
+		tw__shm_reactor_unspin(r);
+	}
+}
+
 static void tw__shm_reactor_on_async(uv_async_t *h)
 {
 	tw_shm_reactor *r = h->data;
@@ -140,6 +236,8 @@ static void tw__shm_reactor_on_async(uv_async_t *h)
 	r->num_pending = 0;
 	r->work = batch;
 	pthread_mutex_unlock(&r->mu);
+	if (n > 0)
+		tw__shm_reactor_kick(r);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t slot = batch[i];
 		atomic_store(&r->flag[slot], 0);
@@ -163,12 +261,15 @@ static tw_status_t tw__shm_reactor_start(tw_shm_reactor *r, char *detail, size_t
 		return TW_ERR_SYS;
 	}
 	r->async.data = r;
+	uv_idle_init(&r->loop->uv, &r->spin);
+	r->spin.data = r;
 	rc = pthread_create(&r->thread, NULL, tw__shm_reactor_main, r);
 	if (rc != 0) {
 		char eb[128];
 		tw__detail(detail, detail_len, "shm transport: reactor: pthread_create: %s",
 		           tw__strerror(rc, eb, sizeof(eb)));
 		uv_close((uv_handle_t *)&r->async, NULL);
+		uv_close((uv_handle_t *)&r->spin, NULL);
 		return TW_ERR_SYS;
 	}
 	r->thread_started = true;
@@ -223,6 +324,9 @@ void tw__shm_reactor_stop(tw_shm_reactor *r)
 	pthread_join(r->thread, NULL);
 	r->thread_started = false;
 	uv_close((uv_handle_t *)&r->async, NULL); /* r outlives the loop */
+	uv_close((uv_handle_t *)&r->spin, NULL);
+	r->spinning = false;
+	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 }
 
 void tw__shm_reactor_free(tw_shm_reactor *r)
@@ -258,7 +362,12 @@ tw_status_t tw__shm_reactor_notify(tw_ring *peer_reactor, uint32_t token, bool *
 		if (st != TW_OK)
 			return st;
 		if (*done_out) {
-			(void)tw__sys_futex_wake_shared(tw__shm_head_word(peer_reactor));
+			/* a peer of ours that polls its ring needs no wake-up (and a
+			 * stock peer never sets the byte) */
+			/* a read-modify-write: a full barrier between our token and the
+			 * look at the byte, against the poller's store then look */
+			if (!__atomic_fetch_or(tw__shm_polling_byte(peer_reactor), 0, __ATOMIC_SEQ_CST))
+				(void)tw__sys_futex_wake_shared(tw__shm_head_word(peer_reactor));
 			return TW_OK;
 		}
 		uint64_t used;

@@ -44,6 +44,14 @@ typedef struct tw_shm_reactor tw_shm_reactor;
 TW_NODISCARD tw_status_t tw__shm_reactor_new(tw_loop *loop, uint64_t idle_us,
                                              void (*wake)(void *conn), tw_shm_reactor **out,
                                              char *detail, size_t detail_len);
+/* Opt-in busy polling (option busy_poll_us of the shm transport): for
+ * `us` microseconds after the last token or write, the loop thread itself
+ * reads the reactor ring on every pass instead of sleeping, so a message
+ * crosses no thread hand-off; it burns that thread's core while it does.
+ * 0 (the default) leaves it off. Before the first connection. */
+void tw__shm_reactor_set_busy_poll(tw_shm_reactor *r, uint64_t us);
+/* Loop thread: there was activity (a write to a peer): keep polling. */
+void tw__shm_reactor_kick(tw_shm_reactor *r);
 /* Loop thread: registers a connection and gives it its two tokens (inbox,
  * outbox), starting the reading thread on first use. TW_ERR_NOMEM with a
  * detail once TW_SHM_MAX_CONNS connections are open. */
