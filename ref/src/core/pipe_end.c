@@ -230,8 +230,8 @@ static tw_status_t tw__pipe_verdict(const tw_pipe *p, char *detail, size_t len)
 	}
 	if (p->ext_goodbye) {
 		tw__detail(detail, len,
-		           "connection lost without a goodbye (the peer died or the network failed): "
-		           "%s",
+		           "connection lost without a goodbye (the peer died, its pipe failed on its "
+		           "side, or the network failed): %s",
 		           p->end_detail);
 		return TW_ERR_CONNRESET;
 	}
@@ -246,12 +246,18 @@ const char tw__pipe_dropped_hint[] =
 	"; the server dropped the connection before sending anything on it (out of file "
 	"descriptors or memory, or it died)";
 
+/* After the BrochureAnswer the same silence has more causes: the server
+ * may also have failed the pipe on its side (a refused copy, a limit). */
+static const char tw__pipe_silent_hint[] =
+	"; nothing came from the server on this pipe: it may have dropped the connection (out of "
+	"file descriptors or memory), died, or failed the pipe on its side";
+
 static void tw__pipe_verdict_hint(const tw_pipe *p, char *detail, size_t len)
 {
 	if (p->is_server || p->heard || p->goodbye_seen)
 		return;
 	size_t n = strlen(detail);
-	snprintf(detail + n, len - n, "%s", tw__pipe_dropped_hint);
+	snprintf(detail + n, len - n, "%s", tw__pipe_silent_hint);
 }
 
 /* Advances an ending pipe (see the file comment): once the verdict is known
