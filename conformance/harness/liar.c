@@ -136,6 +136,7 @@ int main(int argc, char **argv)
 		perror("tw-agent-liar: pipe");
 		return 1;
 	}
+	pid_t parent = getpid();
 	child = fork();
 	if (child < 0) {
 		perror("tw-agent-liar: fork");
@@ -147,8 +148,10 @@ int main(int argc, char **argv)
 		 * peer must then see the IUT's connections reset, not closed in
 		 * order by an adapter whose stdin ended. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() == 1)
-			_exit(1); /* the wrapper died before prctl */
+		/* The wrapper died before prctl. (Not "getppid() == 1": in a pid
+		 * namespace of its own, contain.namespaces, the wrapper is pid 1.) */
+		if (getppid() != parent)
+			_exit(1);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
 		close(in[0]);
