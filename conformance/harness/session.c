@@ -600,3 +600,17 @@ void twc_session_destroy(twc_session *s)
 	twc_adapter_destroy(s->server);
 	s->client = s->server = NULL;
 }
+
+int twc_msg_one_tensor(twc_agent_msg *m, uint64_t meta, uint64_t len)
+{
+	memset(m, 0, sizeof(*m));
+	if (!(m->tensors = calloc(1, sizeof(*m->tensors))))
+		return -1;
+	m->num_tensors = 1;
+	m->metadata.len = meta;
+	m->tensors[0].data.len = len;
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
+	m->tensors[0].has_target_device = true;
+	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
+	return 0;
+}

@@ -102,6 +102,9 @@ const char *twc_event_error_text(const json_t *ev);
 
 /* Message helpers shared with the cases. */
 void twc_msg_assign_seeds(twc_agent_msg *m, uint64_t base);
+/* Shapes *m as a message with `meta` bytes of metadata and one tensor of
+ * `len` bytes from cpu:0 to cpu:0 (no payloads); -1 when out of memory. */
+int twc_msg_one_tensor(twc_agent_msg *m, uint64_t meta, uint64_t len);
 json_t *twc_msg_json(const twc_agent_msg *m);
 void twc_msg_clear(twc_agent_msg *m);
 int twc_msg_check_descriptor(const twc_agent_msg *m, const json_t *d, char *why, size_t whylen);

@@ -46,16 +46,7 @@ static uint64_t g_len; /* the running case's tensor size, for the shape */
 static int shape_one(int index, twc_agent_msg *m)
 {
 	(void)index;
-	memset(m, 0, sizeof(*m));
-	m->num_tensors = 1;
-	if (!(m->tensors = calloc(1, sizeof(*m->tensors))))
-		return -1;
-	m->metadata.len = 16;
-	m->tensors[0].data.len = g_len;
-	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
-	m->tensors[0].has_target_device = true;
-	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
-	return 0;
+	return twc_msg_one_tensor(m, 16, g_len);
 }
 
 /* Runs `cmd`; 0 when it exits 0, else -1 with its first output line in why. */

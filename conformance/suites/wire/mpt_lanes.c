@@ -28,38 +28,9 @@
 
 typedef enum lane_bad { LANE_GARBAGE, LANE_UNKNOWN_ID, LANE_SERVER_HELLO, LANE_SILENT_CLOSE } lane_bad;
 
-/* True when the peer closes `fd` within `ms` (what it sends is dropped). */
-static bool peer_closes(int fd, int ms)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-		if (left <= 0)
-			return false;
-		struct pollfd p = {fd, POLLIN, 0};
-		if (poll(&p, 1, (int)left) <= 0)
-			continue;
-		char b[256];
-		ssize_t n = read(fd, b, sizeof(b));
-		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-			return true;
-	}
-}
-
 static int shape_one(int index, twc_agent_msg *m)
 {
-	memset(m, 0, sizeof(*m));
-	if (!(m->tensors = calloc(1, sizeof(*m->tensors))))
-		return -1;
-	m->num_tensors = 1;
-	m->metadata.len = 3;
-	m->tensors[0].data.len = (UINT64_C(1) << 20) + 3 + (uint64_t)index;
-	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
-	m->tensors[0].has_target_device = true;
-	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
-	return 0;
+	return twc_msg_one_tensor(m, 3, (UINT64_C(1) << 20) + 3 + (uint64_t)index);
 }
 
 /* The raw pipe up to the ServerHello; then the hostile lane. 0, or -1 with
@@ -156,7 +127,7 @@ static int raw_part(twc_session *s, lane_bad kind, char *why, size_t len)
 		snprintf(why, len, "harness: sending on lane 0: %s", err);
 		goto out;
 	}
-	if (fds[3] >= 0 && !peer_closes(fds[3], 3000)) {
+	if (fds[3] >= 0 && !twc_raw_wait_closed(fds[3], 3000)) {
 		snprintf(why, len, "lane listener %s kept a connection whose first frame is not a "
 		                   "ClientHello with a registered id open for 3 s (4.3.b)",
 		         lanes[0].address);

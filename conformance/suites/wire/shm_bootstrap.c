@@ -188,16 +188,7 @@ static int hostile(const char *url, bad_kind kind, char *why, size_t len)
 
 static int shape_one(int index, twc_agent_msg *m)
 {
-	memset(m, 0, sizeof(*m));
-	if (!(m->tensors = calloc(1, sizeof(*m->tensors))))
-		return -1;
-	m->num_tensors = 1;
-	m->metadata.len = 5;
-	m->tensors[0].data.len = 65536 + (uint64_t)index;
-	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].source_device);
-	m->tensors[0].has_target_device = true;
-	(void)twc_agent_device_parse("cpu:0", &m->tensors[0].target_device);
-	return 0;
+	return twc_msg_one_tensor(m, 5, 65536 + (uint64_t)index);
 }
 
 static twc_outcome_t run_shm_bootstrap(const twc_case *c, twc_case_env *env)
