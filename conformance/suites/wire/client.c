@@ -11,9 +11,11 @@
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "case.h"
@@ -518,6 +520,224 @@ done:
 	return rc;
 }
 
+/* ---- the proof of cma (spec/wire.md 8.3), with the IUT as client ------------------------- */
+
+enum { CMA_ID0 = 101, CMA_ID1 = 102 };
+
+/* The string value that starts with `prefix` in b (a nop string: 0xbd and
+ * its length just before it), into out; false if there is none. */
+static bool find_str(const unsigned char *b, size_t n, const char *prefix, char *out, size_t len)
+{
+	size_t pl = strlen(prefix);
+	for (size_t i = 2; i + pl <= n; i++) {
+		if (memcmp(b + i, prefix, pl) != 0)
+			continue;
+		size_t sl;
+		if (b[i - 2] == 0xbd && b[i - 1] < 0x80)
+			sl = b[i - 1];
+		else if (i >= 3 && b[i - 3] == 0xbd && b[i - 2] == 0x80)
+			sl = b[i - 1];
+		else
+			continue;
+		if (i + sl > n || sl + 1 > len)
+			return false;
+		memcpy(out, b + i, sl);
+		out[sl] = '\0';
+		return true;
+	}
+	return false;
+}
+
+/* A nop unsigned integer at b[*k] (spec 1.3). */
+static bool get_uint(const unsigned char *b, size_t n, size_t *k, uint64_t *v)
+{
+	if (*k >= n)
+		return false;
+	unsigned p = b[(*k)++];
+	if (p < 0x80) {
+		*v = p;
+		return true;
+	}
+	int w = p == 0x80 ? 1 : p == 0x81 ? 2 : p == 0x82 ? 4 : p == 0x83 ? 8 : 0;
+	if (!w || n - *k < (size_t)w)
+		return false;
+	*v = 0;
+	for (int i = 0; i < w; i++)
+		*v |= (uint64_t)b[(*k)++] << (8 * i);
+	return true;
+}
+
+/* BrochureAnswer selecting uv and cma (ids 101, 102) with the IUT's own cma
+ * descriptor, acknowledging goodbye and proof (key 0x74770001 = 3). */
+static void put_cma_answer(buf *w, int port, const char *desc)
+{
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	put_byte(w, 0xb9);
+	put_byte(w, 0x07);
+	put_cstr(w, "uv");
+	put_cstr(w, addr);
+	put_byte(w, 0xbb);
+	put_byte(w, 0x02);
+	put_uint(w, 1);
+	put_uint(w, REPLY_ID);
+	put_uint(w, UINT64_C(0x74770001));
+	put_uint(w, 3);
+	put_cstr(w, "uv:*");
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_cstr(w, "cma");
+	put_byte(w, 0xbc);
+	put_uint(w, 16);
+	for (int i = 0; i < 16; i++)
+		put_byte(w, i == 0 ? CMA_ID0 : i == 8 ? CMA_ID1 : 0);
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_cstr(w, "cma");
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_cpu0(w);
+	put_cstr(w, desc);
+	put_byte(w, 0xbb);
+	put_byte(w, 0x01);
+	put_byte(w, 0xba);
+	put_byte(w, 0x02);
+	put_cpu0(w);
+	put_cpu0(w);
+	put_cstr(w, "cma");
+}
+
+/* "(8.3.b) An end MUST answer with an empty frame only when the copy
+ * returned the 16 bytes it expected" and step 1 (the IUT's probe holds
+ * twproof1 and its own address): the IUT connects with uv + cma, the
+ * harness selects cma and acknowledges proof, checks the IUT's probe by
+ * copying it, sends a probe whose bytes are right or wrong, and reads the
+ * IUT's answer: empty for the right bytes, a reason for the wrong ones. */
+static int client_proof(run *r, bool right_bytes)
+{
+	char err[512];
+	json_t *resp = call(r, json_pack("{s:s}", "cmd", "hello"));
+	json_decref(resp);
+	resp = resp ? call(r, json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd",
+	                                "context", "name", "rawtest", "transports", "name", "uv",
+	                                "kind", "uv", "priority", 0, "channels", "name", "cma",
+	                                "kind", "cma", "priority", 0))
+	            : NULL;
+	if (!resp)
+		return -1;
+	bool skipped = json_array_size(json_object_get(resp, "skipped")) > 0;
+	json_decref(resp);
+	if (skipped)
+		return failf(r, "SKIP: cma is not viable in the IUT here");
+	char url[64];
+	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", r->port);
+	resp = call(r, json_pack("{s:s,s:s}", "cmd", "connect", "url", url));
+	if (!resp)
+		return -1;
+	snprintf(r->pipe, sizeof(r->pipe), "%s", json_string_value(json_object_get(resp, "pipe")) ?: "");
+	json_decref(resp);
+	if ((r->boot = twc_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err))) < 0)
+		return failf(r, "the IUT did not connect: %s", err);
+	static unsigned char f[1 << 16];
+	long n = twc_raw_recv_frame(r->boot, f, sizeof(f), r->env->wait_ms, err, sizeof(err));
+	if (n >= 0)
+		n = twc_raw_recv_frame(r->boot, f, sizeof(f), r->env->wait_ms, err, sizeof(err));
+	if (n < 0)
+		return failf(r, "no hello and Brochure: %s", n == -2 ? "closed" : err);
+	char desc[512], asked[128];
+	if (!find_str(f, (size_t)n, "cma:", desc, sizeof(desc)))
+		return failf(r, "the Brochure offers no cma descriptor");
+	if (!find_str(f, (size_t)n, "goodbye", asked, sizeof(asked)) || !strstr(asked, "proof"))
+		return failf(r, "SKIP: the IUT does not ask for the proof extension (spec 8.3; every "
+		                "stock client)");
+	buf ans = {.n = 0};
+	put_cma_answer(&ans, r->port, desc);
+	if (send_frame(r, r->boot, ans.b, ans.n, "the BrochureAnswer"))
+		return -1;
+	/* the descriptor-reply and the two cma connections, in any order */
+	int cma[2] = {-1, -1};
+	for (int k = 0; k < 3; k++) {
+		int fd = twc_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err));
+		if (fd < 0)
+			return failf(r, "requested connection %d of 3 never came: %s", k + 1, err);
+		unsigned char g[64], w[16];
+		long gn = twc_raw_recv_frame(fd, g, sizeof(g), r->env->wait_ms, err, sizeof(err));
+		uint64_t ids[3] = {REPLY_ID, CMA_ID0, CMA_ID1};
+		int which = -1;
+		for (int i = 0; i < 3; i++) {
+			size_t wn = twc_raw_requested(ids[i], w, sizeof(w));
+			if (gn == (long)wn && !memcmp(g, w, wn))
+				which = i;
+		}
+		if (which < 0) {
+			close(fd);
+			return failf(r, "a requested connection did not present id 100, 101 or 102");
+		}
+		if (which == 0)
+			r->reply = fd;
+		else
+			cma[which - 1] = fd;
+	}
+	r->basic = cma[0]; /* closed with the run's other descriptors */
+	int rc = -1;
+	/* 1: the IUT's probe, copied out of its memory */
+	n = twc_raw_recv_frame(cma[0], f, sizeof(f), r->env->wait_ms, err, sizeof(err));
+	size_t k = 2;
+	uint64_t pid = 0, ptr = 0;
+	if (n < 2 || f[0] != 0xb9 || f[1] != 0x02 || !get_uint(f, (size_t)n, &k, &pid) ||
+	    !get_uint(f, (size_t)n, &k, &ptr)) {
+		failf(r, "the first frame on cma connection 0 is not a probe Descriptor (8.3 step 1)");
+		goto out;
+	}
+	uint8_t got[16] = {0}, want[16];
+	memcpy(want, "twproof1", 8);
+	for (int i = 0; i < 8; i++)
+		want[8 + i] = (uint8_t)(ptr >> (8 * i));
+	struct iovec l = {got, sizeof(got)}, rm = {(void *)(uintptr_t)ptr, sizeof(got)};
+	if (process_vm_readv((pid_t)pid, &l, 1, &rm, 1, 0) != (ssize_t)sizeof(got) ||
+	    memcmp(got, want, sizeof(want)) != 0) {
+		failf(r, "the IUT's probe {pid %llu, ptr 0x%llx} does not hold twproof1 and its own "
+		         "address (8.3 step 1)",
+		      (unsigned long long)pid, (unsigned long long)ptr);
+		goto out;
+	}
+	/* 2: our probe (right or wrong bytes), and our answer to theirs */
+	static uint8_t probe[16];
+	memcpy(probe, "twproof1", 8);
+	for (int i = 0; i < 8; i++)
+		probe[8 + i] = right_bytes ? (uint8_t)((uint64_t)(uintptr_t)probe >> (8 * i)) : 0x5a;
+	buf pd = {.n = 0};
+	put_byte(&pd, 0xb9);
+	put_byte(&pd, 0x02);
+	put_uint(&pd, (uint64_t)getpid());
+	put_uint(&pd, (uint64_t)(uintptr_t)probe);
+	if (send_frame(r, cma[0], pd.b, pd.n, "our probe") ||
+	    send_frame(r, cma[1], "", 0, "our answer"))
+		goto out;
+	/* 3: the IUT's answer to our probe */
+	n = twc_raw_recv_frame(cma[1], f, sizeof(f), r->env->wait_ms, err, sizeof(err));
+	if (n < 0) {
+		failf(r, "no answer to our probe on cma connection 1: %s", n == -2 ? "closed" : err);
+		goto out;
+	}
+	printf("# the IUT's answer to our %s probe: %ld bytes: %.*s\n", right_bytes ? "right" : "wrong",
+	       n, (int)(n > 200 ? 200 : n), (const char *)f);
+	if (right_bytes && n != 0)
+		failf(r, "our probe held the right bytes, the IUT answered '%.*s' (8.3 step 2: an "
+		         "empty frame)",
+		      (int)(n > 200 ? 200 : n), (const char *)f);
+	else if (!right_bytes && n == 0)
+		failf(r, "our probe held the wrong bytes, the IUT answered with an empty frame (8.3.b)");
+	else if (n > 200)
+		failf(r, "the answer is %ld bytes, at most 200 (8.3 step 2)", n);
+	else
+		rc = finish(r);
+out:
+	if (cma[1] >= 0)
+		close(cma[1]);
+	return rc;
+}
+
 static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 {
 	run r = {.env = env, .boot = -1, .reply = -1, .basic = -1};
@@ -536,6 +756,8 @@ static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 		rc = client_refuses(&r, ANSWER_UNKNOWN_TRANSPORT);
 	else if (!strcmp(which, "bad_channels"))
 		rc = client_refuses(&r, ANSWER_BAD_CHANNELS);
+	else if (!strcmp(which, "proof_right") || !strcmp(which, "proof_wrong"))
+		rc = client_proof(&r, !strcmp(which, "proof_right"));
 	else
 		rc = client_refuses(&r, ANSWER_TRUNCATED);
 	if (rc != 0) {
@@ -554,9 +776,11 @@ static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 			close(fds[i]);
 	twc_adapter_destroy(r.a);
 	snprintf(env->transport, sizeof(env->transport), "uv");
-	snprintf(env->channel, sizeof(env->channel), "basic");
+	snprintf(env->channel, sizeof(env->channel), strncmp(which, "proof", 5) ? "basic" : "cma");
 	if (rc == 0)
 		return TWC_PASS;
+	if (!strncmp(r.why, "SKIP: ", 6))
+		return twc_case_result(env, TWC_SKIP, "%s", r.why + 6);
 	return twc_case_result(env, TWC_FAIL, "%s", r.why);
 }
 
@@ -602,6 +826,20 @@ static const twc_case cases[] = {
 	                "the connection, or the pipe the connection belongs to, with a protocol "
 	                "error. (5.2.b) It MUST NOT terminate the process",
 	 .timeout_s = 60, .run = run_client_case, .arg = "truncated"},
+	{.id = "wire.cma_proof_right_bytes", .suite = "wire", .section = "wire.md 8.3 (8.3.a)",
+	 .level = TWC_MUST, .needs = "",
+	 .description = "raw server: cma selected with proof; the IUT's probe is copied and checked, "
+	                "a probe with the right bytes must get an empty answer",
+	 .requirement = "(8.3 step 2) answers on connection 1 (its first frame there): an empty "
+	                "frame when the copy returned exactly the expected bytes, otherwise [...] why",
+	 .timeout_s = 60, .run = run_client_case, .arg = "proof_right"},
+	{.id = "wire.cma_proof_wrong_bytes", .suite = "wire", .section = "wire.md 8.3 (8.3.b)",
+	 .level = TWC_MUST, .needs = "",
+	 .description = "raw server: cma selected with proof; a probe whose 16 bytes are not "
+	                "twproof1 and its address must get a non-empty answer",
+	 .requirement = "(8.3.b) An end MUST answer with an empty frame only when the copy returned "
+	                "the 16 bytes it expected.",
+	 .timeout_s = 60, .run = run_client_case, .arg = "proof_wrong"},
 };
 
 const twc_case *twc_suite_wire_client(int *count_out)

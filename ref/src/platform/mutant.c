@@ -35,6 +35,7 @@ static const char *const tw__mutants[] = {
 	"payloads_reordered",
 	"peer_death_ignored",
 	"proof_ignored",
+	"proof_trusting",
 	"proto_as_sys",
 	"read_cb_early",
 	"registration_reusable",

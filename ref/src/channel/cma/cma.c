@@ -50,6 +50,7 @@
 #include "platform/error.h"
 #include "platform/identity.h"
 #include "platform/list.h"
+#include "platform/mutant.h"
 #include "platform/options.h"
 #include "platform/platform.h"
 #include "wire/packets.h"
@@ -568,7 +569,8 @@ static void cma_on_peer_probe(tw_conn *c, tw_status_t st, const char *detail, vo
 	memcpy(want, CMA_PROOF_MAGIC, 8);
 	cma_put_le64(want + 8, d.ptr);
 	char eb[128];
-	if (n == (ssize_t)sizeof(got) && !memcmp(got, want, sizeof(want))) {
+	if (TW_MUTANT("proof_trusting") ||
+	    (n == (ssize_t)sizeof(got) && !memcmp(got, want, sizeof(want)))) {
 		ch->recv_mode = CMA_MODE_COPY;
 		ch->answer[0] = '\0';
 	} else {
