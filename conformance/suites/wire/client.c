@@ -300,19 +300,22 @@ static int send_frame(run *r, int fd, const void *b, size_t n, const char *what)
 }
 
 /* The IUT connects; the harness checks hello and Brochure, then answers. */
-static int handshake(run *r, answer_kind kind, const twc_agent_msg *first, json_int_t *wid)
+/* hello; a context with uv and `channel`; a pipe connecting to the raw
+ * server. *skipped (if not NULL): the IUT declared the channel not viable. */
+static int connect_iut(run *r, const char *channel, bool *skipped)
 {
-	char err[512];
 	json_t *resp = call(r, json_pack("{s:s}", "cmd", "hello"));
 	json_decref(resp);
 	resp = resp ? call(r, json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd",
 	                                "context", "name", "rawtest", "transports", "name", "uv",
-	                                "kind", "uv", "priority", 0, "channels", "name", "basic",
-	                                "kind", "basic", "priority", 0))
+	                                "kind", "uv", "priority", 0, "channels", "name", channel,
+	                                "kind", channel, "priority", 0))
 	            : NULL;
-	json_decref(resp);
 	if (!resp)
 		return -1;
+	if (skipped)
+		*skipped = json_array_size(json_object_get(resp, "skipped")) > 0;
+	json_decref(resp);
 	char url[64];
 	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", r->port);
 	resp = call(r, json_pack("{s:s,s:s}", "cmd", "connect", "url", url));
@@ -320,6 +323,14 @@ static int handshake(run *r, answer_kind kind, const twc_agent_msg *first, json_
 		return -1;
 	snprintf(r->pipe, sizeof(r->pipe), "%s", json_string_value(json_object_get(resp, "pipe")) ?: "");
 	json_decref(resp);
+	return 0;
+}
+
+static int handshake(run *r, answer_kind kind, const twc_agent_msg *first, json_int_t *wid)
+{
+	char err[512];
+	if (connect_iut(r, "basic", NULL))
+		return -1;
 	/* a write right away: a client may write before the handshake ends (3.7.f) */
 	*wid = arm(r, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe", r->pipe, "message",
 	                        twc_msg_json(first)));
@@ -616,26 +627,11 @@ static void put_cma_answer(buf *w, int port, const char *desc)
 static int client_proof(run *r, bool right_bytes)
 {
 	char err[512];
-	json_t *resp = call(r, json_pack("{s:s}", "cmd", "hello"));
-	json_decref(resp);
-	resp = resp ? call(r, json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd",
-	                                "context", "name", "rawtest", "transports", "name", "uv",
-	                                "kind", "uv", "priority", 0, "channels", "name", "cma",
-	                                "kind", "cma", "priority", 0))
-	            : NULL;
-	if (!resp)
+	bool skipped = false;
+	if (connect_iut(r, "cma", &skipped))
 		return -1;
-	bool skipped = json_array_size(json_object_get(resp, "skipped")) > 0;
-	json_decref(resp);
 	if (skipped)
 		return failf(r, "SKIP: cma is not viable in the IUT here");
-	char url[64];
-	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", r->port);
-	resp = call(r, json_pack("{s:s,s:s}", "cmd", "connect", "url", url));
-	if (!resp)
-		return -1;
-	snprintf(r->pipe, sizeof(r->pipe), "%s", json_string_value(json_object_get(resp, "pipe")) ?: "");
-	json_decref(resp);
 	if ((r->boot = twc_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err))) < 0)
 		return failf(r, "the IUT did not connect: %s", err);
 	static unsigned char f[1 << 16];
