@@ -71,20 +71,20 @@ static int try_cmd(const char *cmd, char *why, size_t len)
 	return st == 0 ? 0 : -1;
 }
 
+/* "a,b,c" as adapter backends, priorities 200, 100, 0 (first highest). */
 static json_t *list_json(const char *csv)
 {
-	json_t *a = json_array();
 	char buf[128];
 	snprintf(buf, sizeof(buf), "%s", csv);
+	const char *names[8];
 	int n = 0;
-	for (char *t = buf; *t; n++)
-		t += strcspn(t, ",") + (t[strcspn(t, ",")] ? 1 : 0);
-	int prio = 100 * n;
-	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		prio -= 100;
-		json_array_append_new(a, json_pack("{s:s,s:s,s:i}", "name", t, "kind", t, "priority",
-		                                   prio));
-	}
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < 8;
+	     t = strtok_r(NULL, ",", &save))
+		names[n++] = t;
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(a, json_pack("{s:s,s:s,s:i}", "name", names[i], "kind", names[i],
+		                                   "priority", 100 * (n - 1 - i)));
 	return a;
 }
 

@@ -38,7 +38,8 @@ static twc_outcome_t run_xth_one_process(const twc_case *c, twc_case_env *env)
 	if (!((ours_c && stock_s) || (stock_c && ours_s)))
 		return twc_case_result(env, TWC_SKIP,
 		                       "xth joins two implementations in one process; this pair is %s "
-		                       "and %s (ours<->ours xth: ref.uv_xth.* batteries)",
+		                       "and %s (each one's own xth runs in its own tests: ours in the "
+		                       "ref.uv_xth.* batteries)",
 		                       ci, si);
 	char tool[PATH_MAX], cmd[PATH_MAX + 64];
 	if (twc_tool_path("tw-xth-dual", tool, sizeof(tool)) != 0)
