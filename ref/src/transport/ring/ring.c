@@ -24,7 +24,7 @@ static uint64_t *tw__ring_marker(const tw_ring *r, tw_ring_role role)
 	                            (role == TW_RING_CONSUMER ? TW_RING_OFF_TAIL : TW_RING_OFF_HEAD));
 }
 
-static uint64_t tw__ring_load_marker(const tw_ring *r, tw_ring_role role)
+uint64_t tw__ring_load_marker(const tw_ring *r, tw_ring_role role)
 {
 	return __atomic_load_n(tw__ring_marker(r, role), __ATOMIC_ACQUIRE);
 }

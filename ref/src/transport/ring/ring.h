@@ -130,6 +130,11 @@ void tw__ring_cancel(tw_ring_tx *tx);
 TW_NODISCARD tw_status_t tw__ring_used(const tw_ring *r, uint64_t *used_out, char *detail,
                                        size_t detail_len);
 
+/* The role's marker (producer: head, consumer: tail): the total of bytes
+ * ever written or read, for a transport that keeps its own ring's state
+ * (ibv copies what lies between two head positions to its peer). */
+uint64_t tw__ring_load_marker(const tw_ring *r, tw_ring_role role);
+
 /* Whole writes and reads of small fixed-size items (reactor tokens):
  * all-or-nothing in one transaction. TW_OK and *done_out true when moved;
  * TW_OK and false when busy or there is no room/data yet. */

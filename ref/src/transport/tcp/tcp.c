@@ -40,7 +40,7 @@
  * which nothing is polled until a read is queued (the flag stays set).
  *
  * Addresses: a listener bound to a wildcard address advertises one concrete
- * address of this host instead (tcp_pick_advertised: the rules of
+ * address of this host instead (tcp/socket.c: the rules of
  * tw_context_set_socket_ifname), since 0.0.0.0 in a BrochureAnswer sends a
  * remote client to itself. An IPv6 scope is written as the interface's name.
  * A client given a link-local address in an answer uses the scope of its
@@ -53,8 +53,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -73,6 +71,7 @@
 #include "transport/stream/acceptor.h"
 #include "transport/stream/listener.h"
 #include "transport/tcp/addr.h"
+#include "transport/tcp/socket.h"
 #include "transport/tcp/tcp.h"
 #include "transport/transport.h"
 #include "wire/frame.h"
@@ -183,30 +182,6 @@ static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
 		tcp_fail(c, TW_ERR_SYS, "tcp transport: %s %s: %s", what, c->core.peer, eb);
 }
 
-/* The liveness bound (see the file comment); best effort, like TCP_NODELAY:
- * a kernel without these options still works, only without the bound. */
-static void tcp_set_user_timeout(int fd, uint64_t ms)
-{
-	unsigned user = ms > UINT32_MAX ? UINT32_MAX : (unsigned)ms;
-	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
-}
-
-static void tcp_set_liveness(int fd, uint64_t ms)
-{
-	tcp_set_user_timeout(fd, ms);
-	int on = ms > 0;
-	(void)tw__sys_setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-	if (!on)
-		return;
-	uint64_t idle_s = ms / 3000, intvl_s = ms / 6000;
-	int idle = idle_s < 1 ? 1 : idle_s > 32767 ? 32767 : (int)idle_s;
-	int intvl = intvl_s < 1 ? 1 : intvl_s > 32767 ? 32767 : (int)intvl_s;
-	int cnt = 6;
-	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-}
-
 static void tcp_on_poll_closed(uv_handle_t *h)
 {
 	tcp_conn *c = h->data;
@@ -215,7 +190,7 @@ static void tcp_on_poll_closed(uv_handle_t *h)
 	 * long the peer keeps its window closed (a TCP_USER_TIMEOUT would
 	 * reset the orphaned socket and lose acknowledged writes: 5.6.c). */
 	if (c->fd >= 0 && c->connected)
-		tcp_set_liveness(c->fd, 0);
+		tw__tcp_set_liveness(c->fd, 0);
 	if (c->fd >= 0)
 		tw__sys_close(c->fd);
 	c->fd = -1;
@@ -619,7 +594,7 @@ static void tcp_finish_connect(tcp_conn *c)
 	}
 	c->core.phase = TW_CONN_OPEN;
 	c->connected = true;
-	tcp_set_liveness(c->fd, c->opts.liveness_ms);
+	tw__tcp_set_liveness(c->fd, c->opts.liveness_ms);
 }
 
 static void tcp_drive(tcp_conn *c)
@@ -692,47 +667,26 @@ static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tw_conn_phase phase
 	return c;
 }
 
-static void tcp_set_nodelay(int fd)
-{
-	int one = 1;
-	/* Best effort, as in stock: a failure only costs latency. */
-	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 static tw_status_t tcp_connect(tw_transport *base, const char *address, const tw_conn_opts *opts,
                                tw_conn **out, char *detail, size_t detail_len)
 {
 	tcp_transport *t = (tcp_transport *)base;
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
-	if (st != TW_OK)
-		return st;
 	char peer[TW_TCP_ADDR_MAX];
-	tw__tcp_addr_format((struct sockaddr *)&ss, peer, sizeof(peer));
-	int fd = tw__sys_socket(ss.ss_family, SOCK_STREAM, 0);
-	if (fd < 0) {
-		char eb[128];
-		tw__detail(detail, detail_len, "tcp transport: socket for %s: %s", peer,
-		           tw__strerror(errno, eb, sizeof(eb)));
-		return TW_ERR_SYS;
-	}
-	tcp_set_nodelay(fd);
-	/* The SYNs' bound; the liveness bound replaces it once connected. */
-	tcp_set_user_timeout(fd, opts->connect_timeout_ms);
-	int rc = tw__sys_connect(fd, (struct sockaddr *)&ss, sl);
-	int err = rc == 0 ? 0 : errno;
-	tcp_conn *c = tcp_conn_new(t, fd, rc == 0 ? TW_CONN_OPEN : TW_CONN_SETUP, peer, opts, detail,
+	int err = 0;
+	int fd = tw__tcp_connect_start("tcp transport", address, opts, peer, sizeof(peer), &err,
+	                               detail, detail_len);
+	if (fd < 0)
+		return err == EINVAL ? TW_ERR_INVAL : TW_ERR_SYS;
+	tcp_conn *c = tcp_conn_new(t, fd, err == 0 ? TW_CONN_OPEN : TW_CONN_SETUP, peer, opts, detail,
 	                           detail_len);
 	if (!c)
 		return TW_ERR_NOMEM;
-	if (rc != 0 && err != EINPROGRESS) {
+	if (err != 0 && err != EINPROGRESS) {
 		/* Report it through the operations, like an asynchronous failure. */
-		c->core.phase = TW_CONN_SETUP;
 		tcp_fail_errno(c, "connect", err);
 	} else {
-		if (rc == 0)
-			tcp_set_liveness(fd, opts->liveness_ms);
+		if (err == 0)
+			tw__tcp_set_liveness(fd, opts->liveness_ms);
 		tcp_update_poll(c);
 	}
 	*out = &c->core.base;
@@ -744,151 +698,12 @@ static tw_status_t tcp_connect(tw_transport *base, const char *address, const tw
 static tw_status_t tcp_check_address(const char *address, bool for_listen, char *detail,
                                      size_t detail_len)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
-	if (st != TW_OK)
-		return st;
-	if (!for_listen && tw__tcp_addr_port(&ss) == 0) {
-		tw__detail(detail, detail_len,
-		           "tcp transport: '%s' has no port (connecting needs one: A.B.C.D:port or "
-		           "[v6addr]:port)",
-		           address);
-		return TW_ERR_INVAL;
-	}
-	return TW_OK;
+	return tw__tcp_check_address("tcp transport", address, for_listen, detail, detail_len);
 }
 
 static void tcp_answer_address(tw_conn *boot, const char *advertised, char *out, size_t out_len)
 {
-	snprintf(out, out_len, "%s", advertised);
-	struct sockaddr_storage adv, peer;
-	socklen_t al, pl = sizeof(peer);
-	char ignored[TW_DETAIL_MAX];
-	tcp_conn *c = (tcp_conn *)boot;
-	/* The server's scope ("%eth0") may name no interface here: drop it. */
-	char bare[TW_TCP_ADDR_MAX];
-	const char *pct = strchr(advertised, '%'), *rb = pct ? strchr(pct, ']') : NULL;
-	if (pct && rb && (size_t)(pct - advertised) + strlen(rb) < sizeof(bare))
-		snprintf(bare, sizeof(bare), "%.*s%s", (int)(pct - advertised), advertised, rb);
-	else
-		snprintf(bare, sizeof(bare), "%s", advertised);
-	if (!boot || c->fd < 0 || tw__tcp_addr_parse(bare, &adv, &al, ignored, sizeof(ignored)) ||
-	    adv.ss_family != AF_INET6 ||
-	    !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)&adv)->sin6_addr) ||
-	    getpeername(c->fd, (struct sockaddr *)&peer, &pl) != 0 || peer.ss_family != AF_INET6)
-		return;
-	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&adv, *p6 = (struct sockaddr_in6 *)&peer;
-	if (memcmp(&a6->sin6_addr, &p6->sin6_addr, sizeof(a6->sin6_addr)) != 0)
-		return;
-	p6->sin6_port = a6->sin6_port; /* the same host, our own scope */
-	tw__tcp_addr_format((struct sockaddr *)p6, out, out_len);
-}
-
-/* Does interface `name` pass the list `spec` (tw_context_set_socket_ifname)?
- * *named_out is set when the list names it (included or excluded). */
-static bool tcp_if_listed(const char *spec, const char *name, bool *named_out)
-{
-	bool exclude = spec[0] == '^';
-	const char *p = spec + exclude;
-	bool exact = p[0] == '=';
-	p += exact;
-	bool hit = false;
-	while (*p && !hit) {
-		size_t n = strcspn(p, ",");
-		hit = n > 0 && (exact ? strlen(name) == n && !memcmp(name, p, n)
-		                      : !strncmp(name, p, n));
-		p += n + (p[n] == ',');
-	}
-	if (hit)
-		*named_out = true;
-	return exclude ? !hit : hit;
-}
-
-static bool tcp_if_container(const char *name)
-{
-	static const char *const prefixes[] = { "docker", "br-", "virbr", "lxcbr", "cni",
-		                                "flannel", "cali", "veth" };
-	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-		if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
-			return true;
-	return false;
-}
-
-/* The address a listener bound to a wildcard advertises (see the file
- * comment), with `port`, into out; TW_ERR_INVAL naming the list if it
- * matches no interface of this host. */
-static tw_status_t tcp_pick_advertised(int bound_family, uint16_t port, const tw_conn_opts *o,
-                                       char *out, size_t out_len, char *detail,
-                                       size_t detail_len)
-{
-	struct ifaddrs *ifs = NULL;
-	if (getifaddrs(&ifs) != 0) {
-		char eb[128];
-		tw__detail(detail, detail_len, "tcp transport: getifaddrs: %s",
-		           tw__strerror(errno, eb, sizeof(eb)));
-		return TW_ERR_SYS;
-	}
-	const struct sockaddr *best = NULL;
-	int best_rank = 0;
-	bool named = false;
-	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-		const struct sockaddr *sa = i->ifa_addr;
-		bool listed = o->ifname[0] && tcp_if_listed(o->ifname, i->ifa_name, &named);
-		if (!sa || !(i->ifa_flags & IFF_UP))
-			continue;
-		int fam = sa->sa_family;
-		if ((fam != AF_INET && fam != AF_INET6) || (o->family && fam != o->family) ||
-		    (bound_family == AF_INET && fam != AF_INET))
-			continue;
-		if (fam == AF_INET6 &&
-		    IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr))
-			continue;
-		if (fam == AF_INET &&
-		    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 16) == 0xa9fe)
-			continue; /* 169.254/16 */
-		bool loop = i->ifa_flags & IFF_LOOPBACK;
-		bool ok = o->ifname[0] ? listed : !loop && !tcp_if_container(i->ifa_name);
-		/* rank: a listed or ordinary interface of the preferred family
-		 * first, of the other family next, loopback last (only without a
-		 * list: a host with nothing else still serves itself) */
-		int rank = ok ? (fam == bound_family ? 4 : 3) : (!o->ifname[0] && loop ? 1 : 0);
-		if (rank > best_rank) {
-			best_rank = rank;
-			best = sa;
-		}
-	}
-	tw_status_t st = TW_OK;
-	if (o->ifname[0] && o->ifname[0] != '^' && !named) {
-		tw__detail(detail, detail_len,
-		           "tcp transport: no interface of this host matches '%s' (TW_SOCKET_IFNAME or "
-		           "tw_context_set_socket_ifname)",
-		           o->ifname);
-		st = TW_ERR_INVAL;
-	} else if (!best) {
-		tw__detail(detail, detail_len,
-		           "tcp transport: no interface passing '%s' has a usable %s address to "
-		           "advertise",
-		           o->ifname[0] ? o->ifname : "the default rules",
-		           o->family == AF_INET6 ? "IPv6" : o->family == AF_INET ? "IPv4" : "IP");
-		st = TW_ERR_INVAL;
-	} else {
-		struct sockaddr_storage ss;
-		memset(&ss, 0, sizeof(ss));
-		memcpy(&ss, best, best->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-		                                             : sizeof(struct sockaddr_in6));
-		tw__tcp_addr_set_port(&ss, port);
-		tw__tcp_addr_format((struct sockaddr *)&ss, out, out_len);
-	}
-	freeifaddrs(ifs);
-	return st;
-}
-
-static bool tcp_is_wildcard(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
-	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+	tw__tcp_answer_address(boot ? ((tcp_conn *)boot)->fd : -1, advertised, out, out_len);
 }
 
 /* ---- listener ------------------------------------------------------------- */
@@ -906,10 +721,10 @@ static void tcp_listener_on_accept(tw_acceptor *acc, tw_status_t status, const c
 	}
 	tcp_transport *t = (tcp_transport *)l->base.transport;
 	char d[TW_DETAIL_MAX];
-	tcp_set_nodelay(fd);
+	tw__tcp_set_nodelay(fd);
 	char peer[TW_TCP_ADDR_MAX];
 	tw__tcp_addr_format(peer_addr, peer, sizeof(peer));
-	tcp_set_liveness(fd, l->opts.liveness_ms);
+	tw__tcp_set_liveness(fd, l->opts.liveness_ms);
 	tcp_conn *c = tcp_conn_new(t, fd, TW_CONN_OPEN, peer, &l->opts, d, sizeof(d));
 	if (!c) {
 		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
@@ -922,36 +737,8 @@ static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_
                               tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
                               char *detail, size_t detail_len)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
-	if (st != TW_OK)
-		return st;
-	tw_stream_listener *l = tw__stream_listener_new(base, "tcp transport", opts, cb, arg, detail,
-	                                                detail_len);
-	if (!l)
-		return TW_ERR_NOMEM;
-	struct sockaddr_storage bound;
-	st = tw__acceptor_open(base->loop, "tcp transport", address, (struct sockaddr *)&ss, sl, true,
-	                       tw__tcp_addr_format, tcp_listener_on_accept, l, &l->acc, &bound,
-	                       detail, detail_len);
-	if (st != TW_OK) {
-		tw__stream_listener_free(l);
-		return st;
-	}
-	if (tcp_is_wildcard(&bound)) {
-		st = tcp_pick_advertised(bound.ss_family, tw__tcp_addr_port(&bound), opts, l->address,
-		                         sizeof(l->address), detail, detail_len);
-		if (st != TW_OK) {
-			tw__stream_listener_free(l);
-			return st;
-		}
-	} else {
-		tw__tcp_addr_format((struct sockaddr *)&bound, l->address, sizeof(l->address));
-	}
-	tw__acceptor_set_label(l->acc, l->address);
-	*out = &l->base;
-	return TW_OK;
+	return tw__tcp_listen(base, "tcp transport", address, opts, tcp_listener_on_accept, cb, arg,
+	                      out, detail, detail_len);
 }
 
 /* ---- transport -------------------------------------------------------------- */
