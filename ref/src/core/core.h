@@ -419,6 +419,20 @@ struct tw_pipe {
 	bool ending;
 	bool verdict_waited;        /* the verdict's wait ran out: take the first end */
 	bool d_hup;                 /* D's peer hung up with bytes unread: they are coming */
+	/* A server waiting for the client's other connections (SERVER_CONNS)
+	 * heard one of the connections it has end or hang up: the client may
+	 * have written everything and left before this server read its
+	 * connections (a transport whose bytes land without the server
+	 * reading, like ibv, or a busy server), and what it wrote may still
+	 * establish the pipe. The first such report is held for
+	 * TW_PIPE_VERDICT_WAIT_MS at most (or the handshake's bound): on
+	 * establishment it is replayed as an established pipe's end, else the
+	 * pipe fails with it. */
+	tw_conn *early_conn;
+	bool early_hup;             /* a hang-up (else an end with early_status) */
+	tw_status_t early_status;
+	char early_what[112];
+	char early_detail[TW_DETAIL_MAX];
 	bool d_stalled;             /* D, empty, neither ended nor moved for a whole wait */
 	uint64_t d_frames;          /* frames D delivered (progress while ending) */
 	bool heard;                 /* established: the peer sent a frame (D or R) */

@@ -68,6 +68,10 @@ static void tw__pipe_on_timer(uv_timer_t *t)
 		tw__pipe_timer_close(p);
 		return;
 	}
+	if (p->state == TW_PIPE_SERVER_CONNS && p->early_conn) {
+		tw__pipe_fail(p, p->early_status, "%s: %s", p->early_what, p->early_detail);
+		return;
+	}
 	if (p->state == TW_PIPE_SERVER_BROCHURE || p->state == TW_PIPE_SERVER_CONNS) {
 		tw__pipe_handshake_timed_out(p);
 		return;
@@ -303,6 +307,28 @@ static void tw__pipe_start_end(tw_pipe *p, tw_status_t status, const char *what,
 	tw__pipe_timer_start(p, TW_PIPE_VERDICT_WAIT_MS);
 }
 
+/* A server waiting for the client's other connections (SERVER_CONNS) heard
+ * connection c end or hang up (core.h, early_conn): the first report is
+ * held, with a bounded wait, and later ones (the client's other
+ * connections saying the same) are dropped. Returns true when held. */
+static bool tw__pipe_hold_early_end(tw_pipe *p, tw_conn *c, bool hup, tw_status_t status,
+                                    const char *what, const char *detail)
+{
+	if (p->early_conn)
+		return true;
+	p->early_conn = c;
+	p->early_hup = hup;
+	p->early_status = status;
+	snprintf(p->early_what, sizeof(p->early_what), "%s", what);
+	snprintf(p->early_detail, sizeof(p->early_detail), "%s", detail);
+	uint64_t wait = TW_PIPE_VERDICT_WAIT_MS;
+	if (p->timer.inited && uv_is_active((uv_handle_t *)&p->timer.t) &&
+	    uv_timer_get_due_in(&p->timer.t) < wait)
+		wait = uv_timer_get_due_in(&p->timer.t); /* the handshake's bound is sooner */
+	tw__pipe_timer_start(p, wait);
+	return true;
+}
+
 /* Loop thread: connection `c` of the pipe (NULL: one a channel owns) failed
  * with `status`. Anything but the end of an established pipe's connection
  * fails the pipe at once; an end starts (or advances) the pipe's end, and
@@ -317,6 +343,9 @@ void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, const char
 			tw__pipe_client_lost(p, status, what, detail);
 		return; /* else a bootstrap connection given up on earlier */
 	}
+	if (p->state == TW_PIPE_SERVER_CONNS && c && tw__status_is_end(status) &&
+	    tw__pipe_hold_early_end(p, c, false, status, what, detail))
+		return;
 	if (p->state != TW_PIPE_ESTABLISHED || !tw__status_is_end(status)) {
 		tw__pipe_fail(p, status, "%s: %s", what, detail);
 		return;
@@ -353,11 +382,23 @@ static void tw__pipe_on_conn_end(tw_conn *c, tw_status_t status, const char *det
 	tw__pipe_release(p);
 }
 
+/* An established pipe's connection c hung up: the end starts; the
+ * connection itself has not ended (D still hands over what it holds). */
+static void tw__pipe_hangup_established(tw_pipe *p, tw_conn *c, const char *detail)
+{
+	char what[112];
+	snprintf(what, sizeof(what), "%s ended", tw__pipe_conn_name(p, c));
+	if (c == p->d)
+		p->d_hup = true;
+	tw__pipe_start_end(p, TW_ERR_EOF, what, detail);
+}
+
 /* The peer hung up on one of the pipe's connections with bytes unread
- * (transport.h). Before establishment the handshake cannot complete any
- * more: the pipe fails now, not when a read reaches the end of file. After
- * establishment it starts the pipe's end like an end would; the connection
- * itself has not ended (D still hands over what it holds). */
+ * (transport.h). After establishment it starts the pipe's end like an end
+ * would. Before it, a server still waiting for the client's other
+ * connections holds it (tw__pipe_hold_early_end). In any other state the
+ * handshake cannot complete any more: the pipe fails now, not when a read
+ * reaches the end of file. */
 static void tw__pipe_on_conn_hangup(tw_conn *c, const char *detail, void *arg)
 {
 	tw_pipe *p = arg;
@@ -366,16 +407,31 @@ static void tw__pipe_on_conn_hangup(tw_conn *c, const char *detail, void *arg)
 	char what[112];
 	if (tw__pipe_boot_may_go(p, c)) {
 		tw__conn_close(&p->boot);
-	} else if (p->state != TW_PIPE_ESTABLISHED) {
+	} else if (p->state == TW_PIPE_ESTABLISHED) {
+		tw__pipe_hangup_established(p, c, detail);
+	} else {
 		snprintf(what, sizeof(what), "%s ended before the pipe was established",
 		         tw__pipe_conn_name(p, c));
+		if (p->state == TW_PIPE_SERVER_CONNS &&
+		    tw__pipe_hold_early_end(p, c, true, TW_ERR_EOF, what, detail))
+			return;
 		tw__pipe_fail(p, TW_ERR_EOF, "%s: %s", what, detail);
-	} else {
-		snprintf(what, sizeof(what), "%s ended", tw__pipe_conn_name(p, c));
-		if (c == p->d)
-			p->d_hup = true;
-		tw__pipe_start_end(p, TW_ERR_EOF, what, detail);
 	}
+}
+
+void tw__pipe_early_end_established(tw_pipe *p)
+{
+	tw_conn *c = p->early_conn;
+	if (!c)
+		return;
+	p->early_conn = NULL;
+	if (p->early_hup) {
+		tw__pipe_hangup_established(p, c, p->early_detail);
+		return;
+	}
+	char what[112];
+	snprintf(what, sizeof(what), "%s ended", tw__pipe_conn_name(p, c));
+	tw__pipe_conn_failed(p, c, p->early_status, what, p->early_detail);
 }
 
 /* Arms the end watch of a connection the pipe just got. */

@@ -96,6 +96,8 @@ static void tw__pipe_establish(tw_pipe *p)
 	snprintf(p->info.channel, sizeof(p->info.channel), "%s",
 	         pp ? p->chans[pp->chan].reg->name : "");
 	snprintf(p->info.remote_name, sizeof(p->info.remote_name), "%s", p->remote_name);
+	snprintf(p->info.transport_detail, sizeof(p->info.transport_detail), "%s",
+	         p->reg->ops->describe ? p->reg->ops->describe(p->reg->t) : "");
 	p->info.is_server = p->is_server;
 	pthread_mutex_unlock(&p->ctx->mu);
 	if (p->est_pending) {
@@ -106,6 +108,7 @@ static void tw__pipe_establish(tw_pipe *p)
 	}
 	if (p->ext_goodbye)
 		tw__pipe_read_r(p);
+	tw__pipe_early_end_established(p);
 	tw__pipe_pump_writes(p);
 	tw__pipe_pump_reads(p);
 }

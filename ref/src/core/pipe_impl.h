@@ -31,6 +31,9 @@ bool tw__status_is_end(tw_status_t st);
 void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, const char *what,
                           const char *detail);
 TW_NODISCARD tw_status_t tw__pipe_watch(tw_pipe *p, tw_conn *c);
+/* On establishment: an end or hang-up held before it (core.h, early_conn)
+ * is replayed as an established pipe's. */
+void tw__pipe_early_end_established(tw_pipe *p);
 
 /* pipe_handshake.c: handshake and establishment */
 void tw__pipe_deliver_established(void *arg);
