@@ -260,8 +260,8 @@ static void case_fan_in(void)
 			CHECK_OK(tw_pipe_read_descriptor(rp[k], tu_on_desc, &d));
 			tu_wait(&d.w, 1);
 			if (d.status != TW_OK) {
-				printf("   pipe %d: %d of %d, then %s\n", k, got[k], FAN_MSGS,
-				       tw_status_name(d.status));
+				printf("   pipe %d: %d of %d, then %s: %s\n", k, got[k], FAN_MSGS,
+				       tw_status_name(d.status), d.detail);
 				CHECK(got[k] == FAN_MSGS);
 				tu_expect(&d, TW_ERR_EOF, "the peer closed the pipe");
 				ended[k] = true;

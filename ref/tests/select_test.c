@@ -40,7 +40,9 @@ static void case_env_include(void)
 	setenv("TW_CHANNELS", "basic", 1);
 	expect_reg(true, "uv", TW_OK, NULL);
 	expect_reg(true, "shm", TW_OK, NULL);
-	expect_reg(true, "ibv", TW_ERR_UNSUPPORTED, "no transport kind 'ibv' in this build");
+	/* listed, but without a usable verbs device here (ctest runs this
+	 * outside simverbs): refused with the transport's reason */
+	expect_reg(true, "ibv", TW_ERR_UNSUPPORTED, "ibv transport: ");
 	/* the choice keeps uv and basic: pipes work as before */
 	tu_pair p = { 0 };
 	tu_pair_open(&p, NULL);

@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "core/core.h"
 #include "platform/identity.h"
 #include "platform/platform.h"
 #include "tensorwire/tensorwire.h"
@@ -31,7 +32,12 @@ static void kind_line(tw_context *ctx, bool transport, const char *kind)
 {
 	tw_status_t st = transport ? tw_context_register_transport(ctx, kind, NULL, 0, NULL)
 	                           : tw_context_register_channel(ctx, kind, NULL, 0, NULL);
-	if (st == TW_OK)
+	const tw_transport_reg *reg =
+	    transport && st == TW_OK && ctx->num_transports ? &ctx->transports[ctx->num_transports - 1]
+	                                                    : NULL;
+	if (reg && reg->ops->describe) /* what it would use (ibv: device, port, GID) */
+		printf("  %-11s usable: %s\n", kind, reg->ops->describe(reg->t));
+	else if (st == TW_OK)
 		printf("  %-11s usable\n", kind);
 	else
 		printf("  %-11s not usable: %s: %s\n", kind, tw_status_name(st), tw_last_error());

@@ -416,6 +416,10 @@ typedef struct tw_pipe_info {
 	char channel[32];      /* wire name of the channel for (cpu:0, cpu:0), "" if none */
 	char remote_name[256]; /* the peer context's name (server side), else "" */
 	bool is_server;
+	/* What the transport uses, where it has a choice: for ibv the device,
+	 * port, GID index and type ("simrdma1 port 1, GID 3 (RoCE v2
+	 * ::ffff:10.0.0.1); ..."), else "". */
+	char transport_detail[512];
 } tw_pipe_info;
 
 TW_NODISCARD tw_status_t tw_pipe_get_info(tw_pipe *pipe, tw_pipe_info *info_out);

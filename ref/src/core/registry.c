@@ -9,12 +9,14 @@
 #include "channel/cma/cma.h"
 #include "channel/mpt/mpt.h"
 #include "core/core.h"
+#include "transport/ibv/ibv.h"
 #include "transport/shm/shm.h"
 #include "transport/tcp/tcp.h"
 
 const tw_transport_ops *const tw__transport_kinds[] = {
 	&tw__tcp_transport_ops,
 	&tw__shm_transport_ops,
+	&tw__ibv_transport_ops,
 	NULL,
 };
 

@@ -201,6 +201,16 @@ void *tw__sys_mmap_shared(int fd, size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+void *tw__sys_mmap_private(size_t len)
+{
+	if (TW_FAULT_POINT("sys/mmap")) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 int tw__sys_munmap(void *p, size_t len)
 {
 	return munmap(p, len);

@@ -86,6 +86,10 @@ int tw__sys_fd_size(int fd, uint64_t *size_out);
 /* mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); NULL and errno
  * on failure (never MAP_FAILED). */
 void *tw__sys_mmap_shared(int fd, size_t len);
+/* Private anonymous memory of len bytes, page-aligned and zeroed (memory
+ * a device registers: its own pages, so that fork protection covers
+ * nothing else); NULL and errno on failure. */
+void *tw__sys_mmap_private(size_t len);
 int tw__sys_munmap(void *p, size_t len);
 
 /* Cross-process wake-ups on a 32-bit word of a shared mapping (futex(2),

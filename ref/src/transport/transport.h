@@ -239,6 +239,9 @@ typedef struct tw_transport_ops {
 	void (*shutdown)(tw_transport *t);
 	/* Any thread, after the loop stopped: frees the instance. */
 	void (*destroy)(tw_transport *t);
+	/* Any thread: what this instance uses, for tw_pipe_info (ibv: the
+	 * device, port and GID). May be NULL. */
+	const char *(*describe)(tw_transport *t);
 } tw_transport_ops;
 
 struct tw_transport {

@@ -1,0 +1,66 @@
+/*
+ * device.h - which verbs device, port and GID the ibv transport uses
+ * (spec/wire.md 2.4.1), and fork safety before the first registration.
+ *
+ * Stock TensorPipe takes the first device of ibv_get_device_list, port 1 and
+ * GID index 0, whatever their state; a host whose first HCA is down, or
+ * whose GID 0 is a link-local RoCE v1 entry, then fails every connection
+ * with "transport retry counter exceeded" (field failures T19, T24). Here:
+ *
+ *   - devices come in ibv_get_device_list's order, filtered by the user's
+ *     list (TW_IB_HCA, NCCL's syntax: "mlx5_0:1,mlx5_1" prefixes, "=name"
+ *     exact names, "^..." all but these; a ":port" narrows to one port);
+ *   - only ACTIVE ports count;
+ *   - on an InfiniBand port the GID index is 0 and the LID routes;
+ *   - on a RoCE port every GID-table entry is ranked: RoCE v2 with an
+ *     IPv4-mapped address first, then v2 with a routable IPv6 address, then
+ *     v1 with a routable address, and a link-local or zero entry only when
+ *     nothing else exists anywhere. An entry whose query fails (EINVAL on a
+ *     hole in the table) is skipped, not fatal;
+ *   - TW_IB_GID_INDEX forces the index on every port;
+ *   - the best rank over all devices and ports wins; the first in list order
+ *     among equals.
+ *
+ * When nothing is usable the reason names each device, port and verb that
+ * ruled it out, for tw_pipe_get_verdicts and tensorwire-probe.
+ */
+#ifndef TW_TRANSPORT_IBV_DEVICE_H
+#define TW_TRANSPORT_IBV_DEVICE_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorwire/tensorwire.h"
+
+#define TW_IBV_WHO "ibv transport"
+
+typedef struct tw_ibv_choice {
+	struct ibv_context *ctx; /* open; the caller closes it */
+	char dev_name[IBV_SYSFS_NAME_MAX];
+	uint8_t port;
+	int gid_index;
+	const char *gid_kind; /* "IB", "RoCE v1", "RoCE v2" */
+	union ibv_gid gid;
+	uint16_t lid;       /* 0 on RoCE */
+	enum ibv_mtu mtu;   /* the port's active MTU */
+	uint32_t max_msg_sz;
+	struct ibv_device_attr dattr;
+	char describe[160]; /* "simrdma1 port 1, GID 3 (RoCE v2 ::ffff:10.0.0.1)" */
+} tw_ibv_choice;
+
+/* Picks the device, port and GID by the rules above. hca: the device list
+ * ("" or NULL: every device); gid_index: forced index, or -1. TW_OK and an
+ * open context in out->ctx; TW_ERR_UNSUPPORTED with every reason in why. */
+TW_NODISCARD tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out,
+                                        char *why, size_t why_len);
+
+/* Makes registered memory safe across fork (rdma-core's ibv_fork_init),
+ * unless the kernel makes it unneeded (ibv_is_fork_initialized says
+ * IBV_FORK_UNNEEDED) or it is done already. Must run before this process
+ * registers any memory; TW_ERR_UNSUPPORTED with the reason if it fails
+ * (memory was registered before, by someone else). */
+TW_NODISCARD tw_status_t tw__ibv_fork_safe(char *why, size_t why_len);
+
+#endif /* TW_TRANSPORT_IBV_DEVICE_H */

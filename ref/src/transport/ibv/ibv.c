@@ -1,0 +1,1404 @@
+/*
+ * ibv.c - the RDMA verbs transport ("ibv", spec/wire.md 2.4),
+ * wire-compatible with stock TensorPipe's.
+ *
+ * A connection starts as a TCP socket (tcp/socket.h: the same addresses,
+ * listener and options as uv). Right after connect/accept each side writes
+ * one raw 56-byte set-up record (its LID, GID, QP number, MTU, and the
+ * address and rkey of its 2 MiB inbox) and reads the peer's; then its RC
+ * queue pair goes to RTR and RTS towards the peer's, and the socket carries
+ * nothing more: it is watched only to learn that the peer is gone.
+ *
+ * Frames (transport/ring): we frame into a local outbox ring and copy each
+ * new range to the same offsets of the peer's inbox with RDMA WRITE WITH
+ * IMMEDIATE (the immediate is the byte count); our own inbox's head moves
+ * by each immediate that arrives; after we read from our inbox we return
+ * credit with a zero-length SEND WITH IMMEDIATE of the bytes consumed,
+ * which moves our peer's outbox tail. Immediates are host order, as in
+ * stock. A write completes (its callback runs) only once the RDMA writes
+ * holding its last byte have completed, that is, once the peer's memory
+ * has it: a pipe closed after its callbacks loses nothing in flight.
+ *
+ * Resources (device.h chooses the device, port and GID): per transport
+ * instance a protection domain, a completion channel watched on the loop,
+ * and a shared receive queue where the device has one (else each queue
+ * pair gets its own receive queue: same wire). Per connection a completion
+ * queue sized so that it cannot overflow (send queue depth + receive
+ * depth), a queue pair and two registered 2 MiB buffers. Every depth is
+ * capped by the device's limits (max_qp_wr, max_srq_wr, max_cqe), and RDMA
+ * writes by the port's max_msg_sz (stock never splits one).
+ *
+ * Completions: the status is read first; on an error only wr_id is
+ * trusted (the verbs spec defines no other field then). An error fails the
+ * connection the way the peer's exit does (below), naming the operation,
+ * the device and ibv_wc_status_str.
+ *
+ * The end: the socket's end (EOF, reset) or an error completion means the
+ * peer is gone. What it wrote before that stays readable: the completion
+ * queue is drained first, then the end (TW_ERR_EOF, TW_ERR_CONNRESET) is
+ * reported once the inbox is empty, and a hang-up while bytes wait unread
+ * with no read queued (transport.h). A write waiting for credit fails at
+ * once. Bounds: connect_timeout_ms bounds the connect and the exchange;
+ * liveness_ms is the socket's (tcp/socket.h), and the queue pair's own
+ * retries (timeout 14, retry_cnt 7: about half a second) end a connection
+ * whose peer stopped acknowledging.
+ *
+ * Fork: before the transport registers anything, device.h makes fork safe
+ * (ibv_fork_init) unless the kernel makes it unneeded or the user opted out
+ * (TW_IB_FORK_SAFE=0 or option fork_safe=false). A context does not
+ * survive fork: a child that uses one gets an error naming the fork.
+ *
+ * This file must not know about nop objects, packets or pipes.
+ */
+#define _GNU_SOURCE
+#include "transport/ibv/ibv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "platform/error.h"
+#include "platform/list.h"
+#include "platform/options.h"
+#include "platform/platform.h"
+#include "transport/conn_core.h"
+#include "transport/ibv/device.h"
+#include "transport/ring/ring.h"
+#include "transport/stream/listener.h"
+#include "transport/tcp/addr.h"
+#include "transport/tcp/socket.h"
+
+#define IBV_WHO TW_IBV_WHO
+#define IBV_RECORD_LEN 56
+#define IBV_DEPTH 1024 /* send, receive and shared receive queue depth, at most */
+#define IBV_CAP TW_RING_INBOX_CAPACITY
+/* wr_id: a receive, a credit send, or (n << 1) | 1 for an RDMA write of n bytes */
+#define IBV_WRID_RECV UINT64_MAX
+#define IBV_WRID_CREDIT 0
+#define IBV_POLL_BATCH 32
+/* How long a closed connection may keep its queue pair for RDMA writes
+ * still in flight (see ib_conn_close) when neither they complete nor the
+ * queue pair's retries give up (a peer out of receives retries forever). */
+#define IBV_LINGER_MS 10000
+
+typedef struct ib_conn ib_conn;
+typedef struct ib_transport ib_transport;
+
+typedef struct ib_op {
+	tw_conn_op op; /* first */
+	tw_ring_writer w;
+	tw_ring_reader rd;
+	bool produced;    /* a write whose bytes are all in the outbox */
+	uint64_t end_pos; /* then: the outbox position after its last byte */
+	tw_iov *iov;
+	tw_iov iov_inline[4];
+} ib_op;
+
+struct ib_conn {
+	tw_conn_core core; /* first; phase SETUP: connecting, then the exchange */
+	ib_transport *t;
+	int fd;
+	uv_poll_t poll;
+	int poll_events;
+	uv_timer_t timer; /* the connect deadline */
+	bool sock_connected;
+	bool connected;
+	tw_conn_opts opts;
+	uint64_t deadline;
+	/* the set-up records */
+	uint8_t rec_out[IBV_RECORD_LEN];
+	size_t out_done;
+	uint8_t rec_in[IBV_RECORD_LEN];
+	size_t in_done;
+	/* verbs */
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint8_t *inbox_mem, *outbox_mem;
+	struct ibv_mr *inbox_mr, *outbox_mr;
+	uint64_t inbox_hdr[5], outbox_hdr[5]; /* TW_RING_HEADER_SIZE, ours alone */
+	tw_ring inbox, outbox;
+	uint64_t peer_addr;
+	uint32_t peer_rkey;
+	bool qp_ready; /* RTS towards the peer: RDMA writes may go */
+	/* the data path */
+	ib_op *wcur;        /* the first write not yet all in the outbox */
+	uint64_t sent;       /* outbox bytes posted as RDMA writes */
+	uint64_t landed;     /* outbox bytes whose RDMA writes completed */
+	uint32_t sq_used;    /* send work requests outstanding */
+	uint64_t credit_owed; /* inbox bytes consumed and not yet returned */
+	/* the end */
+	bool peer_gone;
+	tw_status_t gone_status;
+	char gone_detail[TW_DETAIL_MAX];
+	/* closed with RDMA writes in flight: kept until they land */
+	bool lingering;
+	tw_list linger_link;
+};
+
+struct ib_transport {
+	tw_transport base;
+	tw_ibv_choice ch;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *chan;
+	struct ibv_srq *srq; /* NULL: per-QP receive queues */
+	uv_poll_t chan_poll;
+	bool chan_poll_on;
+	uint32_t sq_depth, rq_depth, cq_depth;
+	uint32_t max_write;
+	pid_t pid;
+	char describe[TW_DETAIL_MAX];
+	tw_list lingering; /* closed connections whose writes are landing */
+};
+
+static const tw_conn_ops ib_conn_ops;
+
+static void ib_drive(ib_conn *c);
+static void ib_update_poll(ib_conn *c);
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static void ib_put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t ib_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static const char *ib_dev(const ib_conn *c)
+{
+	return c->t->ch.dev_name;
+}
+
+static void ib_conn_release(ib_conn *c);
+
+/* Fails the connection (tw__conn_fail); a closed one still delivering
+ * its last bytes (ib_conn_close) just gives up on them. */
+__attribute__((format(printf, 3, 4))) static void ib_fail(ib_conn *c, tw_status_t st,
+                                                          const char *fmt, ...)
+{
+	if (c->lingering) {
+		ib_conn_release(c);
+		return;
+	}
+	char d[TW_DETAIL_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(d, sizeof(d), fmt, ap);
+	va_end(ap);
+	tw__conn_fail(&c->core, st, "%s", d);
+}
+
+/* A verb failed with errno value err: fail the connection naming it. */
+static void ib_fail_verb(ib_conn *c, const char *verb, int err)
+{
+	char eb[128];
+	ib_fail(c, err == ENOMEM ? TW_ERR_NOMEM : TW_ERR_SYS, IBV_WHO ": %s on %s (peer %s): %s",
+	         verb, ib_dev(c), c->core.peer, tw__strerror(err, eb, sizeof(eb)));
+}
+
+static void ib_fail_errno(ib_conn *c, const char *what, int err)
+{
+	char eb[128];
+	tw__strerror(err, eb, sizeof(eb));
+	if (err == ETIMEDOUT && c->core.phase == TW_CONN_SETUP)
+		ib_fail(c, TW_ERR_TIMEDOUT,
+		         IBV_WHO ": connect %s: not connected within the connect timeout of %llu ms: "
+		         "%s",
+		         c->core.peer, (unsigned long long)c->opts.connect_timeout_ms, eb);
+	else if (err == ECONNRESET || err == EPIPE)
+		ib_fail(c, TW_ERR_CONNRESET, IBV_WHO ": %s %s: %s", what, c->core.peer, eb);
+	else
+		ib_fail(c, TW_ERR_SYS, IBV_WHO ": %s %s: %s", what, c->core.peer, eb);
+}
+
+/* ---- connection lifetime ---------------------------------------------------- */
+
+static void ib_free_conn(tw_conn_core *core)
+{
+	ib_conn *c = (ib_conn *)core;
+	if (c->qp)
+		(void)ibv_destroy_qp(c->qp);
+	if (c->cq)
+		(void)ibv_destroy_cq(c->cq);
+	if (c->inbox_mr)
+		(void)ibv_dereg_mr(c->inbox_mr);
+	if (c->outbox_mr)
+		(void)ibv_dereg_mr(c->outbox_mr);
+	if (c->inbox_mem)
+		(void)tw__sys_munmap(c->inbox_mem, IBV_CAP);
+	if (c->outbox_mem)
+		(void)tw__sys_munmap(c->outbox_mem, IBV_CAP);
+	if (c->fd >= 0)
+		tw__sys_close(c->fd);
+	tw__free(c);
+}
+
+static void ib_free_op(tw_conn_op *base, bool ok)
+{
+	ib_op *op = (ib_op *)base;
+	(void)ok;
+	tw__ring_reader_drop(&op->rd);
+	if (op->iov != op->iov_inline)
+		tw__free(op->iov);
+	tw__free(op);
+}
+
+static void ib_failed(tw_conn_core *core)
+{
+	ib_conn *c = (ib_conn *)core;
+	c->wcur = NULL;
+	uv_timer_stop(&c->timer);
+	ib_update_poll(c);
+}
+
+static const tw_conn_core_ops ib_core_ops = { ib_free_op, ib_free_conn, ib_failed };
+
+static void ib_on_handle_closed(uv_handle_t *h)
+{
+	tw__conn_core_unref(h->data);
+}
+
+/* Lets the connection go: its loop handles close, then it is freed. */
+static void ib_conn_release(ib_conn *c)
+{
+	if (c->lingering) {
+		c->lingering = false;
+		tw__list_remove(&c->linger_link);
+	}
+	uv_poll_stop(&c->poll);
+	c->poll_events = 0;
+	uv_close((uv_handle_t *)&c->poll, ib_on_handle_closed);
+	uv_close((uv_handle_t *)&c->timer, ib_on_handle_closed);
+}
+
+static uint64_t ib_outbox_head(const ib_conn *c)
+{
+	return tw__ring_load_marker(&c->outbox, TW_RING_PRODUCER);
+}
+
+static void ib_on_linger_timer(uv_timer_t *h)
+{
+	ib_conn_release(h->data);
+}
+
+/* Close. Bytes a write already put in the outbox are the peer's as much as
+ * bytes in a TCP socket's send buffer are: a connection closed before its
+ * RDMA writes landed keeps its queue pair until they do (their
+ * completions, an error, the peer's exit, IBV_LINGER_MS or the context's
+ * shutdown end it), so the RequestedConnection a pipe wrote and never
+ * waited for, or a goodbye, still arrives. Pending operations fail with
+ * TW_ERR_CLOSED at once, as the contract says; no caller buffer is touched
+ * again (the outbox is ours). */
+static void ib_conn_close(tw_conn *base)
+{
+	ib_conn *c = (ib_conn *)base;
+	bool live = (c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP) &&
+	            !c->peer_gone;
+	if (!tw__conn_close_ops(&c->core))
+		return;
+	c->wcur = NULL;
+	if (live && c->landed < ib_outbox_head(c)) {
+		c->lingering = true;
+		tw__list_push_back(&c->t->lingering, &c->linger_link);
+		uv_timer_start(&c->timer, ib_on_linger_timer, IBV_LINGER_MS, 0);
+		ib_update_poll(c); /* the set-up exchange goes on if it must */
+		return;
+	}
+	ib_conn_release(c);
+}
+
+static const char *ib_conn_peer(tw_conn *base)
+{
+	return ((ib_conn *)base)->core.peer;
+}
+
+static uint64_t ib_inbox_used(ib_conn *c)
+{
+	uint64_t used = 0;
+	char d[TW_DETAIL_MAX];
+	if (c->core.phase != TW_CONN_OPEN || tw__ring_used(&c->inbox, &used, d, sizeof(d)) != TW_OK)
+		return 0;
+	return used;
+}
+
+static bool ib_conn_has_unread(tw_conn *base)
+{
+	return ib_inbox_used((ib_conn *)base) > 0;
+}
+
+static bool ib_conn_was_connected(tw_conn *base)
+{
+	return ((ib_conn *)base)->connected;
+}
+
+/* ---- receive queues ----------------------------------------------------------- */
+
+/* Posts n receives (no scatter entries: immediates only) to the shared
+ * receive queue, or to qp's own when there is none. Returns the errno
+ * value of the failing post, 0 on success. */
+static int ib_post_recvs(ib_transport *t, struct ibv_qp *qp, uint32_t n)
+{
+	struct ibv_recv_wr wr[16];
+	while (n > 0) {
+		uint32_t k = n < 16 ? n : 16;
+		memset(wr, 0, sizeof(wr));
+		for (uint32_t i = 0; i < k; i++) {
+			wr[i].wr_id = IBV_WRID_RECV;
+			wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+		}
+		struct ibv_recv_wr *bad = NULL;
+		int rc = t->srq ? ibv_post_srq_recv(t->srq, wr, &bad) : ibv_post_recv(qp, wr, &bad);
+		if (rc != 0)
+			return rc;
+		n -= k;
+	}
+	return 0;
+}
+
+/* ---- the data path --------------------------------------------------------------- */
+
+/* Posts RDMA writes for what the outbox holds beyond `sent`, each within
+ * the ring's end and the port's max_msg_sz, keeping one send slot for
+ * credit. */
+static void ib_post_writes(ib_conn *c)
+{
+	ib_transport *t = c->t;
+	uint64_t head = ib_outbox_head(c);
+	while (c->qp_ready && (c->core.phase == TW_CONN_OPEN || c->lingering) && c->sent < head &&
+	       c->sq_used + 1 < t->sq_depth) {
+		uint64_t off = c->sent & (IBV_CAP - 1);
+		uint64_t n = head - c->sent;
+		if (n > IBV_CAP - off)
+			n = IBV_CAP - off;
+		if (n > t->max_write)
+			n = t->max_write;
+		struct ibv_sge sge = { (uintptr_t)(c->outbox_mem + off), (uint32_t)n,
+			               c->outbox_mr->lkey };
+		struct ibv_send_wr wr, *bad = NULL;
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = (n << 1) | 1;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.imm_data = (uint32_t)n; /* host order, as stock */
+		wr.wr.rdma.remote_addr = c->peer_addr + off;
+		wr.wr.rdma.rkey = c->peer_rkey;
+		int rc = ibv_post_send(c->qp, &wr, &bad);
+		if (rc != 0 && c->lingering) {
+			ib_conn_release(c);
+			return;
+		}
+		if (rc != 0) {
+			ib_fail_verb(c, "ibv_post_send (RDMA write)", rc);
+			return;
+		}
+		c->sent += n;
+		c->sq_used++;
+	}
+}
+
+/* Returns the inbox bytes we consumed to the peer (one zero-length send). */
+static void ib_post_credit(ib_conn *c)
+{
+	if (c->core.phase != TW_CONN_OPEN || c->peer_gone || c->credit_owed == 0 ||
+	    c->sq_used >= c->t->sq_depth)
+		return;
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = IBV_WRID_CREDIT;
+	wr.opcode = IBV_WR_SEND_WITH_IMM;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.imm_data = (uint32_t)c->credit_owed;
+	int rc = ibv_post_send(c->qp, &wr, &bad);
+	if (rc != 0) {
+		ib_fail_verb(c, "ibv_post_send (credit)", rc);
+		return;
+	}
+	c->credit_owed = 0;
+	c->sq_used++;
+}
+
+/* Completes the writes whose last byte is in the peer's memory. */
+static void ib_complete_writes(ib_conn *c)
+{
+	while (c->core.phase == TW_CONN_OPEN && c->core.wq_head) {
+		ib_op *op = (ib_op *)c->core.wq_head;
+		if (!op->produced || op->end_pos > c->landed)
+			break;
+		tw__conn_op_done(&c->core, true);
+	}
+}
+
+/* Frames go into the outbox as soon as they are queued, even while the
+ * set-up exchange runs (they leave once the queue pair is ready), so that
+ * a close that follows at once still delivers them (ib_conn_close). */
+static void ib_drive_writes(ib_conn *c)
+{
+	while ((c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP) && c->wcur) {
+		ib_op *op = c->wcur;
+		uint64_t moved = 0;
+		char d[TW_DETAIL_MAX];
+		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
+			ib_fail(c, TW_ERR_PROTO, "%s (to %s)", d, c->core.peer);
+			return;
+		}
+		if (!tw__ring_writer_done(&op->w))
+			break;
+		op->produced = true;
+		op->end_pos = tw__ring_load_marker(&c->outbox, TW_RING_PRODUCER);
+		c->wcur = (ib_op *)op->op.next;
+	}
+	ib_post_writes(c);
+	ib_complete_writes(c);
+}
+
+static void ib_drive_reads(ib_conn *c)
+{
+	uint64_t tail0 = tw__ring_load_marker(&c->inbox, TW_RING_CONSUMER);
+	while (c->core.phase == TW_CONN_OPEN && c->core.rq_head) {
+		ib_op *op = (ib_op *)c->core.rq_head;
+		uint64_t moved = 0;
+		char d[TW_DETAIL_MAX];
+		tw_status_t st = tw__ring_read_some(&c->inbox, &op->rd, 0, &moved, IBV_WHO, d, sizeof(d));
+		if (st != TW_OK) {
+			ib_fail(c, st, "%s (from peer %s)", d, c->core.peer);
+			return;
+		}
+		if (!tw__ring_reader_done(&op->rd))
+			break;
+		op->op.buf = op->rd.alloc ? tw__ring_reader_take(&op->rd) : op->rd.buf;
+		op->op.len = op->rd.len;
+		tw__conn_op_done(&c->core, false);
+	}
+	c->credit_owed += tw__ring_load_marker(&c->inbox, TW_RING_CONSUMER) - tail0;
+	ib_post_credit(c);
+}
+
+/* The peer is gone (the socket or an error completion said so): what it
+ * wrote stays readable; the end comes once nothing is left to read, or at
+ * once for a write that waits on it. */
+static void ib_drive_end(ib_conn *c)
+{
+	if (c->core.phase != TW_CONN_OPEN || !c->peer_gone)
+		return;
+	uint64_t used = ib_inbox_used(c);
+	if (used == 0 || c->core.wq_head) {
+		ib_fail(c, c->gone_status, "%s%s", c->gone_detail,
+		         used == 0 ? "" : " (while a write waited on the peer)");
+		return;
+	}
+	tw__conn_hangup(&c->core);
+}
+
+static void ib_set_gone(ib_conn *c, tw_status_t st, const char *detail)
+{
+	if (c->peer_gone)
+		return;
+	c->peer_gone = true;
+	c->gone_status = st;
+	snprintf(c->gone_detail, sizeof(c->gone_detail), "%s", detail);
+}
+
+/* Moves a marker of one of our rings by n bytes that the peer reports
+ * (role PRODUCER: n bytes arrived in our inbox; CONSUMER: the peer freed n
+ * bytes of its inbox, our outbox), never beyond what the ring allows. */
+static bool ib_advance(ib_conn *c, tw_ring *r, tw_ring_role role, uint64_t n, uint64_t bound,
+                        const char *what)
+{
+	tw_ring_tx tx;
+	uint64_t room = 0;
+	char d[TW_DETAIL_MAX];
+	if (!tw__ring_begin(r, role, &tx)) /* our own ring: never busy */
+		return false;
+	if (tw__ring_room(&tx, &room, d, sizeof(d)) != TW_OK || n > room || n > bound) {
+		tw__ring_cancel(&tx);
+		ib_fail(c, TW_ERR_PROTO,
+		         IBV_WHO ": peer %s %s %llu bytes where at most %llu were possible (spec 2.4)",
+		         c->core.peer, what, (unsigned long long)n,
+		         (unsigned long long)(room < bound ? room : bound));
+		return false;
+	}
+	tw_ring_span spans[2];
+	(void)tw__ring_claim(&tx, n, spans);
+	tw__ring_commit(&tx);
+	return true;
+}
+
+static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
+{
+	ib_transport *t = c->t;
+	bool recv = wc->wr_id == IBV_WRID_RECV;
+	if (!recv && c->sq_used > 0)
+		c->sq_used--;
+	if (recv && t->srq && wc->status == IBV_WC_SUCCESS) {
+		/* a shared receive was used up: put one back, whatever the
+		 * connection's state */
+		int rc = ib_post_recvs(t, NULL, 1);
+		if (rc != 0 && !tw__conn_done(&c->core))
+			ib_fail_verb(c, "ibv_post_srq_recv", rc);
+	}
+	if (c->lingering) {
+		/* closed, its last writes landing: done when all have, or never */
+		if (wc->status != IBV_WC_SUCCESS) {
+			ib_conn_release(c);
+			return;
+		}
+		if (!recv && (wc->wr_id & 1))
+			c->landed += wc->wr_id >> 1;
+		ib_post_writes(c);
+		if (c->lingering && c->landed >= ib_outbox_head(c))
+			ib_conn_release(c);
+		return;
+	}
+	if (tw__conn_done(&c->core))
+		return;
+	if (wc->status != IBV_WC_SUCCESS) {
+		/* only wr_id, status and vendor_err are defined now */
+		char d[TW_DETAIL_MAX];
+		const char *what = recv                         ? "receive"
+		                   : wc->wr_id == IBV_WRID_CREDIT ? "credit send"
+		                                                  : "RDMA write";
+		bool remote = wc->status == IBV_WC_RETRY_EXC_ERR ||
+		              wc->status == IBV_WC_RNR_RETRY_EXC_ERR ||
+		              wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_REM_OP_ERR ||
+		              wc->status == IBV_WC_REM_INV_REQ_ERR || wc->status == IBV_WC_WR_FLUSH_ERR;
+		tw__detail(d, sizeof(d), IBV_WHO ": %s completion on %s from peer %s: %s (vendor error 0x%x)",
+		           what, ib_dev(c), c->core.peer, ibv_wc_status_str(wc->status),
+		           wc->vendor_err);
+		ib_set_gone(c, remote ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
+		return;
+	}
+	/* A peer that read our record first may write before we read its
+	 * own (phase SETUP): its bytes count as soon as they arrive. */
+	if (recv) {
+		uint64_t n = (uint32_t)wc->imm_data; /* host order, as stock */
+		if (!t->srq) {
+			int rc = ib_post_recvs(t, c->qp, 1);
+			if (rc != 0) {
+				ib_fail_verb(c, "ibv_post_recv", rc);
+				return;
+			}
+		}
+		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+			(void)ib_advance(c, &c->inbox, TW_RING_PRODUCER, n, IBV_CAP, "wrote");
+		else if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM))
+			(void)ib_advance(c, &c->outbox, TW_RING_CONSUMER, n,
+			                  c->sent - tw__ring_load_marker(&c->outbox, TW_RING_CONSUMER),
+			                  "returned credit for");
+		else
+			ib_fail(c, TW_ERR_PROTO,
+			         IBV_WHO ": peer %s sent a message without an immediate (opcode %d; spec "
+			         "2.4 has only writes and sends with immediates)",
+			         c->core.peer, (int)wc->opcode);
+		return;
+	}
+	if (wc->wr_id & 1)
+		c->landed += wc->wr_id >> 1;
+}
+
+/* Drains the connection's completion queue (and re-arms it first, so no
+ * completion arriving meanwhile goes unnoticed). */
+static void ib_drain_cq(ib_conn *c)
+{
+	if (c->core.phase == TW_CONN_CLOSED && !c->t->srq && !c->lingering)
+		return;
+	int rc = ibv_req_notify_cq(c->cq, 0);
+	if (rc != 0 && !tw__conn_done(&c->core)) {
+		ib_fail_verb(c, "ibv_req_notify_cq", rc);
+		return;
+	}
+	struct ibv_wc wc[IBV_POLL_BATCH];
+	int n;
+	while ((n = ibv_poll_cq(c->cq, IBV_POLL_BATCH, wc)) > 0)
+		for (int i = 0; i < n; i++)
+			ib_on_completion(c, &wc[i]);
+	if (n < 0 && !tw__conn_done(&c->core))
+		ib_fail(c, TW_ERR_SYS, IBV_WHO ": ibv_poll_cq on %s (peer %s) failed", ib_dev(c),
+		         c->core.peer);
+}
+
+/* The completion channel is readable: each event names one connection's
+ * completion queue (its cq_context). Events of destroyed queues are
+ * dropped by the library. */
+static void ib_on_channel(uv_poll_t *h, int status, int events)
+{
+	ib_transport *t = h->data;
+	(void)status;
+	(void)events;
+	for (;;) {
+		struct ibv_cq *cq = NULL;
+		void *ctx = NULL;
+		if (ibv_get_cq_event(t->chan, &cq, &ctx) != 0)
+			break; /* EAGAIN: nothing more */
+		ibv_ack_cq_events(cq, 1);
+		ib_conn *c = ctx;
+		ib_drain_cq(c);
+		if (!tw__conn_done(&c->core))
+			ib_drive(c);
+	}
+}
+
+/* ---- the set-up exchange (2.4) ------------------------------------------------- */
+
+static void ib_record_fill(ib_conn *c)
+{
+	const tw_ibv_choice *ch = &c->t->ch;
+	memset(c->rec_out, 0, sizeof(c->rec_out));
+	ib_put32(c->rec_out + 0, ch->lid);
+	memcpy(c->rec_out + 8, ch->gid.raw, 16);
+	ib_put32(c->rec_out + 24, c->qp->qp_num);
+	ib_put32(c->rec_out + 28, (uint32_t)ch->mtu);
+	ib_put32(c->rec_out + 32, ch->max_msg_sz);
+	uint64_t addr = (uintptr_t)c->inbox_mem;
+	ib_put32(c->rec_out + 40, (uint32_t)addr);
+	ib_put32(c->rec_out + 44, (uint32_t)(addr >> 32));
+	ib_put32(c->rec_out + 48, c->inbox_mr->rkey);
+}
+
+/* Moves the queue pair to RTR and RTS towards the peer's record. */
+static void ib_connect_qp(ib_conn *c)
+{
+	const tw_ibv_choice *ch = &c->t->ch;
+	const uint8_t *r = c->rec_in;
+	uint32_t lid = ib_get32(r + 0), qpn = ib_get32(r + 24), mtu = ib_get32(r + 28);
+	if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 || qpn == 0 || qpn > 0xffffff || lid > 0xffff) {
+		ib_fail(c, TW_ERR_PROTO,
+		         IBV_WHO ": peer %s sent a set-up record with QP number 0x%x, MTU %u and LID "
+		         "%u (spec 2.4: a 24-bit QP number, an MTU enum from 1 to 5)",
+		         c->core.peer, qpn, mtu, lid);
+		return;
+	}
+	c->peer_addr = (uint64_t)ib_get32(r + 40) | (uint64_t)ib_get32(r + 44) << 32;
+	c->peer_rkey = ib_get32(r + 48);
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = (enum ibv_mtu)mtu < ch->mtu ? (enum ibv_mtu)mtu : ch->mtu;
+	a.dest_qp_num = qpn;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 20;
+	a.ah_attr.port_num = ch->port;
+	if (lid != 0) {
+		a.ah_attr.dlid = (uint16_t)lid;
+	} else {
+		a.ah_attr.is_global = 1;
+		memcpy(a.ah_attr.grh.dgid.raw, r + 8, 16);
+		a.ah_attr.grh.sgid_index = (uint8_t)ch->gid_index;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	int rc = ibv_modify_qp(c->qp, &a,
+	                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+	                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (rc != 0) {
+		ib_fail_verb(c, "ibv_modify_qp to RTR", rc);
+		return;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7; /* infinite: a peer out of receives is slow, not gone */
+	a.max_rd_atomic = 1;
+	rc = ibv_modify_qp(c->qp, &a,
+	                   IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+	                       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	if (rc != 0) {
+		ib_fail_verb(c, "ibv_modify_qp to RTS", rc);
+		return;
+	}
+	c->qp_ready = true;
+	c->connected = true;
+	if (c->lingering) { /* closed meanwhile: only its last bytes go */
+		ib_post_writes(c);
+		if (c->lingering && c->landed >= ib_outbox_head(c))
+			ib_conn_release(c);
+		return;
+	}
+	c->core.phase = TW_CONN_OPEN;
+	uv_timer_stop(&c->timer);
+	tw__tcp_set_liveness(c->fd, c->opts.liveness_ms);
+}
+
+static void ib_exchange(ib_conn *c)
+{
+	while (c->out_done < IBV_RECORD_LEN) {
+		struct iovec iov = { c->rec_out + c->out_done, IBV_RECORD_LEN - c->out_done };
+		ssize_t n = tw__sys_writev(c->fd, &iov, 1);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		if (n < 0) {
+			ib_fail_errno(c, "sending the set-up record to", errno);
+			return;
+		}
+		c->out_done += (size_t)n;
+	}
+	while (c->in_done < IBV_RECORD_LEN) {
+		/* exactly the record: anything after it is the end (2.4) */
+		struct iovec iov = { c->rec_in + c->in_done, IBV_RECORD_LEN - c->in_done };
+		ssize_t n = tw__sys_readv(c->fd, &iov, 1);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		if (n < 0) {
+			ib_fail_errno(c, "receiving the set-up record from", errno);
+			return;
+		}
+		if (n == 0) {
+			ib_fail(c, TW_ERR_EOF,
+			         IBV_WHO ": connection closed by peer %s after %zu of the %d bytes of its "
+			         "set-up record",
+			         c->core.peer, c->in_done, IBV_RECORD_LEN);
+			return;
+		}
+		c->in_done += (size_t)n;
+	}
+	ib_connect_qp(c);
+}
+
+/* ---- driving -------------------------------------------------------------------- */
+
+static void ib_drive(ib_conn *c)
+{
+	if ((c->core.phase == TW_CONN_SETUP || c->lingering) && !c->qp_ready && c->sock_connected)
+		ib_exchange(c);
+	if (c->core.phase == TW_CONN_SETUP)
+		ib_drive_writes(c);
+	if (c->core.phase == TW_CONN_OPEN) {
+		ib_drive_writes(c);
+		ib_drive_reads(c);
+		ib_drive_end(c);
+	}
+	ib_update_poll(c);
+}
+
+static void ib_on_poll(uv_poll_t *h, int status, int events);
+
+static void ib_update_poll(ib_conn *c)
+{
+	if (c->core.phase == TW_CONN_CLOSED && !c->lingering)
+		return;
+	int want = 0;
+	if ((c->core.phase == TW_CONN_SETUP || c->lingering) && !c->qp_ready)
+		want = !c->sock_connected || c->out_done < IBV_RECORD_LEN ? UV_WRITABLE : UV_READABLE;
+	else if (c->core.phase == TW_CONN_OPEN && !c->peer_gone)
+		want = UV_READABLE; /* only the end can come this way */
+	tw__conn_poll(&c->core, &c->poll, &c->poll_events, want, ib_on_poll);
+}
+
+/* Readable after the exchange: the peer is gone, or sent bytes it must
+ * not. Completions that arrived before are taken in first, so that
+ * nothing the peer wrote before it went is lost. */
+static void ib_notice_end(ib_conn *c)
+{
+	ssize_t r = tw__sys_peek(c->fd);
+	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (r > 0) {
+		ib_fail(c, TW_ERR_PROTO,
+		         IBV_WHO ": peer %s sent bytes on its socket after the set-up record (spec 2.4)",
+		         c->core.peer);
+		return;
+	}
+	ib_drain_cq(c);
+	char d[TW_DETAIL_MAX], eb[128];
+	if (r == 0) {
+		tw__detail(d, sizeof(d), IBV_WHO ": connection closed by peer %s", c->core.peer);
+		ib_set_gone(c, TW_ERR_EOF, d);
+	} else {
+		tw__detail(d, sizeof(d), IBV_WHO ": connection to %s: %s", c->core.peer,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		ib_set_gone(c, errno == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
+	}
+}
+
+static void ib_finish_connect(ib_conn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		err = errno;
+	if (err == EINPROGRESS || err == EALREADY)
+		return;
+	if (err != 0) {
+		ib_fail_errno(c, "connect", err);
+		return;
+	}
+	c->sock_connected = true;
+}
+
+static void ib_on_poll(uv_poll_t *h, int status, int events)
+{
+	ib_conn *c = h->data;
+	(void)events;
+	if (c->lingering) { /* closed, its set-up exchange still running */
+		if (status < 0) {
+			ib_conn_release(c);
+			return;
+		}
+		if (!c->sock_connected)
+			ib_finish_connect(c);
+		ib_drive(c);
+		return;
+	}
+	if (status < 0) {
+		c->poll_events = 0;
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err == 0)
+			err = EIO;
+		if (c->core.phase == TW_CONN_OPEN) {
+			ib_drain_cq(c);
+			char d[TW_DETAIL_MAX], eb[128];
+			tw__detail(d, sizeof(d), IBV_WHO ": connection to %s: %s", c->core.peer,
+			           tw__strerror(err, eb, sizeof(eb)));
+			ib_set_gone(c, err == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
+		} else {
+			ib_fail_errno(c, "connect", err);
+		}
+		ib_drive(c);
+		return;
+	}
+	if (c->core.phase == TW_CONN_SETUP && !c->sock_connected)
+		ib_finish_connect(c);
+	else if (c->core.phase == TW_CONN_OPEN)
+		ib_notice_end(c);
+	ib_drive(c);
+}
+
+static void ib_on_timer(uv_timer_t *h)
+{
+	ib_conn *c = h->data;
+	if (c->core.phase == TW_CONN_SETUP)
+		ib_fail(c, TW_ERR_TIMEDOUT,
+		         IBV_WHO ": connect %s: not connected (socket and set-up record) within the "
+		         "connect timeout of %llu ms",
+		         c->core.peer, (unsigned long long)c->opts.connect_timeout_ms);
+}
+
+/* ---- operations ------------------------------------------------------------------- */
+
+static ib_op *ibv_op_new(void)
+{
+	ib_op *op = tw__calloc(1, sizeof(*op));
+	if (op)
+		op->iov = op->iov_inline;
+	return op;
+}
+
+static void ib_queue(ib_conn *c, ib_op *op, tw_conn_write_cb wcb, tw_conn_read_cb rcb,
+                      void *arg)
+{
+	op->op.wcb = wcb;
+	op->op.rcb = rcb;
+	op->op.arg = arg;
+	if (!tw__conn_queue(&c->core, &op->op, wcb != NULL))
+		return;
+	if (wcb && !c->wcur)
+		c->wcur = op;
+	ib_drive(c);
+}
+
+static tw_status_t ib_conn_write(tw_conn *base, const tw_iov *iov, size_t num_iov, unsigned flags,
+                                  tw_conn_write_cb cb, void *arg)
+{
+	ib_conn *c = (ib_conn *)base;
+	ib_op *op = ibv_op_new();
+	if (!op)
+		return TW_ERR_NOMEM;
+	if (num_iov > sizeof(op->iov_inline) / sizeof(op->iov_inline[0])) {
+		op->iov = tw__calloc(num_iov, sizeof(tw_iov));
+		if (!op->iov) {
+			tw__free(op);
+			return TW_ERR_NOMEM;
+		}
+	}
+	memcpy(op->iov, iov, num_iov * sizeof(*iov));
+	char d[TW_DETAIL_MAX];
+	tw_status_t st = tw__ring_writer_init(&op->w, op->iov, num_iov, flags, IBV_CAP, IBV_WHO, d,
+	                                      sizeof(d));
+	if (st != TW_OK) /* the pipe checks the limits first: this is a bug */
+		ib_fail(c, st, "%s (to %s)", d, c->core.peer);
+	ib_queue(c, op, cb, NULL, arg);
+	return TW_OK;
+}
+
+static tw_status_t ib_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw_conn_read_cb cb,
+                                      void *arg)
+{
+	ib_op *op = ibv_op_new();
+	if (!op)
+		return TW_ERR_NOMEM;
+	tw__ring_reader_into(&op->rd, buf, len);
+	ib_queue((ib_conn *)base, op, NULL, cb, arg);
+	return TW_OK;
+}
+
+static tw_status_t ib_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_read_cb cb,
+                                       void *arg)
+{
+	ib_op *op = ibv_op_new();
+	if (!op)
+		return TW_ERR_NOMEM;
+	tw__ring_reader_alloc(&op->rd, max_len);
+	ib_queue((ib_conn *)base, op, NULL, cb, arg);
+	return TW_OK;
+}
+
+static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_hangup_cb hup_cb,
+                                      void *arg)
+{
+	ib_conn *c = (ib_conn *)base;
+	if (tw__conn_watch_arm(&c->core, cb, hup_cb, arg))
+		ib_drive_end(c);
+	return TW_OK;
+}
+
+/* ---- making connections --------------------------------------------------------------- */
+
+static bool ib_forked(ib_transport *t, char *detail, size_t detail_len)
+{
+	pid_t now = getpid();
+	if (now == t->pid)
+		return false;
+	tw__detail(detail, detail_len,
+	           IBV_WHO ": this context was created by process %d and is used by its forked "
+	           "child %d; verbs resources do not survive fork: create a new context in the "
+	           "child",
+	           (int)t->pid, (int)now);
+	return true;
+}
+
+/* Starts watching the completion channel (the first connection does it:
+ * create() may not touch the loop). */
+static tw_status_t ib_watch_channel(ib_transport *t, char *detail, size_t detail_len)
+{
+	if (t->chan_poll_on)
+		return TW_OK;
+	int rc = uv_poll_init(&t->base.loop->uv, &t->chan_poll, t->chan->fd);
+	if (rc == 0) {
+		t->chan_poll.data = t;
+		rc = uv_poll_start(&t->chan_poll, UV_READABLE, ib_on_channel);
+		t->chan_poll_on = true;
+	}
+	if (rc != 0) {
+		tw__detail(detail, detail_len, IBV_WHO ": watching the completion channel of %s: %s",
+		           t->ch.dev_name, uv_strerror(rc));
+		return TW_ERR_SYS;
+	}
+	return TW_OK;
+}
+
+/* The verbs half of a new connection: completion queue, queue pair (in
+ * INIT), the two registered buffers and their rings. */
+static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
+{
+	ib_transport *t = c->t;
+	const char *verb = "ibv_create_cq";
+	char eb[128];
+	c->cq = ibv_create_cq(t->ch.ctx, (int)t->cq_depth, c, t->chan, 0);
+	int err = c->cq ? 0 : errno;
+	if (!err && (err = ibv_req_notify_cq(c->cq, 0)) != 0)
+		verb = "ibv_req_notify_cq";
+	if (!err) {
+		struct ibv_qp_init_attr qa;
+		memset(&qa, 0, sizeof(qa));
+		qa.send_cq = c->cq;
+		qa.recv_cq = c->cq;
+		qa.srq = t->srq;
+		qa.cap.max_send_wr = t->sq_depth;
+		qa.cap.max_recv_wr = t->srq ? 0 : t->rq_depth;
+		qa.cap.max_send_sge = 1;
+		qa.cap.max_recv_sge = t->srq ? 0 : 1;
+		qa.qp_type = IBV_QPT_RC;
+		verb = "ibv_create_qp";
+		c->qp = ibv_create_qp(t->pd, &qa);
+		err = c->qp ? 0 : errno;
+	}
+	if (!err) {
+		struct ibv_qp_attr a;
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_INIT;
+		a.pkey_index = 0;
+		a.port_num = t->ch.port;
+		a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+		verb = "ibv_modify_qp to INIT";
+		err = ibv_modify_qp(c->qp, &a,
+		                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	}
+	if (!err) {
+		verb = "mmap of the inbox and outbox";
+		c->inbox_mem = tw__sys_mmap_private(IBV_CAP);
+		c->outbox_mem = c->inbox_mem ? tw__sys_mmap_private(IBV_CAP) : NULL;
+		err = c->outbox_mem ? 0 : errno;
+	}
+	if (!err) {
+		verb = "ibv_reg_mr";
+		c->inbox_mr = ibv_reg_mr(t->pd, c->inbox_mem, IBV_CAP,
+		                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		c->outbox_mr = c->inbox_mr ? ibv_reg_mr(t->pd, c->outbox_mem, IBV_CAP, 0) : NULL;
+		err = c->outbox_mr ? 0 : errno;
+	}
+	if (!err && !t->srq) {
+		verb = "ibv_post_recv";
+		err = ib_post_recvs(t, c->qp, t->rq_depth);
+	}
+	if (err) {
+		tw__detail(detail, detail_len, IBV_WHO ": %s on %s (peer %s): %s", verb, t->ch.dev_name,
+		           c->core.peer, tw__strerror(err, eb, sizeof(eb)));
+		return err == ENOMEM ? TW_ERR_NOMEM : TW_ERR_SYS;
+	}
+	char d[TW_DETAIL_MAX];
+	if (tw__ring_init(&c->inbox, c->inbox_hdr, c->inbox_mem, IBV_CAP, d, sizeof(d)) != TW_OK ||
+	    tw__ring_init(&c->outbox, c->outbox_hdr, c->outbox_mem, IBV_CAP, d, sizeof(d)) !=
+	        TW_OK) {
+		tw__detail(detail, detail_len, "%s", d);
+		return TW_ERR_SYS;
+	}
+	ib_record_fill(c);
+	return TW_OK;
+}
+
+/* A new connection on socket fd (taken over: closed on failure). */
+static ib_conn *ibv_conn_new(ib_transport *t, int fd, bool accepted, const char *peer,
+                              const tw_conn_opts *opts, char *detail, size_t detail_len)
+{
+	ib_conn *c = tw__calloc(1, sizeof(*c));
+	if (!c) {
+		tw__detail(detail, detail_len, IBV_WHO ": connection to %s: out of memory", peer);
+		tw__sys_close(fd);
+		return NULL;
+	}
+	/* two references: the poll and the timer handles */
+	tw__conn_core_init(&c->core, &ib_conn_ops, &ib_core_ops, &t->base, IBV_WHO, peer,
+	                   TW_CONN_SETUP, 2);
+	c->t = t;
+	c->fd = fd;
+	c->opts = *opts;
+	c->sock_connected = accepted;
+	c->connected = accepted; /* accepted: always (transport.h) */
+	tw__ring_none(&c->inbox);
+	tw__ring_none(&c->outbox);
+	tw_status_t st = ib_watch_channel(t, detail, detail_len);
+	if (st == TW_OK)
+		st = ib_conn_verbs(c, detail, detail_len);
+	int rc = st == TW_OK ? uv_poll_init_socket(&t->base.loop->uv, &c->poll, fd) : 0;
+	if (rc != 0) {
+		tw__detail(detail, detail_len, IBV_WHO ": uv_poll_init_socket for %s: %s", peer,
+		           uv_strerror(rc));
+		st = TW_ERR_SYS;
+	}
+	if (st != TW_OK) {
+		ib_free_conn(&c->core);
+		return NULL;
+	}
+	c->poll.data = c;
+	uv_timer_init(&t->base.loop->uv, &c->timer);
+	c->timer.data = c;
+	if (opts->connect_timeout_ms) {
+		c->deadline = uv_now(&t->base.loop->uv) + opts->connect_timeout_ms;
+		uv_timer_start(&c->timer, ib_on_timer, opts->connect_timeout_ms, 0);
+	}
+	return c;
+}
+
+static tw_status_t ib_connect(tw_transport *base, const char *address, const tw_conn_opts *opts,
+                               tw_conn **out, char *detail, size_t detail_len)
+{
+	ib_transport *t = (ib_transport *)base;
+	if (ib_forked(t, detail, detail_len))
+		return TW_ERR_INVAL;
+	char peer[TW_TCP_ADDR_MAX];
+	int err = 0;
+	int fd = tw__tcp_connect_start(IBV_WHO, address, opts, peer, sizeof(peer), &err, detail,
+	                               detail_len);
+	if (fd < 0)
+		return err == EINVAL ? TW_ERR_INVAL : TW_ERR_SYS;
+	ib_conn *c = ibv_conn_new(t, fd, false, peer, opts, detail, detail_len);
+	if (!c)
+		return TW_ERR_SYS;
+	if (err == 0)
+		c->sock_connected = true;
+	else if (err != EINPROGRESS)
+		ib_fail_errno(c, "connect", err);
+	ib_drive(c);
+	*out = &c->core.base;
+	return TW_OK;
+}
+
+static tw_status_t ib_check_address(const char *address, bool for_listen, char *detail,
+                                     size_t detail_len)
+{
+	return tw__tcp_check_address(IBV_WHO, address, for_listen, detail, detail_len);
+}
+
+static void ib_answer_address(tw_conn *boot, const char *advertised, char *out, size_t out_len)
+{
+	tw__tcp_answer_address(boot ? ((ib_conn *)boot)->fd : -1, advertised, out, out_len);
+}
+
+/* ---- listener ---------------------------------------------------------------------- */
+
+static void ib_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
+                                   int fd, const struct sockaddr *peer_addr, void *arg)
+{
+	tw_stream_listener *l = arg;
+	(void)acc;
+	if (status != TW_OK) {
+		l->cb(&l->base, status, detail, NULL, l->arg);
+		return;
+	}
+	ib_transport *t = (ib_transport *)l->base.transport;
+	char peer[TW_TCP_ADDR_MAX];
+	tw__tcp_addr_format(peer_addr, peer, sizeof(peer));
+	tw__tcp_set_nodelay(fd);
+	char d[TW_DETAIL_MAX];
+	ib_conn *c = ibv_conn_new(t, fd, true, peer, &l->opts, d, sizeof(d));
+	if (!c) {
+		l->cb(&l->base, TW_ERR_SYS, d, NULL, l->arg);
+		return;
+	}
+	ib_drive(c);
+	l->cb(&l->base, TW_OK, "", &c->core.base, l->arg);
+}
+
+static tw_status_t ib_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
+                              tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
+                              char *detail, size_t detail_len)
+{
+	if (ib_forked((ib_transport *)base, detail, detail_len))
+		return TW_ERR_INVAL;
+	return tw__tcp_listen(base, IBV_WHO, address, opts, ib_listener_on_accept, cb, arg, out,
+	                      detail, detail_len);
+}
+
+/* ---- transport ------------------------------------------------------------------------ */
+
+typedef struct ib_opts {
+	char hca[128];
+	uint64_t gid_index; /* UINT64_MAX: choose */
+	bool srq;
+	bool fork_safe;
+} ib_opts;
+
+/* Options, then the environment where an option was not given. */
+static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detail,
+                                     size_t detail_len)
+{
+	static const tw_option table[] = {
+		{ "hca", TW_OPT_STR, offsetof(ib_opts, hca), sizeof(((ib_opts *)0)->hca), 0, 0 },
+		{ "gid_index", TW_OPT_U64, offsetof(ib_opts, gid_index), 0, 0, 65535 },
+		{ "srq", TW_OPT_BOOL, offsetof(ib_opts, srq), 0, 0, 0 },
+		{ "fork_safe", TW_OPT_BOOL, offsetof(ib_opts, fork_safe), 0, 0, 0 },
+	};
+	memset(o, 0, sizeof(*o));
+	o->gid_index = UINT64_MAX;
+	o->srq = true;
+	o->fork_safe = true;
+	const char *e = getenv("TW_IB_HCA");
+	if (e)
+		snprintf(o->hca, sizeof(o->hca), "%s", e);
+	e = getenv("TW_IB_GID_INDEX");
+	if (e && *e) {
+		char *end = NULL;
+		unsigned long v = strtoul(e, &end, 10);
+		if (*end || v > 65535) {
+			tw__detail(detail, detail_len,
+			           IBV_WHO ": TW_IB_GID_INDEX='%s' is not a GID index (0 to 65535)", e);
+			return TW_ERR_INVAL;
+		}
+		o->gid_index = v;
+	}
+	e = getenv("TW_IB_FORK_SAFE");
+	if (e && !strcmp(e, "0"))
+		o->fork_safe = false;
+	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
+	                         detail, detail_len);
+}
+
+static void ib_destroy(tw_transport *base);
+
+static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **out, char *detail,
+                              size_t detail_len)
+{
+	ib_opts o;
+	tw_status_t st = ib_parse_options(options, &o, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	if (o.fork_safe && (st = tw__ibv_fork_safe(detail, detail_len)) != TW_OK)
+		return st;
+	ib_transport *t = tw__calloc(1, sizeof(*t));
+	if (!t) {
+		tw__detail(detail, detail_len, IBV_WHO ": out of memory");
+		return TW_ERR_NOMEM;
+	}
+	t->base.ops = &tw__ibv_transport_ops;
+	t->base.loop = loop;
+	t->pid = getpid();
+	tw__list_init(&t->lingering);
+	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,
+	                    detail_len);
+	if (st != TW_OK) {
+		tw__free(t);
+		return st;
+	}
+	const struct ibv_device_attr *da = &t->ch.dattr;
+	char eb[128];
+	const char *verb = "ibv_alloc_pd";
+	int err = 0;
+	if (!(t->pd = ibv_alloc_pd(t->ch.ctx)))
+		err = errno;
+	if (!err) {
+		verb = "ibv_create_comp_channel";
+		if (!(t->chan = ibv_create_comp_channel(t->ch.ctx)))
+			err = errno;
+	}
+	if (!err) {
+		verb = "fcntl(O_NONBLOCK) on the completion channel";
+		int fl = fcntl(t->chan->fd, F_GETFL);
+		if (fl < 0 || fcntl(t->chan->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+			err = errno;
+	}
+	if (err) {
+		tw__detail(detail, detail_len, IBV_WHO ": %s on %s: %s", verb, t->ch.dev_name,
+		           tw__strerror(err, eb, sizeof(eb)));
+		ib_destroy(&t->base);
+		return TW_ERR_UNSUPPORTED;
+	}
+	/* Depths within the device's limits, the completion queue deep enough
+	 * for every send and receive that can complete on it. */
+	uint32_t max_cqe = da->max_cqe > 0 ? (uint32_t)da->max_cqe : 0;
+	uint32_t max_wr = da->max_qp_wr > 0 ? (uint32_t)da->max_qp_wr : 0;
+	t->sq_depth = max_wr < IBV_DEPTH ? max_wr : IBV_DEPTH;
+	if (t->sq_depth > max_cqe / 2)
+		t->sq_depth = max_cqe / 2;
+	uint32_t rq = max_cqe - t->sq_depth < IBV_DEPTH ? max_cqe - t->sq_depth : IBV_DEPTH;
+	char srq_note[TW_DETAIL_MAX] = "";
+	if (o.srq && da->max_srq > 0 && da->max_srq_wr > 0) {
+		struct ibv_srq_init_attr sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.attr.max_wr = rq < (uint32_t)da->max_srq_wr ? rq : (uint32_t)da->max_srq_wr;
+		sa.attr.max_sge = 1;
+		t->srq = ibv_create_srq(t->pd, &sa);
+		if (t->srq) {
+			rq = sa.attr.max_wr;
+			if ((err = ib_post_recvs(t, NULL, rq)) != 0) {
+				tw__detail(detail, detail_len, IBV_WHO ": ibv_post_srq_recv on %s: %s",
+				           t->ch.dev_name, tw__strerror(err, eb, sizeof(eb)));
+				ib_destroy(&t->base);
+				return TW_ERR_UNSUPPORTED;
+			}
+		} else {
+			tw__detail(srq_note, sizeof(srq_note),
+			           "; ibv_create_srq on %s: %s: per-QP receive queues", t->ch.dev_name,
+			           tw__strerror(errno, eb, sizeof(eb)));
+		}
+	} else {
+		tw__detail(srq_note, sizeof(srq_note), "; %s: per-QP receive queues",
+		           o.srq ? "the device has no shared receive queue (max_srq 0)"
+		                 : "option srq=false");
+	}
+	if (!t->srq && rq > max_wr)
+		rq = max_wr;
+	t->rq_depth = rq;
+	t->cq_depth = t->sq_depth + rq;
+	t->max_write = t->ch.max_msg_sz > 0 && t->ch.max_msg_sz < IBV_CAP ? t->ch.max_msg_sz
+	                                                                  : (uint32_t)IBV_CAP;
+	if (t->sq_depth < 2 || rq < 1) {
+		tw__detail(detail, detail_len,
+		           IBV_WHO ": %s allows too few work requests (max_qp_wr %d, max_cqe %d): "
+		           "at least 2 sends and 1 receive per queue pair are needed",
+		           t->ch.dev_name, da->max_qp_wr, da->max_cqe);
+		ib_destroy(&t->base);
+		return TW_ERR_UNSUPPORTED;
+	}
+	snprintf(t->describe, sizeof(t->describe), "%s; %s %u, send queue %u, %s %u%s%s",
+	         t->ch.describe, "largest RDMA write", t->max_write, t->sq_depth,
+	         t->srq ? "shared receive queue" : "receive queue", rq, srq_note,
+	         o.fork_safe ? "" : "; fork safety off (TW_IB_FORK_SAFE=0)");
+	*out = &t->base;
+	return TW_OK;
+}
+
+static void ib_limits(tw_transport *base, tw_transport_limits *out)
+{
+	(void)base;
+	out->max_frame = TW_RING_FRAME_MAX;
+	out->max_packet = IBV_CAP - 4;
+}
+
+static const char *ib_domain_descriptor(tw_transport *base)
+{
+	(void)base;
+	return "ibv:*";
+}
+
+static const char *ib_describe(tw_transport *base)
+{
+	return ((ib_transport *)base)->describe;
+}
+
+static void ib_on_chan_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void ib_shutdown(tw_transport *base)
+{
+	ib_transport *t = (ib_transport *)base;
+	while (!tw__list_empty(&t->lingering))
+		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
+	if (t->chan_poll_on)
+		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
+}
+
+static void ib_destroy(tw_transport *base)
+{
+	ib_transport *t = (ib_transport *)base;
+	if (t->srq)
+		(void)ibv_destroy_srq(t->srq);
+	if (t->chan)
+		(void)ibv_destroy_comp_channel(t->chan);
+	if (t->pd)
+		(void)ibv_dealloc_pd(t->pd);
+	if (t->ch.ctx)
+		(void)ibv_close_device(t->ch.ctx);
+	tw__free(t);
+}
+
+static const tw_conn_ops ib_conn_ops = {
+	.write = ib_conn_write,
+	.read_into = ib_conn_read_into,
+	.read_alloc = ib_conn_read_alloc,
+	.watch_end = ib_conn_watch_end,
+	.close = ib_conn_close,
+	.peer = ib_conn_peer,
+	.has_unread = ib_conn_has_unread,
+	.was_connected = ib_conn_was_connected,
+};
+
+const tw_transport_ops tw__ibv_transport_ops = {
+	.kind = "ibv",
+	.schemes = NULL,
+	.create = ib_create,
+	.limits = ib_limits,
+	.domain_descriptor = ib_domain_descriptor,
+	.can_communicate = NULL,
+	.check_address = ib_check_address,
+	.answer_address = ib_answer_address,
+	.listen = ib_listen,
+	.connect = ib_connect,
+	.shutdown = ib_shutdown,
+	.destroy = ib_destroy,
+	.describe = ib_describe,
+};
