@@ -69,6 +69,7 @@
 #include "transport/conn_core.h"
 #include "transport/ibv/device.h"
 #include "transport/ring/ring.h"
+#include "transport/ring/ring_conn.h"
 #include "transport/stream/listener.h"
 #include "transport/tcp/addr.h"
 #include "transport/tcp/socket.h"
@@ -88,16 +89,6 @@
 
 typedef struct ib_conn ib_conn;
 typedef struct ib_transport ib_transport;
-
-typedef struct ib_op {
-	tw_conn_op op; /* first */
-	tw_ring_writer w;
-	tw_ring_reader rd;
-	bool produced;    /* a write whose bytes are all in the outbox */
-	uint64_t end_pos; /* then: the outbox position after its last byte */
-	tw_iov *iov;
-	tw_iov iov_inline[4];
-} ib_op;
 
 struct ib_conn {
 	tw_conn_core core; /* first; phase SETUP: connecting, then the exchange */
@@ -126,7 +117,7 @@ struct ib_conn {
 	uint32_t peer_rkey;
 	bool qp_ready; /* RTS towards the peer: RDMA writes may go */
 	/* the data path */
-	ib_op *wcur;        /* the first write not yet all in the outbox */
+	tw_ring_op *wcur;   /* the first write not yet all in the outbox */
 	uint64_t sent;       /* outbox bytes posted as RDMA writes */
 	uint64_t landed;     /* outbox bytes whose RDMA writes completed */
 	uint32_t sq_used;    /* send work requests outstanding */
@@ -242,16 +233,6 @@ static void ib_free_conn(tw_conn_core *core)
 	tw__free(c);
 }
 
-static void ib_free_op(tw_conn_op *base, bool ok)
-{
-	ib_op *op = (ib_op *)base;
-	(void)ok;
-	tw__ring_reader_drop(&op->rd);
-	if (op->iov != op->iov_inline)
-		tw__free(op->iov);
-	tw__free(op);
-}
-
 static void ib_failed(tw_conn_core *core)
 {
 	ib_conn *c = (ib_conn *)core;
@@ -260,7 +241,7 @@ static void ib_failed(tw_conn_core *core)
 	ib_update_poll(c);
 }
 
-static const tw_conn_core_ops ib_core_ops = { ib_free_op, ib_free_conn, ib_failed };
+static const tw_conn_core_ops ib_core_ops = { tw__ring_op_free, ib_free_conn, ib_failed };
 
 static void ib_on_handle_closed(uv_handle_t *h)
 {
@@ -321,18 +302,10 @@ static const char *ib_conn_peer(tw_conn *base)
 	return ((ib_conn *)base)->core.peer;
 }
 
-static uint64_t ib_inbox_used(ib_conn *c)
-{
-	uint64_t used = 0;
-	char d[TW_DETAIL_MAX];
-	if (c->core.phase != TW_CONN_OPEN || tw__ring_used(&c->inbox, &used, d, sizeof(d)) != TW_OK)
-		return 0;
-	return used;
-}
-
 static bool ib_conn_has_unread(tw_conn *base)
 {
-	return ib_inbox_used((ib_conn *)base) > 0;
+	ib_conn *c = (ib_conn *)base;
+	return tw__ring_conn_unread(&c->core, &c->inbox) > 0;
 }
 
 static bool ib_conn_was_connected(tw_conn *base)
@@ -432,7 +405,7 @@ static void ib_post_credit(ib_conn *c)
 static void ib_complete_writes(ib_conn *c)
 {
 	while (c->core.phase == TW_CONN_OPEN && c->core.wq_head) {
-		ib_op *op = (ib_op *)c->core.wq_head;
+		tw_ring_op *op = (tw_ring_op *)c->core.wq_head;
 		if (!op->produced || op->end_pos > c->landed)
 			break;
 		tw__conn_op_done(&c->core, true);
@@ -445,7 +418,7 @@ static void ib_complete_writes(ib_conn *c)
 static void ib_drive_writes(ib_conn *c)
 {
 	while ((c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP) && c->wcur) {
-		ib_op *op = c->wcur;
+		tw_ring_op *op = c->wcur;
 		uint64_t moved = 0;
 		char d[TW_DETAIL_MAX];
 		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
@@ -456,7 +429,7 @@ static void ib_drive_writes(ib_conn *c)
 			break;
 		op->produced = true;
 		op->end_pos = tw__ring_load_marker(&c->outbox, TW_RING_PRODUCER);
-		c->wcur = (ib_op *)op->op.next;
+		c->wcur = (tw_ring_op *)op->op.next;
 	}
 	ib_post_writes(c);
 	ib_complete_writes(c);
@@ -465,21 +438,7 @@ static void ib_drive_writes(ib_conn *c)
 static void ib_drive_reads(ib_conn *c)
 {
 	uint64_t tail0 = tw__ring_load_marker(&c->inbox, TW_RING_CONSUMER);
-	while (c->core.phase == TW_CONN_OPEN && c->core.rq_head) {
-		ib_op *op = (ib_op *)c->core.rq_head;
-		uint64_t moved = 0;
-		char d[TW_DETAIL_MAX];
-		tw_status_t st = tw__ring_read_some(&c->inbox, &op->rd, 0, &moved, IBV_WHO, d, sizeof(d));
-		if (st != TW_OK) {
-			ib_fail(c, st, "%s (from peer %s)", d, c->core.peer);
-			return;
-		}
-		if (!tw__ring_reader_done(&op->rd))
-			break;
-		op->op.buf = op->rd.alloc ? tw__ring_reader_take(&op->rd) : op->rd.buf;
-		op->op.len = op->rd.len;
-		tw__conn_op_done(&c->core, false);
-	}
+	(void)tw__ring_conn_drive_reads(&c->core, &c->inbox);
 	c->credit_owed += tw__ring_load_marker(&c->inbox, TW_RING_CONSUMER) - tail0;
 	ib_post_credit(c);
 }
@@ -489,15 +448,9 @@ static void ib_drive_reads(ib_conn *c)
  * once for a write that waits on it. */
 static void ib_drive_end(ib_conn *c)
 {
-	if (c->core.phase != TW_CONN_OPEN || !c->peer_gone)
-		return;
-	uint64_t used = ib_inbox_used(c);
-	if (used == 0 || c->core.wq_head) {
-		ib_fail(c, c->gone_status, "%s%s", c->gone_detail,
-		         used == 0 ? "" : " (while a write waited on the peer)");
-		return;
-	}
-	tw__conn_hangup(&c->core);
+	if (c->peer_gone)
+		tw__ring_conn_drive_end(&c->core, &c->inbox, c->gone_status, c->gone_detail,
+		                        "a write waited on the peer");
 }
 
 static void ib_set_gone(ib_conn *c, tw_status_t st, const char *detail)
@@ -888,71 +841,44 @@ static void ib_on_timer(uv_timer_t *h)
 
 /* ---- operations ------------------------------------------------------------------- */
 
-static ib_op *ibv_op_new(void)
+static tw_status_t ib_queue(ib_conn *c, tw_ring_op *op, tw_conn_write_cb wcb,
+                            tw_conn_read_cb rcb, void *arg)
 {
-	ib_op *op = tw__calloc(1, sizeof(*op));
-	if (op)
-		op->iov = op->iov_inline;
-	return op;
-}
-
-static void ib_queue(ib_conn *c, ib_op *op, tw_conn_write_cb wcb, tw_conn_read_cb rcb,
-                      void *arg)
-{
+	if (!op)
+		return TW_ERR_NOMEM;
 	op->op.wcb = wcb;
 	op->op.rcb = rcb;
 	op->op.arg = arg;
 	if (!tw__conn_queue(&c->core, &op->op, wcb != NULL))
-		return;
+		return TW_OK;
 	if (wcb && !c->wcur)
 		c->wcur = op;
 	ib_drive(c);
+	return TW_OK;
 }
 
 static tw_status_t ib_conn_write(tw_conn *base, const tw_iov *iov, size_t num_iov, unsigned flags,
-                                  tw_conn_write_cb cb, void *arg)
+                                 tw_conn_write_cb cb, void *arg)
 {
 	ib_conn *c = (ib_conn *)base;
-	ib_op *op = ibv_op_new();
-	if (!op)
-		return TW_ERR_NOMEM;
-	if (num_iov > sizeof(op->iov_inline) / sizeof(op->iov_inline[0])) {
-		op->iov = tw__calloc(num_iov, sizeof(tw_iov));
-		if (!op->iov) {
-			tw__free(op);
-			return TW_ERR_NOMEM;
-		}
-	}
-	memcpy(op->iov, iov, num_iov * sizeof(*iov));
+	tw_status_t st = TW_OK;
 	char d[TW_DETAIL_MAX];
-	tw_status_t st = tw__ring_writer_init(&op->w, op->iov, num_iov, flags, IBV_CAP, IBV_WHO, d,
-	                                      sizeof(d));
-	if (st != TW_OK) /* the pipe checks the limits first: this is a bug */
+	tw_ring_op *op = tw__ring_op_write(iov, num_iov, flags, IBV_CAP, IBV_WHO, &st, d, sizeof(d));
+	if (op && st != TW_OK) /* the pipe checks the limits first: this is a bug */
 		ib_fail(c, st, "%s (to %s)", d, c->core.peer);
-	ib_queue(c, op, cb, NULL, arg);
-	return TW_OK;
+	return ib_queue(c, op, cb, NULL, arg);
 }
 
 static tw_status_t ib_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw_conn_read_cb cb,
-                                      void *arg)
+                                     void *arg)
 {
-	ib_op *op = ibv_op_new();
-	if (!op)
-		return TW_ERR_NOMEM;
-	tw__ring_reader_into(&op->rd, buf, len);
-	ib_queue((ib_conn *)base, op, NULL, cb, arg);
-	return TW_OK;
+	return ib_queue((ib_conn *)base, tw__ring_op_read_into(buf, len), NULL, cb, arg);
 }
 
 static tw_status_t ib_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_read_cb cb,
-                                       void *arg)
+                                      void *arg)
 {
-	ib_op *op = ibv_op_new();
-	if (!op)
-		return TW_ERR_NOMEM;
-	tw__ring_reader_alloc(&op->rd, max_len);
-	ib_queue((ib_conn *)base, op, NULL, cb, arg);
-	return TW_OK;
+	return ib_queue((ib_conn *)base, tw__ring_op_read_alloc(max_len), NULL, cb, arg);
 }
 
 static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_hangup_cb hup_cb,
@@ -1070,7 +996,7 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 }
 
 /* A new connection on socket fd (taken over: closed on failure). */
-static ib_conn *ibv_conn_new(ib_transport *t, int fd, bool accepted, const char *peer,
+static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *peer,
                               const tw_conn_opts *opts, char *detail, size_t detail_len)
 {
 	ib_conn *c = tw__calloc(1, sizeof(*c));
@@ -1124,7 +1050,7 @@ static tw_status_t ib_connect(tw_transport *base, const char *address, const tw_
 	                               detail_len);
 	if (fd < 0)
 		return err == EINVAL ? TW_ERR_INVAL : TW_ERR_SYS;
-	ib_conn *c = ibv_conn_new(t, fd, false, peer, opts, detail, detail_len);
+	ib_conn *c = ib_conn_new(t, fd, false, peer, opts, detail, detail_len);
 	if (!c)
 		return TW_ERR_SYS;
 	if (err == 0)
@@ -1149,27 +1075,19 @@ static void ib_answer_address(tw_conn *boot, const char *advertised, char *out, 
 
 /* ---- listener ---------------------------------------------------------------------- */
 
-static void ib_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
-                                   int fd, const struct sockaddr *peer_addr, void *arg)
+static tw_status_t ib_make_conn(tw_stream_listener *l, int fd, const struct sockaddr *peer_addr,
+                                tw_conn **out, char *detail, size_t detail_len)
 {
-	tw_stream_listener *l = arg;
-	(void)acc;
-	if (status != TW_OK) {
-		l->cb(&l->base, status, detail, NULL, l->arg);
-		return;
-	}
-	ib_transport *t = (ib_transport *)l->base.transport;
 	char peer[TW_TCP_ADDR_MAX];
 	tw__tcp_addr_format(peer_addr, peer, sizeof(peer));
 	tw__tcp_set_nodelay(fd);
-	char d[TW_DETAIL_MAX];
-	ib_conn *c = ibv_conn_new(t, fd, true, peer, &l->opts, d, sizeof(d));
-	if (!c) {
-		l->cb(&l->base, TW_ERR_SYS, d, NULL, l->arg);
-		return;
-	}
+	ib_conn *c = ib_conn_new((ib_transport *)l->base.transport, fd, true, peer, &l->opts, detail,
+	                         detail_len);
+	if (!c)
+		return TW_ERR_SYS;
 	ib_drive(c);
-	l->cb(&l->base, TW_OK, "", &c->core.base, l->arg);
+	*out = &c->core.base;
+	return TW_OK;
 }
 
 static tw_status_t ib_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
@@ -1178,7 +1096,7 @@ static tw_status_t ib_listen(tw_transport *base, const char *address, const tw_c
 {
 	if (ib_forked((ib_transport *)base, detail, detail_len))
 		return TW_ERR_INVAL;
-	return tw__tcp_listen(base, IBV_WHO, address, opts, ib_listener_on_accept, cb, arg, out,
+	return tw__tcp_listen(base, IBV_WHO, address, opts, ib_make_conn, cb, arg, out,
 	                      detail, detail_len);
 }
 

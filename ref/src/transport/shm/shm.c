@@ -45,6 +45,7 @@
 #include "platform/options.h"
 #include "platform/platform.h"
 #include "transport/ring/ring.h"
+#include "transport/ring/ring_conn.h"
 #include "transport/conn_core.h"
 #include "transport/shm/reactor.h"
 #include "transport/stream/acceptor.h"
@@ -59,14 +60,6 @@
 
 typedef struct shm_conn shm_conn;
 typedef struct shm_transport shm_transport;
-
-typedef struct shm_op {
-	tw_conn_op op; /* first */
-	tw_ring_writer w;
-	tw_ring_reader rd;
-	tw_iov *iov;
-	tw_iov iov_inline[4];
-} shm_op;
 
 struct shm_conn {
 	tw_conn_core core; /* first; phase SETUP: connecting, then the exchange */
@@ -121,16 +114,6 @@ static void shm_free_conn(tw_conn_core *core)
 	tw__free(c);
 }
 
-static void shm_free_op(tw_conn_op *base, bool ok)
-{
-	shm_op *op = (shm_op *)base;
-	(void)ok; /* a read's allocation is the reader's until taken */
-	tw__ring_reader_drop(&op->rd);
-	if (op->iov != op->iov_inline)
-		tw__free(op->iov);
-	tw__free(op);
-}
-
 static void shm_forget_tokens(shm_conn *c)
 {
 	if (!c->have_tokens)
@@ -147,7 +130,7 @@ static void shm_failed(tw_conn_core *core)
 	shm_update_poll(c);
 }
 
-static const tw_conn_core_ops shm_core_ops = { shm_free_op, shm_free_conn, shm_failed };
+static const tw_conn_core_ops shm_core_ops = { tw__ring_op_free, shm_free_conn, shm_failed };
 
 #define shm_fail(c, ...) tw__conn_fail(&(c)->core, __VA_ARGS__)
 
@@ -183,19 +166,10 @@ static const char *shm_conn_peer(tw_conn *base)
 	return ((shm_conn *)base)->core.peer;
 }
 
-/* Bytes of the peer's wait in our inbox (a broken ring reads as none). */
-static uint64_t shm_inbox_used(shm_conn *c)
-{
-	uint64_t used = 0;
-	char d[TW_DETAIL_MAX];
-	if (c->core.phase != TW_CONN_OPEN || tw__ring_used(&c->inbox, &used, d, sizeof(d)) != TW_OK)
-		return 0;
-	return used;
-}
-
 static bool shm_conn_has_unread(tw_conn *base)
 {
-	return shm_inbox_used((shm_conn *)base) > 0;
+	shm_conn *c = (shm_conn *)base;
+	return tw__ring_conn_unread(&c->core, &c->inbox) > 0;
 }
 
 static bool shm_conn_was_connected(tw_conn *base)
@@ -237,7 +211,7 @@ static void shm_drive_writes(shm_conn *c)
 {
 	bool moved_any = false;
 	while (c->core.phase == TW_CONN_OPEN && c->core.wq_head) {
-		shm_op *op = (shm_op *)c->core.wq_head;
+		tw_ring_op *op = (tw_ring_op *)c->core.wq_head;
 		uint64_t moved = 0;
 		char d[TW_DETAIL_MAX];
 		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
@@ -255,24 +229,7 @@ static void shm_drive_writes(shm_conn *c)
 
 static void shm_drive_reads(shm_conn *c)
 {
-	bool moved_any = false;
-	while (c->core.phase == TW_CONN_OPEN && c->core.rq_head) {
-		shm_op *op = (shm_op *)c->core.rq_head;
-		uint64_t moved = 0;
-		char d[TW_DETAIL_MAX];
-		tw_status_t st = tw__ring_read_some(&c->inbox, &op->rd, 0, &moved, SHM_WHO, d, sizeof(d));
-		if (st != TW_OK) {
-			shm_fail(c, st, "%s (from peer %s)", d, c->core.peer);
-			return;
-		}
-		moved_any |= moved > 0;
-		if (!tw__ring_reader_done(&op->rd))
-			break;
-		op->op.buf = op->rd.alloc ? tw__ring_reader_take(&op->rd) : op->rd.buf;
-		op->op.len = op->rd.len;
-		tw__conn_op_done(&c->core, false);
-	}
-	if (moved_any)
+	if (tw__ring_conn_drive_reads(&c->core, &c->inbox))
 		shm_notify(c, 1);
 }
 
@@ -281,15 +238,9 @@ static void shm_drive_reads(shm_conn *c)
  * waits for room the peer will never free. */
 static void shm_drive_end(shm_conn *c)
 {
-	if (c->core.phase != TW_CONN_OPEN || !c->peer_gone)
-		return;
-	uint64_t used = shm_inbox_used(c);
-	if (used == 0 || c->core.wq_head) {
-		shm_fail(c, c->gone_status, "%s%s", c->gone_detail,
-		         used == 0 ? "" : " (while a write waited for room in its inbox)");
-		return;
-	}
-	tw__conn_hangup(&c->core);
+	if (c->peer_gone)
+		tw__ring_conn_drive_end(&c->core, &c->inbox, c->gone_status, c->gone_detail,
+		                        "a write waited for room in its inbox");
 }
 
 /* ---- the descriptor exchange (2.3.1) -------------------------------------- */
@@ -509,65 +460,42 @@ static void shm_on_poll(uv_poll_t *h, int status, int events)
 
 /* ---- operations ---------------------------------------------------------------- */
 
-static void shm_queue(shm_conn *c, shm_op *op, tw_conn_write_cb wcb, tw_conn_read_cb rcb,
-                      void *arg)
+static tw_status_t shm_queue(shm_conn *c, tw_ring_op *op, tw_conn_write_cb wcb,
+                             tw_conn_read_cb rcb, void *arg)
 {
+	if (!op)
+		return TW_ERR_NOMEM;
 	op->op.wcb = wcb;
 	op->op.rcb = rcb;
 	op->op.arg = arg;
 	if (tw__conn_queue(&c->core, &op->op, wcb != NULL))
 		shm_drive(c);
+	return TW_OK;
 }
 
 static tw_status_t shm_conn_write(tw_conn *base, const tw_iov *iov, size_t num_iov, unsigned flags,
                                   tw_conn_write_cb cb, void *arg)
 {
 	shm_conn *c = (shm_conn *)base;
-	shm_op *op = tw__calloc(1, sizeof(*op));
-	if (!op)
-		return TW_ERR_NOMEM;
-	op->iov = op->iov_inline;
-	if (num_iov > sizeof(op->iov_inline) / sizeof(op->iov_inline[0])) {
-		op->iov = tw__calloc(num_iov, sizeof(tw_iov));
-		if (!op->iov) {
-			tw__free(op);
-			return TW_ERR_NOMEM;
-		}
-	}
-	memcpy(op->iov, iov, num_iov * sizeof(*iov));
+	tw_status_t st = TW_OK;
 	char d[TW_DETAIL_MAX];
-	tw_status_t st = tw__ring_writer_init(&op->w, op->iov, num_iov, flags,
-	                                      TW_RING_INBOX_CAPACITY, SHM_WHO, d, sizeof(d));
-	if (st != TW_OK) /* the pipe checks the limits first: this is a bug */
+	tw_ring_op *op = tw__ring_op_write(iov, num_iov, flags, TW_RING_INBOX_CAPACITY, SHM_WHO,
+	                                   &st, d, sizeof(d));
+	if (op && st != TW_OK) /* the pipe checks the limits first: this is a bug */
 		shm_fail(c, st, "%s (to %s)", d, c->core.peer);
-	shm_queue(c, op, cb, NULL, arg);
-	return TW_OK;
+	return shm_queue(c, op, cb, NULL, arg);
 }
 
 static tw_status_t shm_conn_read_into(tw_conn *base, void *buf, uint64_t len, tw_conn_read_cb cb,
                                       void *arg)
 {
-	shm_conn *c = (shm_conn *)base;
-	shm_op *op = tw__calloc(1, sizeof(*op));
-	if (!op)
-		return TW_ERR_NOMEM;
-	op->iov = op->iov_inline;
-	tw__ring_reader_into(&op->rd, buf, len);
-	shm_queue(c, op, NULL, cb, arg);
-	return TW_OK;
+	return shm_queue((shm_conn *)base, tw__ring_op_read_into(buf, len), NULL, cb, arg);
 }
 
 static tw_status_t shm_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_read_cb cb,
                                        void *arg)
 {
-	shm_conn *c = (shm_conn *)base;
-	shm_op *op = tw__calloc(1, sizeof(*op));
-	if (!op)
-		return TW_ERR_NOMEM;
-	op->iov = op->iov_inline;
-	tw__ring_reader_alloc(&op->rd, max_len);
-	shm_queue(c, op, NULL, cb, arg);
-	return TW_OK;
+	return shm_queue((shm_conn *)base, tw__ring_op_read_alloc(max_len), NULL, cb, arg);
 }
 
 static tw_status_t shm_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_hangup_cb hup_cb,
@@ -684,27 +612,19 @@ static void shm_format_peer(const struct sockaddr *addr, char *out, size_t out_l
 	snprintf(out, out_len, "a local process");
 }
 
-static void shm_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
-                                   int fd, const struct sockaddr *peer_addr, void *arg)
+static tw_status_t shm_make_conn(tw_stream_listener *l, int fd, const struct sockaddr *peer_addr,
+                                 tw_conn **out, char *detail, size_t detail_len)
 {
-	tw_stream_listener *l = arg;
-	(void)acc;
-	(void)peer_addr;
-	if (status != TW_OK) {
-		l->cb(&l->base, status, detail, NULL, l->arg);
-		return;
-	}
+	(void)peer_addr; /* a connecting UNIX socket has no name */
 	char peer[SHM_ADDR_MAX];
 	snprintf(peer, sizeof(peer), "a peer of %s", l->address);
-	char d[TW_DETAIL_MAX];
-	shm_conn *c = shm_conn_new((shm_transport *)l->base.transport, fd, true, peer,
-	                           &l->opts, d, sizeof(d));
-	if (!c) {
-		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
-		return;
-	}
+	shm_conn *c = shm_conn_new((shm_transport *)l->base.transport, fd, true, peer, &l->opts,
+	                           detail, detail_len);
+	if (!c)
+		return TW_ERR_NOMEM;
 	shm_drive(c);
-	l->cb(&l->base, TW_OK, "", &c->core.base, l->arg);
+	*out = &c->core.base;
+	return TW_OK;
 }
 
 static tw_status_t shm_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
@@ -719,15 +639,15 @@ static tw_status_t shm_listen(tw_transport *base, const char *address, const tw_
 	(void)tw__sockaddr_abstract(&sa, &sl, address, strlen(address));
 	if (!address[0]) /* autobind: the kernel picks a name (2.3.1) */
 		sl = sizeof(sa_family_t);
-	tw_stream_listener *l = tw__stream_listener_new(base, SHM_WHO, opts, cb, arg, detail,
-	                                                detail_len);
+	tw_stream_listener *l = tw__stream_listener_new(base, SHM_WHO, opts, shm_make_conn, cb, arg,
+	                                                detail, detail_len);
 	if (!l)
 		return TW_ERR_NOMEM;
 	struct sockaddr_storage bound;
 	char label[TW_STREAM_ADDR_MAX + 3];
 	snprintf(label, sizeof(label), "'%s'", address);
 	st = tw__acceptor_open(base->loop, SHM_WHO, label, (struct sockaddr *)&sa, sl, false,
-	                       shm_format_peer, shm_listener_on_accept, l, &l->acc, &bound, detail,
+	                       shm_format_peer, tw__stream_listener_on_accept, l, &l->acc, &bound, detail,
 	                       detail_len);
 	if (st != TW_OK) {
 		tw__stream_listener_free(l);

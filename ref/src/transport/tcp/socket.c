@@ -232,7 +232,7 @@ static bool tcp_is_wildcard(const struct sockaddr_storage *ss)
 }
 
 tw_status_t tw__tcp_listen(tw_transport *base, const char *who, const char *address,
-                           const tw_conn_opts *opts, tw_acceptor_cb on_accept,
+                           const tw_conn_opts *opts, tw_stream_conn_maker make,
                            tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
                            char *detail, size_t detail_len)
 {
@@ -241,12 +241,13 @@ tw_status_t tw__tcp_listen(tw_transport *base, const char *who, const char *addr
 	tw_status_t st = tw__tcp_addr_parse(address, &ss, &sl, detail, detail_len);
 	if (st != TW_OK)
 		return st;
-	tw_stream_listener *l = tw__stream_listener_new(base, who, opts, cb, arg, detail, detail_len);
+	tw_stream_listener *l = tw__stream_listener_new(base, who, opts, make, cb, arg, detail,
+	                                                detail_len);
 	if (!l)
 		return TW_ERR_NOMEM;
 	struct sockaddr_storage bound;
 	st = tw__acceptor_open(base->loop, who, address, (struct sockaddr *)&ss, sl, true,
-	                       tw__tcp_addr_format, on_accept, l, &l->acc, &bound,
+	                       tw__tcp_addr_format, tw__stream_listener_on_accept, l, &l->acc, &bound,
 	                       detail, detail_len);
 	if (st != TW_OK) {
 		tw__stream_listener_free(l);

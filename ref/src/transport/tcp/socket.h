@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "transport/stream/acceptor.h"
+#include "transport/stream/listener.h"
 #include "transport/transport.h"
 
 /* TCP_NODELAY, best effort as in stock: a failure only costs latency. */
@@ -44,12 +45,12 @@ int tw__tcp_connect_start(const char *who, const char *address, const tw_conn_op
                           size_t detail_len);
 
 /* Listens on `address` ("A.B.C.D:port", "[v6]:port") for transport `who`
- * ("tcp transport"): a tw_stream_listener (stream/listener.h) whose
- * acceptor hands each accepted socket to on_accept with the listener as its
- * argument; cb and arg are the listener's owner's. A wildcard address
- * advertises one concrete address of this host (opts->ifname, family). */
+ * ("tcp transport"): a tw_stream_listener (stream/listener.h) whose make
+ * turns each accepted socket into a connection; cb and arg are the
+ * listener's owner's. A wildcard address advertises one concrete address
+ * of this host (opts->ifname, family). */
 TW_NODISCARD tw_status_t tw__tcp_listen(tw_transport *t, const char *who, const char *address,
-                                        const tw_conn_opts *opts, tw_acceptor_cb on_accept,
+                                        const tw_conn_opts *opts, tw_stream_conn_maker make,
                                         tw_tlistener_accept_cb cb, void *arg,
                                         tw_tlistener **out, char *detail, size_t detail_len);
 

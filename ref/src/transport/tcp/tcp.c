@@ -710,34 +710,26 @@ static void tcp_answer_address(tw_conn *boot, const char *advertised, char *out,
 
 /* The acceptor (transport/stream) does the accepting; an accepted socket
  * becomes a connection here. */
-static void tcp_listener_on_accept(tw_acceptor *acc, tw_status_t status, const char *detail,
-                                   int fd, const struct sockaddr *peer_addr, void *arg)
+static tw_status_t tcp_make_conn(tw_stream_listener *l, int fd, const struct sockaddr *peer_addr,
+                                 tw_conn **out, char *detail, size_t detail_len)
 {
-	tw_stream_listener *l = arg;
-	(void)acc;
-	if (status != TW_OK) {
-		l->cb(&l->base, status, detail, NULL, l->arg);
-		return;
-	}
-	tcp_transport *t = (tcp_transport *)l->base.transport;
-	char d[TW_DETAIL_MAX];
-	tw__tcp_set_nodelay(fd);
 	char peer[TW_TCP_ADDR_MAX];
 	tw__tcp_addr_format(peer_addr, peer, sizeof(peer));
+	tw__tcp_set_nodelay(fd);
 	tw__tcp_set_liveness(fd, l->opts.liveness_ms);
-	tcp_conn *c = tcp_conn_new(t, fd, TW_CONN_OPEN, peer, &l->opts, d, sizeof(d));
-	if (!c) {
-		l->cb(&l->base, TW_ERR_NOMEM, d, NULL, l->arg);
-		return;
-	}
-	l->cb(&l->base, TW_OK, "", &c->core.base, l->arg);
+	tcp_conn *c = tcp_conn_new((tcp_transport *)l->base.transport, fd, TW_CONN_OPEN, peer,
+	                           &l->opts, detail, detail_len);
+	if (!c)
+		return TW_ERR_NOMEM;
+	*out = &c->core.base;
+	return TW_OK;
 }
 
 static tw_status_t tcp_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
                               tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
                               char *detail, size_t detail_len)
 {
-	return tw__tcp_listen(base, "tcp transport", address, opts, tcp_listener_on_accept, cb, arg,
+	return tw__tcp_listen(base, "tcp transport", address, opts, tcp_make_conn, cb, arg,
 	                      out, detail, detail_len);
 }
 
