@@ -112,6 +112,54 @@ static void set_memlock(const char *v)
 		sv_cfg.memlock = SV_MEMLOCK_KERNEL;
 }
 
+/* port1.gids = fe80::1/v1, fail, , ::ffff:127.0.0.1/v2: a fixed GID table,
+ * one entry per comma: an address with its type, "fail" (queries of that
+ * index fail with EINVAL, as some drivers' holes do) or nothing (an empty
+ * slot: ENODATA). The port's netdev still decides whether it is up. */
+static void parse_gids(struct sv_port_cfg *pc, const char *v)
+{
+	char buf[512];
+	snprintf(buf, sizeof(buf), "%s", v);
+	pc->gids_fixed = true;
+	pc->ngid = 0;
+	char *save = NULL;
+	for (char *item = buf; pc->ngid < SV_MAX_GID; item = NULL) {
+		/* strtok_r skips empty items: split by hand */
+		char *s = item ? item : save;
+		if (!s)
+			break;
+		char *comma = strchr(s, ',');
+		save = comma ? comma + 1 : NULL;
+		if (comma)
+			*comma = 0;
+		s = trim(s);
+		int i = pc->ngid++;
+		memset(&pc->gid[i], 0, sizeof(pc->gid[i]));
+		pc->gid_type[i] = IBV_GID_TYPE_ROCE_V2;
+		pc->gid_state[i] = SV_GID_OK;
+		if (!*s) {
+			pc->gid_state[i] = SV_GID_EMPTY;
+			continue;
+		}
+		if (!strcmp(s, "fail")) {
+			pc->gid_state[i] = SV_GID_FAIL;
+			continue;
+		}
+		char *slash = strchr(s, '/');
+		if (slash) {
+			*slash = 0;
+			pc->gid_type[i] = !strcmp(slash + 1, "v1") ? IBV_GID_TYPE_ROCE_V1
+								  : IBV_GID_TYPE_ROCE_V2;
+		}
+		if (inet_pton(AF_INET6, s, pc->gid[i].raw) != 1) {
+			sv_log("config: gids entry '%s' is no IPv6 address; left empty", s);
+			pc->gid_state[i] = SV_GID_EMPTY;
+		}
+		if (!save)
+			break;
+	}
+}
+
 static void port_key(struct sv_dev_cfg *d, int p, const char *k, const char *v)
 {
 	struct sv_port_cfg *pc = &d->port[p];
@@ -130,6 +178,8 @@ static void port_key(struct sv_dev_cfg *d, int p, const char *k, const char *v)
 		pc->lid = (uint16_t)num(v);
 	else if (!strcmp(k, "gid_types"))
 		pc->gid_layout = !strcmp(v, "v1") ? 1 : !strcmp(v, "v1,v2") ? 2 : 0;
+	else if (!strcmp(k, "gids"))
+		parse_gids(pc, v);
 	else
 		sv_log("config: unknown port key '%s' ignored", k);
 }
@@ -365,9 +415,12 @@ void sv_port_refresh(struct sv_dev_cfg *d, int p)
 		}
 	if (ifs)
 		freeifaddrs(ifs);
-	pc->ngid = tmp.ngid;
-	memcpy(pc->gid, tmp.gid, sizeof(pc->gid));
-	memcpy(pc->gid_type, tmp.gid_type, sizeof(pc->gid_type));
+	if (!pc->gids_fixed) {
+		pc->ngid = tmp.ngid;
+		memcpy(pc->gid, tmp.gid, sizeof(pc->gid));
+		memcpy(pc->gid_type, tmp.gid_type, sizeof(pc->gid_type));
+		memset(pc->gid_state, SV_GID_OK, sizeof(pc->gid_state));
+	}
 	pc->netdev_down = !(found && up);
 	bool active = pc->cfg_state == IBV_PORT_ACTIVE && !pc->netdev_down && !pc->ctl_down;
 	pc->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;

@@ -309,6 +309,11 @@ SV_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, unio
 		return -1;
 	pthread_mutex_lock(&sv_lock);
 	struct sv_port_cfg *pc = &dcfg(c)->port[port - 1];
+	if (index < pc->ngid && pc->gid_state[index] == SV_GID_FAIL) {
+		pthread_mutex_unlock(&sv_lock);
+		errno = EINVAL;
+		return -1;
+	}
 	if (index < pc->ngid)
 		*gid = pc->gid[index];
 	else
@@ -327,8 +332,9 @@ SV_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned i
 	struct sv_port_cfg *pc = &dcfg(c)->port[port - 1];
 	pthread_mutex_lock(&sv_lock); /* the progress thread refreshes the table */
 	int r = 0;
-	if (index >= (unsigned)pc->ngid) {
-		errno = ENODATA;
+	if (index >= (unsigned)pc->ngid || pc->gid_state[index] != SV_GID_OK) {
+		errno = index < (unsigned)pc->ngid && pc->gid_state[index] == SV_GID_FAIL ? EINVAL
+											: ENODATA;
 		r = -1;
 	} else if (pc->link_layer == IBV_LINK_LAYER_INFINIBAND ||
 		   pc->gid_type[index] == IBV_GID_TYPE_ROCE_V1)
@@ -359,8 +365,10 @@ SV_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t i
 	struct sv_port_cfg *pc = &dcfg(c)->port[port - 1];
 	pthread_mutex_lock(&sv_lock);
 	int r = 0;
-	if (index >= (uint32_t)pc->ngid)
+	if (index >= (uint32_t)pc->ngid || pc->gid_state[index] == SV_GID_EMPTY)
 		r = ENODATA;
+	else if (pc->gid_state[index] == SV_GID_FAIL)
+		r = EINVAL;
 	else
 		fill_gid_entry(pc, port, index, entry);
 	pthread_mutex_unlock(&sv_lock);
@@ -377,6 +385,8 @@ SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_ent
 	pthread_mutex_lock(&sv_lock);
 	for (int p = 0; p < d->nports; p++)
 		for (int g = 0; g < d->port[p].ngid; g++) {
+			if (d->port[p].gid_state[g] != SV_GID_OK)
+				continue;
 			if (n >= max_entries) {
 				pthread_mutex_unlock(&sv_lock);
 				return -EINVAL;

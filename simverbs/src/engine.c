@@ -268,7 +268,7 @@ int sv_resolve_peer(struct sv_qp *qp, const struct ibv_ah_attr *ah, uint8_t port
 	if (pc->link_layer == IBV_LINK_LAYER_ETHERNET) {
 		if (!ah->is_global)
 			return EINVAL; /* RoCE needs a GRH */
-		if (ah->grh.sgid_index >= pc->ngid)
+		if (ah->grh.sgid_index >= pc->ngid || pc->gid_state[ah->grh.sgid_index] != SV_GID_OK)
 			return EINVAL;
 		const uint8_t *r = ah->grh.dgid.raw;
 		static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};

@@ -46,11 +46,16 @@ struct sv_port_cfg {
 	bool netdev_down;            /* bound interface lost IFF_UP/RUNNING */
 	bool ctl_down;               /* forced down through the control file */
 	int gid_layout;              /* 0: RoCE v2 per address; 1: v1; 2: v1 then v2 (mlx5-like) */
-	/* GID table, refreshed from getifaddrs() of the current namespace */
+	/* GID table, refreshed from getifaddrs() of the current namespace,
+	 * unless the configuration fixes it (gids_fixed: port1.gids) */
 	int ngid;
 	union ibv_gid gid[SV_MAX_GID];
 	enum ibv_gid_type gid_type[SV_MAX_GID];
+	bool gids_fixed;
+	uint8_t gid_state[SV_MAX_GID]; /* SV_GID_OK, SV_GID_EMPTY, SV_GID_FAIL */
 };
+
+enum { SV_GID_OK = 0, SV_GID_EMPTY = 1, SV_GID_FAIL = 2 };
 
 struct sv_dev_cfg {
 	char name[64];

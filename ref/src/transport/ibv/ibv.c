@@ -1202,10 +1202,14 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 		t->sq_depth = max_cqe / 2;
 	uint32_t rq = max_cqe - t->sq_depth < IBV_DEPTH ? max_cqe - t->sq_depth : IBV_DEPTH;
 	char srq_note[TW_DETAIL_MAX] = "";
-	if (o.srq && da->max_srq > 0 && da->max_srq_wr > 0) {
+	if (o.srq) {
+		/* tried even where max_srq says 0: the verb's own answer is
+		 * the reason given */
 		struct ibv_srq_init_attr sa;
 		memset(&sa, 0, sizeof(sa));
-		sa.attr.max_wr = rq < (uint32_t)da->max_srq_wr ? rq : (uint32_t)da->max_srq_wr;
+		sa.attr.max_wr = da->max_srq_wr > 0 && (uint32_t)da->max_srq_wr < rq
+		                     ? (uint32_t)da->max_srq_wr
+		                     : rq;
 		sa.attr.max_sge = 1;
 		t->srq = ibv_create_srq(t->pd, &sa);
 		if (t->srq) {
@@ -1218,13 +1222,11 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 			}
 		} else {
 			tw__detail(srq_note, sizeof(srq_note),
-			           "; ibv_create_srq on %s: %s: per-QP receive queues", t->ch.dev_name,
-			           tw__strerror(errno, eb, sizeof(eb)));
+			           "; ibv_create_srq on %s: %s (max_srq %d): per-QP receive queues",
+			           t->ch.dev_name, tw__strerror(errno, eb, sizeof(eb)), da->max_srq);
 		}
 	} else {
-		tw__detail(srq_note, sizeof(srq_note), "; %s: per-QP receive queues",
-		           o.srq ? "the device has no shared receive queue (max_srq 0)"
-		                 : "option srq=false");
+		tw__detail(srq_note, sizeof(srq_note), "; option srq=false: per-QP receive queues");
 	}
 	if (!t->srq && rq > max_wr)
 		rq = max_wr;
