@@ -11,11 +11,17 @@
  *            configuration has one)
  *   refused  registering ibv fails with TW_ERR_UNSUPPORTED and a reason
  *            containing TW_WANT (naming the device, port and verb)
+ *   port_down the port goes down (simverbs' control file, SIMVERBS_CONTROL)
+ *            while a pipe carries 3 MiB messages: the write in flight fails
+ *            within 20 s (the queue pair's retries run out), with a detail
+ *            naming the transport and TW_WANT; nothing hangs
  */
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pair_util.h"
 
@@ -84,9 +90,53 @@ static void case_refused(void)
 	tw_context_destroy(ctx);
 }
 
+static void set_port(const char *ctl, const char *state)
+{
+	FILE *f = fopen(ctl, "w");
+	CHECK(f);
+	fprintf(f, "simrdma0 1 %s\n", state);
+	CHECK(fclose(f) == 0);
+}
+
+static void case_port_down(void)
+{
+	const char *ctl = getenv("SIMVERBS_CONTROL");
+	CHECK(ctl && *ctl);
+	set_port(ctl, "up");
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	send_big(p.c, p.s, 3);
+	set_port(ctl, "down");
+	usleep(300000); /* simverbs reads the control file every 100 ms */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint8_t *out = calloc(1, BIG);
+	CHECK(out);
+	tw_tensor t = { .data = out, .length = BIG, .source_device = tw_device_cpu(),
+		        .has_target_device = true, .target_device = tw_device_cpu() };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w, d;
+	tu_rec_init(&w), tu_rec_init(&d);
+	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	CHECK(tu_wait_for(&w.w, 1, 20000));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	printf("   write after the port went down: %s after %.2f s: %s\n", tw_status_name(w.status),
+	       s, w.detail);
+	CHECK(w.status != TW_OK && strstr(w.detail, "ibv transport") && strstr(w.detail, want()));
+	set_port(ctl, "up");
+	tw_pipe_close(p.c);
+	tw_pipe_close(p.s);
+	tu_wait(&d.w, 1); /* the pending read ends too, whatever its verdict */
+	free(out);
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
 	{ "choice", case_choice },
 	{ "refused", case_refused },
+	{ "port_down", case_port_down },
 };
 
 int main(int argc, char **argv)
