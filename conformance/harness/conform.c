@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -367,6 +368,32 @@ static const char *default_cmd(const char *compiled, char *buf, size_t len)
 
 /* ---- capabilities ------------------------------------------------------------------------ */
 
+/* Capability "rdma": a verbs device is listed, asked of the libibverbs this
+ * process would load (simverbs' under simverbs-run, rdma-core's otherwise),
+ * through dlopen so that the harness itself does not depend on it. */
+static bool have_rdma(char *why, size_t len)
+{
+	void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(why, len, "needs an RDMA verbs device: no libibverbs.so.1 (%s)", dlerror());
+		return false;
+	}
+	typedef void **(*get_list_fn)(int *);
+	typedef void (*free_list_fn)(void **);
+	get_list_fn get_list = (get_list_fn)dlsym(lib, "ibv_get_device_list");
+	free_list_fn free_list = (free_list_fn)dlsym(lib, "ibv_free_device_list");
+	int n = 0;
+	void **list = get_list && free_list ? get_list(&n) : NULL;
+	if (list)
+		free_list(list);
+	if (n <= 0)
+		snprintf(why, len,
+		         "needs an RDMA verbs device: ibv_get_device_list found none (run under "
+		         "simverbs-run, or on a host with rxe or an HCA)");
+	/* not dlclose'd: providers may keep threads */
+	return n > 0;
+}
+
 static bool have_capability(const char *cap, char *why, size_t len)
 {
 	if (!strncmp(cap, "memory:", 7)) {
@@ -384,6 +411,8 @@ static bool have_capability(const char *cap, char *why, size_t len)
 		         want_gib, kb / 1024);
 		return false;
 	}
+	if (!strcmp(cap, "rdma"))
+		return have_rdma(why, len);
 	snprintf(why, len, "unknown capability '%s'", cap);
 	return false;
 }

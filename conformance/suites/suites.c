@@ -15,6 +15,7 @@ const twc_suite twc_suites[] = {
 	{"semantic", twc_suite_semantic},
 	{"interop", twc_suite_interop},
 	{"contain", twc_suite_contain},
+	{"rdma", twc_suite_rdma},
 };
 const size_t twc_num_suites = sizeof(twc_suites) / sizeof(twc_suites[0]);
 

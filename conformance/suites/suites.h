@@ -19,6 +19,7 @@ const twc_case *twc_suite_wire_mpt(int *count_out);    /* wire/mpt_lanes.c: 4.3.
 const twc_case *twc_suite_semantic(int *count_out);    /* semantic/semantic.c */
 const twc_case *twc_suite_interop(int *count_out);     /* interop/suite.c */
 const twc_case *twc_suite_contain(int *count_out);     /* contain/contain.c: containers, sandboxes */
+const twc_case *twc_suite_rdma(int *count_out);        /* rdma/rdma.c: verbs devices, ports, GIDs */
 
 /* Every table, in the order the runner lists and runs them. */
 extern const twc_suite twc_suites[];

@@ -1,0 +1,171 @@
+/*
+ * rdma.c - the rdma suite: the verbs hazards of the field (issue 12 item 6;
+ * field failures T19, T24, T30 and hazard H2 of the shared references;
+ * spec/wire.md 2.4.3.d and 2.4.5), each a host whose RDMA devices are
+ * arranged the way the hazard needs, with both adapters on it.
+ *
+ * On simverbs (the default fabric: the runner runs under simverbs-run, so
+ * both adapters load its libibverbs) each case writes its device
+ * configuration to a file and starts both adapters with SIMVERBS_CONFIG
+ * naming it. Both get contexts with ibv and basic only, and move 4 MiB
+ * tensors both ways (twice the ring, so it wraps; 64 times a small
+ * max_msg_sz). A case passes when every byte arrives over ibv and both
+ * adapters end cleanly. Where the adapters find no usable verbs device at
+ * all (no simverbs, no HCA), the case is a SKIP with the reason they gave.
+ *
+ * On a real rxe or HCA host the configuration file means nothing: set
+ * TWC_RDMA_NATIVE=1 and the cases run on the devices as they are (the
+ * soft-RoCE issue arranges rxe devices to match).
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "session.h"
+#include "suites.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+typedef struct rdma_spec {
+	const char *config; /* simverbs configuration (INI text) */
+	uint64_t tensor_len;
+	int messages; /* per direction */
+} rdma_spec;
+
+static uint64_t g_len;
+
+static int shape_one(int index, twc_agent_msg *m)
+{
+	(void)index;
+	return twc_msg_one_tensor(m, 16, g_len);
+}
+
+/* Writes the case's simverbs configuration to a file of its own; the
+ * adapters' prefix "env SIMVERBS_CONFIG=<file> " into prefix. */
+static int write_config(const rdma_spec *sp, const char *id, char *path, size_t path_len,
+                        char *prefix, size_t prefix_len)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(path, path_len, "%s/twc-%s-%d.conf", tmp && *tmp ? tmp : "/tmp", id, (int)getpid());
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fputs(sp->config, f);
+	if (fclose(f) != 0)
+		return -1;
+	snprintf(prefix, prefix_len, "env SIMVERBS_CONFIG=%s ", path);
+	return 0;
+}
+
+static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
+{
+	const rdma_spec *sp = c->arg;
+	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
+	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
+	const char *why;
+	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(scmd, &why))
+		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
+	char path[PATH_MAX] = "", prefix[2 * PATH_MAX] = "";
+	const char *native = getenv("TWC_RDMA_NATIVE");
+	if (!(native && !strcmp(native, "1")) &&
+	    write_config(sp, c->id, path, sizeof(path), prefix, sizeof(prefix)) != 0)
+		return twc_case_result(env, TWC_ERROR, "cannot write the simverbs configuration %s",
+		                       path);
+	static char ccmd[4 * PATH_MAX], scmd2[4 * PATH_MAX];
+	snprintf(ccmd, sizeof(ccmd), "%s%s", prefix, env->iut_cmd);
+	snprintf(scmd2, sizeof(scmd2), "%s%s", prefix, scmd);
+	printf("# client: %s\n# server: %s\n", ccmd, scmd2);
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
+	                        "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
+	                        "basic", "priority", 0);
+	json_t *urls = json_pack("[s]", "ibv://127.0.0.1:0");
+	g_len = sp->tensor_len;
+	twc_session s;
+	/* 4 MiB move in well under a second here: a peer that makes no
+	 * progress for 15 s is stuck (an accept waiting for a hello that a
+	 * dead queue pair never delivers), not slow */
+	int wait_ms = env->wait_ms < 15000 ? env->wait_ms : 15000;
+	int rc = twc_session_start(&s, ccmd, scmd2, env->iut_name, sname, wait_ms, ctx, urls);
+	json_decref(ctx);
+	json_decref(urls);
+	if (rc == 0)
+		rc = twc_session_connect(&s, NULL);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, true, shape_one, sp->messages, false, UINT64_C(3) << 40);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, false, shape_one, sp->messages, false, UINT64_C(4) << 40);
+	if (rc == 0)
+		rc = twc_session_check_info(&s, "ibv", "basic");
+	snprintf(env->transport, sizeof(env->transport), "%s", s.transport);
+	snprintf(env->channel, sizeof(env->channel), "%s", s.channel);
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	twc_session_destroy(&s);
+	if (path[0])
+		unlink(path);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "%s", s.reason);
+	return TWC_PASS;
+}
+
+static const rdma_spec first_port_down = {
+	.config = "[device simrdma0]\nport1.state = down\n[device simrdma1]\n",
+	.tensor_len = 4 * MiB, .messages = 2};
+static const rdma_spec gid_link_local_first = {
+	.config = "[device simrdma0]\n"
+	          "port1.gids = fe80::1/v1, fail, , ::ffff:127.0.0.1/v2\n",
+	.tensor_len = 4 * MiB, .messages = 2};
+static const rdma_spec no_srq = {
+	.config = "[device simrdma0]\nmax_srq = 0\n", .tensor_len = 4 * MiB, .messages = 2};
+static const rdma_spec small_max_msg = {
+	.config = "[device simrdma0]\nport1.max_msg_sz = 65536\n", .tensor_len = 4 * MiB,
+	.messages = 2};
+static const rdma_spec small_queues = {
+	.config = "[device simrdma0]\nmax_qp_wr = 16\nmax_srq_wr = 16\nmax_cqe = 64\n",
+	.tensor_len = 4 * MiB, .messages = 2};
+
+#define RDMA(id_, sec_, desc_, req_, spec_)                                                        \
+	{.id = "rdma." id_, .suite = "rdma", .section = sec_, .level = TWC_MUST, .needs = "rdma",  \
+	 .description = desc_, .requirement = req_, .timeout_s = 45, .run = run_rdma,               \
+	 .cross = true, .arg = &(spec_)}
+
+static const twc_case cases[] = {
+	RDMA("first_port_down", "wire.md 2.4.5",
+	     "two devices, the first one's port down: 4 MiB tensors each way arrive over ibv on the "
+	     "second (T19, tensorpipe#455)",
+	     "2.4.5: only ports whose state is ACTIVE; the best rank over every device and port wins",
+	     first_port_down),
+	RDMA("gid_link_local_first", "wire.md 2.4.5",
+	     "GID 0 a link-local RoCE v1 entry, GID 1 failing with EINVAL, GID 2 empty, GID 3 a RoCE "
+	     "v2 IPv4-mapped address: 4 MiB tensors each way arrive over ibv (T24)",
+	     "2.4.5: RoCE v2 with an IPv4-mapped address first [...] An entry that cannot be read "
+	     "(EINVAL, an empty slot) is skipped and the search goes on",
+	     gid_link_local_first),
+	RDMA("no_srq", "wire.md 2.4.3",
+	     "a device without a shared receive queue (max_srq 0, ibv_create_srq fails): 4 MiB "
+	     "tensors each way arrive over ibv (T30)",
+	     "2.4.3: receive buffers [...] to a shared receive queue when the device has one and to "
+	     "each queue pair otherwise; the wire is the same",
+	     no_srq),
+	RDMA("small_max_msg", "wire.md 2.4.3 (2.4.3.d)",
+	     "a port whose max_msg_sz is 64 KiB: 4 MiB tensors each way arrive over ibv (H2: RDMA "
+	     "writes split to the port's limit)",
+	     "(2.4.3.d) A sender MUST NOT exceed the port's maximum message size with one RDMA write",
+	     small_max_msg),
+	RDMA("small_queues", "wire.md 2.4.3 (2.4.3.d)",
+	     "a device allowing 16 work requests per queue and 64 completion-queue entries: 4 MiB "
+	     "tensors each way arrive over ibv",
+	     "(2.4.3.d) [...] nor its send queue depth with outstanding work requests, nor let its "
+	     "completion queue overflow",
+	     small_queues),
+};
+
+const twc_case *twc_suite_rdma(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
