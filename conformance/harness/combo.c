@@ -51,7 +51,8 @@ const char *twc_combo_sections(const char *name)
 		const char *name, *sections;
 	} table[] = {
 		{ "shm", "wire.md 2.3, wire.md 2.3.1, wire.md 2.3.2, wire.md 2.3.3" },
-		{ "ibv", "wire.md 2.3.3, wire.md 2.4, wire.md 2.4.1, wire.md 2.4.2, wire.md 2.4.3" },
+		{ "ibv", "wire.md 2.3.3, wire.md 2.4, wire.md 2.4.1, wire.md 2.4.2, wire.md 2.4.3, "
+		         "wire.md 2.4.4" },
 		{ "mpt", "wire.md 4.3" },
 		{ "cma", "wire.md 4.4" },
 	};

@@ -193,7 +193,7 @@ static void ib_fail_verb(ib_conn *c, const char *verb, int err)
 {
 	char eb[128];
 	ib_fail(c, err == ENOMEM ? TW_ERR_NOMEM : TW_ERR_SYS, IBV_WHO ": %s on %s (peer %s): %s",
-	         verb, ib_dev(c), c->core.peer, tw__strerror(err, eb, sizeof(eb)));
+	        verb, ib_dev(c), c->core.peer, tw__strerror(err, eb, sizeof(eb)));
 }
 
 static void ib_fail_errno(ib_conn *c, const char *what, int err)
@@ -202,9 +202,9 @@ static void ib_fail_errno(ib_conn *c, const char *what, int err)
 	tw__strerror(err, eb, sizeof(eb));
 	if (err == ETIMEDOUT && c->core.phase == TW_CONN_SETUP)
 		ib_fail(c, TW_ERR_TIMEDOUT,
-		         IBV_WHO ": connect %s: not connected within the connect timeout of %llu ms: "
-		         "%s",
-		         c->core.peer, (unsigned long long)c->opts.connect_timeout_ms, eb);
+		        IBV_WHO ": connect %s: not connected within the connect timeout of %llu ms: "
+		        "%s",
+		        c->core.peer, (unsigned long long)c->opts.connect_timeout_ms, eb);
 	else if (err == ECONNRESET || err == EPIPE)
 		ib_fail(c, TW_ERR_CONNRESET, IBV_WHO ": %s %s: %s", what, c->core.peer, eb);
 	else
@@ -466,7 +466,7 @@ static void ib_set_gone(ib_conn *c, tw_status_t st, const char *detail)
  * (role PRODUCER: n bytes arrived in our inbox; CONSUMER: the peer freed n
  * bytes of its inbox, our outbox), never beyond what the ring allows. */
 static bool ib_advance(ib_conn *c, tw_ring *r, tw_ring_role role, uint64_t n, uint64_t bound,
-                        const char *what)
+                       const char *what)
 {
 	tw_ring_tx tx;
 	uint64_t room = 0;
@@ -476,9 +476,9 @@ static bool ib_advance(ib_conn *c, tw_ring *r, tw_ring_role role, uint64_t n, ui
 	if (tw__ring_room(&tx, &room, d, sizeof(d)) != TW_OK || n > room || n > bound) {
 		tw__ring_cancel(&tx);
 		ib_fail(c, TW_ERR_PROTO,
-		         IBV_WHO ": peer %s %s %llu bytes where at most %llu were possible (spec 2.4)",
-		         c->core.peer, what, (unsigned long long)n,
-		         (unsigned long long)(room < bound ? room : bound));
+		        IBV_WHO ": peer %s %s %llu bytes where at most %llu were possible (spec 2.4)",
+		        c->core.peer, what, (unsigned long long)n,
+		        (unsigned long long)(room < bound ? room : bound));
 		return false;
 	}
 	tw_ring_span spans[2];
@@ -525,9 +525,9 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 		              wc->status == IBV_WC_RNR_RETRY_EXC_ERR ||
 		              wc->status == IBV_WC_REM_ACCESS_ERR || wc->status == IBV_WC_REM_OP_ERR ||
 		              wc->status == IBV_WC_REM_INV_REQ_ERR || wc->status == IBV_WC_WR_FLUSH_ERR;
-		tw__detail(d, sizeof(d), IBV_WHO ": %s completion on %s from peer %s: %s (vendor error 0x%x)",
-		           what, ib_dev(c), c->core.peer, ibv_wc_status_str(wc->status),
-		           wc->vendor_err);
+		tw__detail(d, sizeof(d),
+		           IBV_WHO ": %s completion on %s from peer %s: %s (vendor error 0x%x)", what,
+		           ib_dev(c), c->core.peer, ibv_wc_status_str(wc->status), wc->vendor_err);
 		ib_set_gone(c, remote ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
 		return;
 	}
@@ -546,13 +546,13 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 			(void)ib_advance(c, &c->inbox, TW_RING_PRODUCER, n, IBV_CAP, "wrote");
 		else if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM))
 			(void)ib_advance(c, &c->outbox, TW_RING_CONSUMER, n,
-			                  c->sent - tw__ring_load_marker(&c->outbox, TW_RING_CONSUMER),
-			                  "returned credit for");
+			                 c->sent - tw__ring_load_marker(&c->outbox, TW_RING_CONSUMER),
+			                 "returned credit for");
 		else
 			ib_fail(c, TW_ERR_PROTO,
-			         IBV_WHO ": peer %s sent a message without an immediate (opcode %d; spec "
-			         "2.4 has only writes and sends with immediates)",
-			         c->core.peer, (int)wc->opcode);
+			        IBV_WHO ": peer %s sent a message without an immediate (opcode %d; spec "
+			        "2.4 has only writes and sends with immediates)",
+			        c->core.peer, (int)wc->opcode);
 		return;
 	}
 	if (wc->wr_id & 1)
@@ -577,7 +577,7 @@ static void ib_drain_cq(ib_conn *c)
 			ib_on_completion(c, &wc[i]);
 	if (n < 0 && !tw__conn_done(&c->core))
 		ib_fail(c, TW_ERR_SYS, IBV_WHO ": ibv_poll_cq on %s (peer %s) failed", ib_dev(c),
-		         c->core.peer);
+		        c->core.peer);
 }
 
 /* The completion channel is readable: each event names one connection's
@@ -626,9 +626,9 @@ static void ib_connect_qp(ib_conn *c)
 	uint32_t lid = ib_get32(r + 0), qpn = ib_get32(r + 24), mtu = ib_get32(r + 28);
 	if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 || qpn == 0 || qpn > 0xffffff || lid > 0xffff) {
 		ib_fail(c, TW_ERR_PROTO,
-		         IBV_WHO ": peer %s sent a set-up record with QP number 0x%x, MTU %u and LID "
-		         "%u (spec 2.4: a 24-bit QP number, an MTU enum from 1 to 5)",
-		         c->core.peer, qpn, mtu, lid);
+		        IBV_WHO ": peer %s sent a set-up record with QP number 0x%x, MTU %u and LID "
+		        "%u (spec 2.4: a 24-bit QP number, an MTU enum from 1 to 5)",
+		        c->core.peer, qpn, mtu, lid);
 		return;
 	}
 	c->peer_addr = (uint64_t)ib_get32(r + 40) | (uint64_t)ib_get32(r + 44) << 32;
@@ -709,9 +709,9 @@ static void ib_exchange(ib_conn *c)
 		}
 		if (n == 0) {
 			ib_fail(c, TW_ERR_EOF,
-			         IBV_WHO ": connection closed by peer %s after %zu of the %d bytes of its "
-			         "set-up record",
-			         c->core.peer, c->in_done, IBV_RECORD_LEN);
+			        IBV_WHO ": connection closed by peer %s after %zu of the %d bytes of its "
+			        "set-up record",
+			        c->core.peer, c->in_done, IBV_RECORD_LEN);
 			return;
 		}
 		c->in_done += (size_t)n;
@@ -759,8 +759,8 @@ static void ib_notice_end(ib_conn *c)
 		return;
 	if (r > 0) {
 		ib_fail(c, TW_ERR_PROTO,
-		         IBV_WHO ": peer %s sent bytes on its socket after the set-up record (spec 2.4)",
-		         c->core.peer);
+		        IBV_WHO ": peer %s sent bytes on its socket after the set-up record (spec 2.4)",
+		        c->core.peer);
 		return;
 	}
 	ib_drain_cq(c);
@@ -834,9 +834,9 @@ static void ib_on_timer(uv_timer_t *h)
 	ib_conn *c = h->data;
 	if (c->core.phase == TW_CONN_SETUP)
 		ib_fail(c, TW_ERR_TIMEDOUT,
-		         IBV_WHO ": connect %s: not connected (socket and set-up record) within the "
-		         "connect timeout of %llu ms",
-		         c->core.peer, (unsigned long long)c->opts.connect_timeout_ms);
+		        IBV_WHO ": connect %s: not connected (socket and set-up record) within the "
+		        "connect timeout of %llu ms",
+		        c->core.peer, (unsigned long long)c->opts.connect_timeout_ms);
 }
 
 /* ---- operations ------------------------------------------------------------------- */
@@ -882,7 +882,7 @@ static tw_status_t ib_conn_read_alloc(tw_conn *base, uint64_t max_len, tw_conn_r
 }
 
 static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_hangup_cb hup_cb,
-                                      void *arg)
+                                     void *arg)
 {
 	ib_conn *c = (ib_conn *)base;
 	if (tw__conn_watch_arm(&c->core, cb, hup_cb, arg))
@@ -997,7 +997,7 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 
 /* A new connection on socket fd (taken over: closed on failure). */
 static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *peer,
-                              const tw_conn_opts *opts, char *detail, size_t detail_len)
+                            const tw_conn_opts *opts, char *detail, size_t detail_len)
 {
 	ib_conn *c = tw__calloc(1, sizeof(*c));
 	if (!c) {
@@ -1039,7 +1039,7 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 }
 
 static tw_status_t ib_connect(tw_transport *base, const char *address, const tw_conn_opts *opts,
-                               tw_conn **out, char *detail, size_t detail_len)
+                              tw_conn **out, char *detail, size_t detail_len)
 {
 	ib_transport *t = (ib_transport *)base;
 	if (ib_forked(t, detail, detail_len))
@@ -1063,7 +1063,7 @@ static tw_status_t ib_connect(tw_transport *base, const char *address, const tw_
 }
 
 static tw_status_t ib_check_address(const char *address, bool for_listen, char *detail,
-                                     size_t detail_len)
+                                    size_t detail_len)
 {
 	return tw__tcp_check_address(IBV_WHO, address, for_listen, detail, detail_len);
 }
@@ -1091,8 +1091,8 @@ static tw_status_t ib_make_conn(tw_stream_listener *l, int fd, const struct sock
 }
 
 static tw_status_t ib_listen(tw_transport *base, const char *address, const tw_conn_opts *opts,
-                              tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
-                              char *detail, size_t detail_len)
+                             tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
+                             char *detail, size_t detail_len)
 {
 	if (ib_forked((ib_transport *)base, detail, detail_len))
 		return TW_ERR_INVAL;
@@ -1111,7 +1111,7 @@ typedef struct ib_opts {
 
 /* Options, then the environment where an option was not given. */
 static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detail,
-                                     size_t detail_len)
+                                    size_t detail_len)
 {
 	static const tw_option table[] = {
 		{ "hca", TW_OPT_STR, offsetof(ib_opts, hca), sizeof(((ib_opts *)0)->hca), 0, 0 },
@@ -1147,7 +1147,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 static void ib_destroy(tw_transport *base);
 
 static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **out, char *detail,
-                              size_t detail_len)
+                             size_t detail_len)
 {
 	ib_opts o;
 	tw_status_t st = ib_parse_options(options, &o, detail, detail_len);
