@@ -1,7 +1,7 @@
 /*
  * tp.cc - ping-pong driver for stock TensorPipe (Debian libtensorpipe0), the
  * peer our library is compared with. Systems: uv-basic, shm-basic, shm-cma,
- * uv-mpt (2 uv lanes). One tensor per message (CPU memory, on the channel).
+ * uv-mpt (2 uv lanes), ibv-basic (on simverbs or a real device). One tensor per message (CPU memory, on the channel).
  *
  * Fully callback-chained, as a TensorPipe user writes it: the client's read
  * callback takes t1, checks the bytes and, once the write callback has fired
@@ -29,7 +29,7 @@ namespace tp = tensorpipe;
 namespace {
 
 struct Config {
-  std::string transport;  // "uv" or "shm"
+  std::string transport;  // "uv", "shm" or "ibv"
   std::string channel;    // "basic", "cma" or "mpt"
   int lanes = 2;          // mpt only
 };
@@ -38,13 +38,15 @@ Config parseSystem(const char* system) {
   std::string s(system);
   auto dash = s.find('-');
   if (dash == std::string::npos)
-    twb_die(2, "unknown --system '%s' (uv-basic, shm-basic, shm-cma, uv-mpt)", system);
+    twb_die(2, "unknown --system '%s' (uv-basic, shm-basic, shm-cma, uv-mpt, ibv-basic)",
+            system);
   Config c;
   c.transport = s.substr(0, dash);
   c.channel = s.substr(dash + 1);
-  if ((c.transport != "uv" && c.transport != "shm") ||
+  if ((c.transport != "uv" && c.transport != "shm" && c.transport != "ibv") ||
       (c.channel != "basic" && c.channel != "cma" && c.channel != "mpt"))
-    twb_die(2, "unknown --system '%s' (uv-basic, shm-basic, shm-cma, uv-mpt)", system);
+    twb_die(2, "unknown --system '%s' (uv-basic, shm-basic, shm-cma, uv-mpt, ibv-basic)",
+            system);
   return c;
 }
 
@@ -53,6 +55,12 @@ std::shared_ptr<tp::Context> makeContext(const Config& c, const twb_args& a) {
       a.role == TWB_ROLE_SERVER ? "twb-server" : "twb-client"));
   if (c.transport == "uv") {
     ctx->registerTransport(0, "uv", tp::transport::uv::create());
+  } else if (c.transport == "ibv") {
+    auto ibv = tp::transport::ibv::create();
+    if (!ibv->isViable())
+      twb_die(TWB_EXIT_UNSUPPORTED, "TensorPipe ibv transport is not viable here (no verbs "
+              "device: run under simverbs-run)");
+    ctx->registerTransport(0, "ibv", ibv);
   } else {
     auto shm = tp::transport::shm::create();
     if (!shm->isViable())
@@ -169,9 +177,9 @@ int runServer(const twb_args& a, const Config& c) {
   if (a.policy == TWB_POLICY_REUSED)
     s.buf = static_cast<unsigned char*>(twb_alloc_prefaulted(twb_schedule_max(&a.sched)));
   auto ctx = makeContext(c, a);
-  std::string url = c.transport == "uv"
-                        ? "uv://" + std::string(a.bind_ip) + ":0"
-                        : "shm://twb-tp-" + std::to_string(getpid());
+  std::string url = c.transport == "shm"
+                        ? "shm://twb-tp-" + std::to_string(getpid())
+                        : c.transport + "://" + std::string(a.bind_ip) + ":0";
   auto listener = ctx->listen({url});
   listener->accept([&](const tp::Error& err, std::shared_ptr<tp::Pipe> pipe) {
     if (err) {
