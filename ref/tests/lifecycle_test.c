@@ -7,6 +7,9 @@
  *
  * Usage: lifecycle_test <case>
  */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "pair_util.h"
 
 static void destroy_pair(tu_pair *p)
@@ -415,7 +418,52 @@ static void case_threads(void)
 	free(r);
 }
 
+/* A forked child that uses its parent's context (a DataLoader worker that
+ * inherited an RPC agent): every call fails at once with TW_ERR_INVAL
+ * naming the fork, instead of waiting forever on a loop thread that is not
+ * in the child; join fails the same way and destroy returns. The parent's
+ * pipe goes on working. */
+static void case_fork_child(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, "uv://127.0.0.1:0");
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		alarm(20); /* a hang here is the failure this case looks for */
+		tw_message m = { 0 };
+		tw_status_t st = tw_pipe_write(p.c, &m, tu_on_status, NULL);
+		printf("   child: tw_pipe_write: %s: %s\n", tw_status_name(st), tw_last_error());
+		fflush(stdout);
+		if (st != TW_ERR_INVAL || !strstr(tw_last_error(), "forked child"))
+			_exit(1);
+		const char *urls[1] = { "uv://127.0.0.1:0" };
+		tw_listener *l = NULL;
+		st = tw_context_listen(p.sctx, urls, 1, &l);
+		printf("   child: tw_context_listen: %s: %s\n", tw_status_name(st), tw_last_error());
+		if (st != TW_ERR_INVAL || !strstr(tw_last_error(), "forked child"))
+			_exit(2);
+		tw_pipe *np = NULL;
+		st = tw_context_connect(p.cctx, p.url, &np);
+		if (st != TW_ERR_INVAL)
+			_exit(3);
+		if (tw_context_join(p.cctx) != TW_ERR_INVAL)
+			_exit(4);
+		tw_context_destroy(p.cctx); /* returns: nothing to free safely here */
+		fflush(stdout);
+		_exit(0);
+	}
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	printf("   child exit status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	tu_send_text(p.c, "after the fork");
+	tu_expect_text(p.s, "after the fork");
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
+	{ "fork_child", case_fork_child },
 	{ "close_pending", case_close_pending },
 	{ "peer_close_eof", case_peer_close_eof },
 	{ "peer_close_clean_eof", case_peer_close_clean_eof },

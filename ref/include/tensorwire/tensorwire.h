@@ -168,7 +168,10 @@ typedef struct tw_pipe tw_pipe;
 
 /* Creates a context and starts its loop thread. `name` (may be NULL = "") is
  * sent to peers in the hello of every pipe this context connects.
- * On success the caller owns *ctx_out and must close, join and destroy it. */
+ * On success the caller owns *ctx_out and must close, join and destroy it.
+ * A context belongs to the process that created it: in a forked child,
+ * calls on it fail at once with TW_ERR_INVAL naming the fork, join too, and
+ * destroy returns without freeing (the child creates its own context). */
 TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_out);
 
 /* Registers a transport. `kind` selects the implementation ("uv" = TCP; "shm",

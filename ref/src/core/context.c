@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 #include <sys/socket.h>
 
@@ -29,6 +30,19 @@ tw_device tw_device_cpu(void)
 	memcpy(d.type, "cpu", 4);
 	d.index = 0;
 	return d;
+}
+
+/* ---- the loop refused work --------------------------------------------- */
+
+tw_status_t tw__ctx_unposted(const tw_context *ctx, const char *fn)
+{
+	if (tw__loop_forked(&ctx->loop))
+		return tw__api_fail(TW_ERR_INVAL,
+		                    "%s: this context belongs to process %d and this is its forked "
+		                    "child %d: a context does not survive fork (its loop thread is the "
+		                    "parent's); create a new one in the child",
+		                    fn, (int)ctx->loop.pid, (int)getpid());
+	return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
 }
 
 /* ---- loop-side shutdown ----------------------------------------------- */
@@ -554,6 +568,8 @@ tw_status_t tw_context_join(tw_context *ctx)
 	if (tw__loop_on_thread(&ctx->loop))
 		return tw__api_fail(TW_ERR_INVAL,
 		                    "%s: called on the context's loop thread (from a callback)", fn);
+	if (tw__loop_forked(&ctx->loop))
+		return tw__ctx_unposted(ctx, fn); /* no loop thread here to join */
 	tw_context_close(ctx);
 	pthread_mutex_lock(&ctx->join_mu);
 	if (!ctx->joined) {
@@ -580,7 +596,7 @@ void tw_context_destroy(tw_context *ctx)
 		return;
 	}
 	if (tw_context_join(ctx) != TW_OK)
-		return; /* cannot happen off the loop thread */
+		return; /* the loop thread, or a forked child: nothing can be freed safely */
 	/* The loop has stopped: whatever the application did not destroy goes. */
 	while (!tw__list_empty(&ctx->all_pipes)) {
 		tw_pipe *p = TW_CONTAINER_OF(ctx->all_pipes.next, tw_pipe, all_link);

@@ -154,6 +154,10 @@ tw_status_t tw__ctx_resolve_url(tw_context *ctx, const char *fn, const char *url
 tw_status_t tw__ctx_freeze(tw_context *ctx, const char *fn);
 /* Loop thread: an object finished; maybe the context can stop. */
 void tw__ctx_check_done(tw_context *ctx);
+/* Any thread: the API's failure when the context's loop refused work (fn
+ * names the call): TW_ERR_CLOSED once the context is closed, TW_ERR_INVAL
+ * naming the fork in a forked child of the process that made it. */
+tw_status_t tw__ctx_unposted(const tw_context *ctx, const char *fn);
 /* Any thread: the context's bounds for a new connection or listener. */
 void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts);
 

@@ -139,7 +139,7 @@ tw_status_t tw_listener_accept(tw_listener *l, tw_accept_cb cb, void *arg)
 	if (!tw__loop_post(&l->ctx->loop, &req->dfr, tw__listener_do_accept, req)) {
 		tw__free(req);
 		tw__listener_unref(l);
-		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		return tw__ctx_unposted(l->ctx, fn);
 	}
 	return TW_OK;
 }
@@ -586,7 +586,7 @@ tw_status_t tw_context_listen(tw_context *ctx, const char *const *urls, size_t n
 	}
 	l->num_entries = num_urls;
 	if (!tw__loop_call_sync(&ctx->loop, tw__listener_do_listen, call)) {
-		st = tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		st = tw__ctx_unposted(ctx, fn);
 		goto err;
 	}
 	if (call->status != TW_OK) {

@@ -415,7 +415,7 @@ tw_status_t tw_pipe_get_verdicts(tw_pipe *p, char *buf, size_t len)
 		return tw__api_fail(st, "%s: %s", fn, why);
 	tw_verdicts_call v = { p, buf, len, 0, false };
 	if (!tw__loop_call_sync(&p->ctx->loop, tw__verdicts_build, &v))
-		return tw__api_fail(TW_ERR_CLOSED, "%s: the context's loop has stopped", fn);
+		return tw__ctx_unposted(p->ctx, fn);
 	if (v.cut)
 		return tw__api_fail(TW_ERR_INVAL, "%s: %zu bytes are not enough", fn, len);
 	return TW_OK;

@@ -66,7 +66,7 @@ tw_status_t tw_pipe_on_established(tw_pipe *p, tw_established_cb cb, void *arg)
 		p->est_armed = false;
 		pthread_mutex_unlock(&p->ctx->mu);
 		tw__pipe_unref(p);
-		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		return tw__ctx_unposted(p->ctx, fn);
 	}
 	return TW_OK;
 }
@@ -447,7 +447,7 @@ tw_status_t tw_context_connect(tw_context *ctx, const char *url, tw_pipe **pipe_
 		tw__list_remove(&p->all_link);
 		pthread_mutex_unlock(&ctx->mu);
 		tw__pipe_free(p);
-		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		return tw__ctx_unposted(ctx, fn);
 	}
 	*pipe_out = p;
 	return TW_OK;

@@ -239,7 +239,7 @@ tw_status_t tw_pipe_read_descriptor(tw_pipe *p, tw_read_descriptor_cb cb, void *
 	if (!tw__loop_post(&p->ctx->loop, &m->desc_dfr, tw__pipe_do_read_descriptor, m)) {
 		tw__in_msg_free(m);
 		tw__pipe_unref(p);
-		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		return tw__ctx_unposted(p->ctx, fn);
 	}
 	return TW_OK;
 }
@@ -405,7 +405,7 @@ tw_status_t tw_pipe_read(tw_pipe *p, const tw_allocation *alloc, tw_read_cb cb, 
 	tw__pipe_ref(p);
 	if (!tw__loop_post(&p->ctx->loop, &m->read_dfr, tw__pipe_do_read, m)) {
 		tw__pipe_unref(p);
-		st = tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		st = tw__ctx_unposted(p->ctx, fn);
 		goto out;
 	}
 	p->delivered = NULL;

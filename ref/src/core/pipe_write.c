@@ -466,7 +466,7 @@ tw_status_t tw_pipe_write(tw_pipe *p, const tw_message *msg, tw_write_cb cb, voi
 	if (!tw__loop_post(&p->ctx->loop, &m->dfr, tw__pipe_do_write, m)) {
 		tw__out_msg_free(m);
 		tw__pipe_unref(p);
-		return tw__api_fail(TW_ERR_CLOSED, "%s: the context is closed", fn);
+		return tw__ctx_unposted(p->ctx, fn);
 	}
 	return TW_OK;
 }

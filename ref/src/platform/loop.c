@@ -4,6 +4,7 @@
 #include "platform/loop.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "platform/error.h"
 
@@ -102,6 +103,7 @@ tw_status_t tw__loop_start(tw_loop *l, void (*idle_check)(void *), void *arg, ch
 	l->accepting = true;
 	l->idle_check = idle_check;
 	l->idle_check_arg = arg;
+	l->pid = getpid();
 	rc = pthread_create(&l->thread, NULL, tw__loop_thread, l);
 	if (rc != 0) {
 		tw__detail(detail, detail_len, "pthread_create: %s", strerror(rc));
@@ -119,8 +121,15 @@ err_loop:
 	return TW_ERR_SYS;
 }
 
+bool tw__loop_forked(const tw_loop *l)
+{
+	return l->pid != 0 && getpid() != l->pid;
+}
+
 bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 {
+	if (tw__loop_forked(l))
+		return false;
 	d->next = NULL;
 	d->fn = fn;
 	d->arg = arg;

@@ -19,6 +19,7 @@
 #define TW_PLATFORM_LOOP_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdbool.h>
 #include <uv.h>
 
@@ -48,6 +49,7 @@ typedef struct tw_loop {
 	bool finishing;
 	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
 	void *idle_check_arg;
+	pid_t pid; /* the process whose thread runs the loop */
 } tw_loop;
 
 /* Initialises the loop and starts its thread. */
@@ -55,7 +57,9 @@ TW_NODISCARD tw_status_t tw__loop_start(tw_loop *l, void (*idle_check)(void *), 
                                         char *detail, size_t detail_len);
 
 /* Any thread: runs fn(arg) on the loop thread soon. Returns false (and does
- * nothing) if the loop has finished and accepts no more work. */
+ * nothing) if the loop has finished and accepts no more work, or if this is
+ * a forked child of the loop's process (the loop thread is not here: nothing
+ * posted would ever run). */
 TW_NODISCARD bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
 
 /* Any thread: runs fn(arg) on the loop thread and waits for it to return
@@ -67,6 +71,8 @@ void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
 
 /* True on the loop's own thread. */
 bool tw__loop_on_thread(tw_loop *l);
+/* True in a forked child of the process that started the loop. */
+bool tw__loop_forked(const tw_loop *l);
 
 /* Loop thread: if no posted or deferred work is waiting, stops accepting
  * work and lets the thread exit once every handle has closed; returns true.

@@ -46,7 +46,7 @@
  * Fork: before the transport registers anything, device.h makes fork safe
  * (ibv_fork_init) unless the kernel makes it unneeded or the user opted out
  * (TW_IB_FORK_SAFE=0 or option fork_safe=false). A context does not
- * survive fork: a child that uses one gets an error naming the fork.
+ * survive fork (the core refuses a forked child's calls, naming the fork).
  *
  * This file must not know about nop objects, packets or pipes.
  */
@@ -141,7 +141,6 @@ struct ib_transport {
 	bool chan_poll_on;
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
-	pid_t pid;
 	char describe[TW_DETAIL_MAX];
 	tw_list lingering; /* closed connections whose writes are landing */
 };
@@ -892,19 +891,6 @@ static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_h
 
 /* ---- making connections --------------------------------------------------------------- */
 
-static bool ib_forked(ib_transport *t, char *detail, size_t detail_len)
-{
-	pid_t now = getpid();
-	if (now == t->pid)
-		return false;
-	tw__detail(detail, detail_len,
-	           IBV_WHO ": this context was created by process %d and is used by its forked "
-	           "child %d; verbs resources do not survive fork: create a new context in the "
-	           "child",
-	           (int)t->pid, (int)now);
-	return true;
-}
-
 /* Starts watching the completion channel (the first connection does it:
  * create() may not touch the loop). */
 static tw_status_t ib_watch_channel(ib_transport *t, char *detail, size_t detail_len)
@@ -1042,8 +1028,6 @@ static tw_status_t ib_connect(tw_transport *base, const char *address, const tw_
                               tw_conn **out, char *detail, size_t detail_len)
 {
 	ib_transport *t = (ib_transport *)base;
-	if (ib_forked(t, detail, detail_len))
-		return TW_ERR_INVAL;
 	char peer[TW_TCP_ADDR_MAX];
 	int err = 0;
 	int fd = tw__tcp_connect_start(IBV_WHO, address, opts, peer, sizeof(peer), &err, detail,
@@ -1094,8 +1078,6 @@ static tw_status_t ib_listen(tw_transport *base, const char *address, const tw_c
                              tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
                              char *detail, size_t detail_len)
 {
-	if (ib_forked((ib_transport *)base, detail, detail_len))
-		return TW_ERR_INVAL;
 	return tw__tcp_listen(base, IBV_WHO, address, opts, ib_make_conn, cb, arg, out,
 	                      detail, detail_len);
 }
@@ -1162,7 +1144,6 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	}
 	t->base.ops = &tw__ibv_transport_ops;
 	t->base.loop = loop;
-	t->pid = getpid();
 	tw__list_init(&t->lingering);
 	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,
 	                    detail_len);
