@@ -1,0 +1,205 @@
+/*
+ * ibv_setup.c - spec/wire.md 2.4.1 from a hostile peer: the harness connects
+ * to the IUT's ibv listener as a raw TCP client and sends a set-up record
+ * with one thing wrong (a QP number of 0 or wider than 24 bits, an MTU enum
+ * outside 1..5, bytes after the record), or a short one, or none at all.
+ *
+ * A conforming IUT closes that connection within a few seconds (a protocol
+ * error, 2.4.1.b; the end, 2.4.1.c), keeps its process and its listener,
+ * and then serves a well-formed pipe over ibv from a second adapter of the
+ * same implementation: one message each way, every byte checked, both
+ * adapters ending cleanly. Needs a verbs device (simverbs under
+ * simverbs-run, or rxe or an HCA): the IUT must listen on ibv.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "session.h"
+#include "suites.h"
+
+typedef enum ibv_bad {
+	IBV_BAD_QPN_ZERO,    /* QP number 0 */
+	IBV_BAD_QPN_WIDE,    /* QP number wider than 24 bits */
+	IBV_BAD_MTU,         /* MTU enum 9 */
+	IBV_BAD_TRAILING,    /* a well-formed record, then 8 more bytes */
+	IBV_BAD_SHORT_CLOSE, /* 20 bytes, then close */
+	IBV_BAD_SILENT,      /* connect and close */
+} ibv_bad;
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A record as a RoCE peer on 127.0.0.1 would send it, with one field
+ * changed by `kind`. The inbox address and rkey point nowhere: the IUT must
+ * not get as far as writing to them. */
+static size_t build(ibv_bad kind, uint8_t *rec, size_t cap)
+{
+	memset(rec, 0, cap);
+	rec[18] = rec[19] = 0xff; /* GID ::ffff:127.0.0.1 at offset 8 */
+	rec[20] = 127, rec[23] = 1;
+	put32(rec + 24, kind == IBV_BAD_QPN_ZERO ? 0 : kind == IBV_BAD_QPN_WIDE ? 0x1234567 : 0x4242);
+	put32(rec + 28, kind == IBV_BAD_MTU ? 9 : 5);
+	put32(rec + 32, 1u << 30);
+	put32(rec + 40, 0x10000000);
+	put32(rec + 48, 0x77);
+	if (kind == IBV_BAD_TRAILING)
+		return 56 + 8;
+	if (kind == IBV_BAD_SHORT_CLOSE)
+		return 20;
+	return 56;
+}
+
+/* Reads (and drops) what the IUT sends until it closes or `ms` pass. */
+static bool closed_within(int sock, int ms)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct timespec t;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return false;
+		struct pollfd p = {sock, POLLIN, 0};
+		if (poll(&p, 1, (int)left) <= 0)
+			continue;
+		uint8_t b[256];
+		ssize_t n = recv(sock, b, sizeof(b), 0);
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			return true;
+	}
+}
+
+static int hostile(const char *url, ibv_bad kind, char *why, size_t len)
+{
+	/* "ibv://A.B.C.D:port" */
+	const char *hp = url + strlen("ibv://");
+	const char *colon = strrchr(hp, ':');
+	char host[64];
+	if (!colon || (size_t)(colon - hp) >= sizeof(host)) {
+		snprintf(why, len, "harness: ibv address '%s' is not A.B.C.D:port", url);
+		return -1;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - hp), hp);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+	int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
+	    connect(sock, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		snprintf(why, len, "harness: connect to the IUT's ibv listener %s: %s", url,
+		         strerror(errno));
+		if (sock >= 0)
+			close(sock);
+		return -1;
+	}
+	if (kind == IBV_BAD_SILENT) {
+		close(sock);
+		return 0;
+	}
+	uint8_t rec[64];
+	size_t n = build(kind, rec, sizeof(rec));
+	if (send(sock, rec, n, MSG_NOSIGNAL) != (ssize_t)n) {
+		snprintf(why, len, "harness: sending the set-up record: %s", strerror(errno));
+		close(sock);
+		return -1;
+	}
+	int rc = 0;
+	if (kind != IBV_BAD_SHORT_CLOSE && !closed_within(sock, 3000)) {
+		snprintf(why, len, "the IUT kept the connection open for 3 s after a set-up record %s",
+		         kind == IBV_BAD_TRAILING ? "followed by 8 more bytes (2.4.1.c: the end)"
+		                                  : "it must reject (2.4.1.b: a protocol error)");
+		rc = -1;
+	}
+	close(sock);
+	return rc;
+}
+
+static int shape_one(int index, twc_agent_msg *m)
+{
+	return twc_msg_one_tensor(m, 5, 3 * 1024 * 1024 + (uint64_t)index);
+}
+
+static twc_outcome_t run_ibv_setup(const twc_case *c, twc_case_env *env)
+{
+	ibv_bad kind = (ibv_bad)(intptr_t)c->arg;
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
+	                        "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
+	                        "basic", "priority", 0);
+	json_t *urls = json_pack("[s]", "ibv://127.0.0.1:0");
+	twc_session s;
+	int rc = twc_session_start(&s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
+	                          env->wait_ms, ctx, urls);
+	json_decref(ctx);
+	json_decref(urls);
+	char why[512] = "";
+	if (rc == 0 && hostile(s.url, kind, why, sizeof(why)) != 0) {
+		twc_session_destroy(&s);
+		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
+		                       why);
+	}
+	/* the listener and the process still serve a well-formed pipe */
+	if (rc == 0)
+		rc = twc_session_connect(&s, NULL);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, true, shape_one, 1, false, UINT64_C(11) << 40);
+	if (rc == 0)
+		rc = twc_session_transfer(&s, false, shape_one, 1, false, UINT64_C(12) << 40);
+	if (rc == 0)
+		rc = twc_session_check_info(&s, "ibv", "basic");
+	snprintf(env->transport, sizeof(env->transport), "ibv");
+	snprintf(env->channel, sizeof(env->channel), "basic");
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	twc_session_destroy(&s);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "after the hostile set-up: %s", s.reason);
+	return TWC_PASS;
+}
+
+#define IBV_BAD(id_, sec_, what_, req_, kind_)                                                    \
+	{.id = "wire.ibv_" id_, .suite = "wire", .section = "wire.md " sec_, .level = TWC_MUST,      \
+	 .needs = "rdma", .description = "raw ibv client: " what_ "; then a good pipe over ibv",   \
+	 .requirement = req_, .timeout_s = 60, .run = run_ibv_setup,                              \
+	 .arg = (const void *)(intptr_t)(kind_)}
+
+#define REQ_REJECT "(2.4.1.b) A receiver MUST reject a record whose QP number is 0 or wider "     \
+	           "than 24 bits, or whose MTU enum is outside 1 to 5"
+#define REQ_END "(2.4.1.c) Any readable event on the socket after the record MUST be treated as " \
+	        "the end of the connection"
+
+static const twc_case cases[] = {
+	IBV_BAD("qpn_zero", "2.4.1 (2.4.1.b)", "a set-up record with QP number 0", REQ_REJECT,
+	        IBV_BAD_QPN_ZERO),
+	IBV_BAD("qpn_wide", "2.4.1 (2.4.1.b)", "a set-up record with QP number 0x1234567",
+	        REQ_REJECT, IBV_BAD_QPN_WIDE),
+	IBV_BAD("bad_mtu", "2.4.1 (2.4.1.b)", "a set-up record with MTU enum 9", REQ_REJECT,
+	        IBV_BAD_MTU),
+	IBV_BAD("trailing_bytes", "2.4.1 (2.4.1.c)", "a set-up record followed by 8 more bytes",
+	        REQ_END, IBV_BAD_TRAILING),
+	IBV_BAD("short_record", "2.4.1 (2.4.1.a)", "20 bytes of a set-up record, then close",
+	        "(2.4.1.a) A receiver MUST read exactly 56 bytes for the set-up record; a listener "
+	        "MUST keep accepting after any error on one accepted connection (3.3.f)",
+	        IBV_BAD_SHORT_CLOSE),
+	IBV_BAD("silent_close", "2.4.1", "connect and close without a record",
+	        "A listener MUST keep accepting after any error on one accepted connection (3.3.f).",
+	        IBV_BAD_SILENT),
+};
+
+const twc_case *twc_suite_wire_ibv(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
