@@ -11,7 +11,7 @@
 # reference (conformance/mutants/), with the score at the end.
 #
 # Reports go to out/: conformance.tap, conformance.junit.xml, conformance.json,
-# mutation.tap, mutation.md.
+# mutation.tap, mutation.md, mutation-ibv.tap, mutation-ibv.md.
 # Extra arguments go to tensorwire-conform (e.g. --large, --strict, --case GLOB).
 # Exit status: the runner's (0 = every required case passed or is a profiled
 # exception of that implementation; 1 = a required case failed).
@@ -42,8 +42,17 @@ rc=${PIPESTATUS[0]}
   --mutants conformance/mutants/mutants.list --mutation-report out/mutation.md \
   | tee out/mutation.tap
 mrc=${PIPESTATUS[0]}
+# the ibv transport's defects (conformance/mutants/ibv.list): they need a
+# verbs device, so they are judged by the rdma suite and the ibv set-up cases
+"${launcher[@]}" build/release/conformance/tensorwire-conform \
+  --mutants conformance/mutants/ibv.list --case 'rdma.*' --case 'wire.ibv_*' \
+  --mutation-report out/mutation-ibv.md | tee out/mutation-ibv.tap
+irc=${PIPESTATUS[0]}
+if [ "$mrc" -eq 0 ] || [ "$mrc" -eq 77 ]; then
+  mrc=$irc
+fi
 set -e
-grep -h "mutation score" out/mutation.tap || true
+grep -h "mutation score" out/mutation.tap out/mutation-ibv.tap || true
 echo "main.sh: reports in out/ (TAP, JUnit, JSON, mutation.md); runner exit status $rc," \
      "mutation suite $mrc"
 if [ "$rc" -eq 0 ] && [ "$mrc" -ne 0 ] && [ "$mrc" -ne 77 ]; then

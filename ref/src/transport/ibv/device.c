@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "platform/error.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 /* Appends one reason ("; "-separated) to why, cutting what does not fit. */
@@ -126,6 +127,8 @@ static void ibv_rank_port(struct ibv_context *ctx, const char *name, int dev, ui
 		c.lid = pa->lid;
 		c.rank = 4; /* the LID routes */
 	} else {
+		if (TW_MUTANT("ibv_gid_index_zero"))
+			forced = 0;
 		int first = forced >= 0 ? forced : 0;
 		int last = forced >= 0 ? forced + 1 : pa->gid_tbl_len;
 		for (int i = first; i < last; i++) {
@@ -204,7 +207,7 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 				        tw__strerror(rc, eb, sizeof(eb)));
 				continue;
 			}
-			if (pa.state != IBV_PORT_ACTIVE) {
+			if (pa.state != IBV_PORT_ACTIVE && !TW_MUTANT("ibv_port_state_ignored")) {
 				ibv_why(why, why_len, "%s port %u: %s (ibv_query_port)", name, p,
 				        ibv_port_state_str(pa.state));
 				continue;

@@ -64,6 +64,7 @@
 
 #include "platform/error.h"
 #include "platform/list.h"
+#include "platform/mutant.h"
 #include "platform/options.h"
 #include "platform/platform.h"
 #include "transport/conn_core.h"
@@ -623,7 +624,8 @@ static void ib_connect_qp(ib_conn *c)
 	const tw_ibv_choice *ch = &c->t->ch;
 	const uint8_t *r = c->rec_in;
 	uint32_t lid = ib_get32(r + 0), qpn = ib_get32(r + 24), mtu = ib_get32(r + 28);
-	if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 || qpn == 0 || qpn > 0xffffff || lid > 0xffff) {
+	if ((mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 || qpn == 0 || qpn > 0xffffff || lid > 0xffff) &&
+	    !TW_MUTANT("ibv_record_unchecked")) {
 		ib_fail(c, TW_ERR_PROTO,
 		        IBV_WHO ": peer %s sent a set-up record with QP number 0x%x, MTU %u and LID "
 		        "%u (spec 2.4: a 24-bit QP number, an MTU enum from 1 to 5)",
@@ -961,7 +963,7 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 		c->outbox_mr = c->inbox_mr ? ibv_reg_mr(t->pd, c->outbox_mem, IBV_CAP, 0) : NULL;
 		err = c->outbox_mr ? 0 : errno;
 	}
-	if (!err && !t->srq) {
+	if (!err && !t->srq && !TW_MUTANT("ibv_srq_assumed")) {
 		verb = "ibv_post_recv";
 		err = ib_post_recvs(t, c->qp, t->rq_depth);
 	}
@@ -1181,6 +1183,8 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->sq_depth = max_wr < IBV_DEPTH ? max_wr : IBV_DEPTH;
 	if (t->sq_depth > max_cqe / 2)
 		t->sq_depth = max_cqe / 2;
+	if (TW_MUTANT("ibv_queues_unbounded"))
+		max_cqe = 4 * IBV_DEPTH, max_wr = IBV_DEPTH, t->sq_depth = IBV_DEPTH;
 	uint32_t rq = max_cqe - t->sq_depth < IBV_DEPTH ? max_cqe - t->sq_depth : IBV_DEPTH;
 	char srq_note[TW_DETAIL_MAX] = "";
 	if (o.srq) {
@@ -1215,6 +1219,8 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->cq_depth = t->sq_depth + rq;
 	t->max_write = t->ch.max_msg_sz > 0 && t->ch.max_msg_sz < IBV_CAP ? t->ch.max_msg_sz
 	                                                                  : (uint32_t)IBV_CAP;
+	if (TW_MUTANT("ibv_writes_unsplit"))
+		t->max_write = (uint32_t)IBV_CAP;
 	if (t->sq_depth < 2 || rq < 1) {
 		tw__detail(detail, detail_len,
 		           IBV_WHO ": %s allows too few work requests (max_qp_wr %d, max_cqe %d): "
