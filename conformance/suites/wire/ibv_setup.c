@@ -15,16 +15,16 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "case.h"
+#include "hostile.h"
+#include "rawpeer.h"
 #include "session.h"
 #include "suites.h"
 
@@ -63,29 +63,10 @@ static size_t build(ibv_bad kind, uint8_t *rec, size_t cap)
 	return 56;
 }
 
-/* Reads (and drops) what the IUT sends until it closes or `ms` pass. */
-static bool closed_within(int sock, int ms)
+static int hostile(twc_session *s, int k, char *why, size_t len)
 {
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		struct timespec t;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-		if (left <= 0)
-			return false;
-		struct pollfd p = {sock, POLLIN, 0};
-		if (poll(&p, 1, (int)left) <= 0)
-			continue;
-		uint8_t b[256];
-		ssize_t n = recv(sock, b, sizeof(b), 0);
-		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-			return true;
-	}
-}
-
-static int hostile(const char *url, ibv_bad kind, char *why, size_t len)
-{
+	ibv_bad kind = (ibv_bad)k;
+	const char *url = s->url;
 	/* "ibv://A.B.C.D:port" */
 	const char *hp = url + strlen("ibv://");
 	const char *colon = strrchr(hp, ':');
@@ -117,7 +98,7 @@ static int hostile(const char *url, ibv_bad kind, char *why, size_t len)
 		return -1;
 	}
 	int rc = 0;
-	if (kind != IBV_BAD_SHORT_CLOSE && !closed_within(sock, 3000)) {
+	if (kind != IBV_BAD_SHORT_CLOSE && twc_raw_wait_closed(sock, 3000) != 1) {
 		snprintf(why, len, "the IUT kept the connection open for 3 s after a set-up record %s",
 		         kind == IBV_BAD_TRAILING ? "followed by 8 more bytes (2.4.1.c: the end)"
 		                                  : "it must reject (2.4.1.b: a protocol error)");
@@ -134,39 +115,14 @@ static int shape_one(int index, twc_agent_msg *m)
 
 static twc_outcome_t run_ibv_setup(const twc_case *c, twc_case_env *env)
 {
-	ibv_bad kind = (ibv_bad)(intptr_t)c->arg;
-	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
-	                        "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
-	                        "basic", "priority", 0);
-	json_t *urls = json_pack("[s]", "ibv://127.0.0.1:0");
-	twc_session s;
-	int rc = twc_session_start(&s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
-	                          env->wait_ms, ctx, urls);
-	json_decref(ctx);
-	json_decref(urls);
-	char why[512] = "";
-	if (rc == 0 && hostile(s.url, kind, why, sizeof(why)) != 0) {
-		twc_session_destroy(&s);
-		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
-		                       why);
-	}
-	/* the listener and the process still serve a well-formed pipe */
-	if (rc == 0)
-		rc = twc_session_connect(&s, NULL);
-	if (rc == 0)
-		rc = twc_session_transfer(&s, true, shape_one, 1, false, UINT64_C(11) << 40);
-	if (rc == 0)
-		rc = twc_session_transfer(&s, false, shape_one, 1, false, UINT64_C(12) << 40);
-	if (rc == 0)
-		rc = twc_session_check_info(&s, "ibv", "basic");
-	snprintf(env->transport, sizeof(env->transport), "ibv");
-	snprintf(env->channel, sizeof(env->channel), "basic");
-	if (rc == 0)
-		rc = twc_session_finish(&s);
-	twc_session_destroy(&s);
-	if (rc != 0)
-		return twc_case_result(env, TWC_FAIL, "after the hostile set-up: %s", s.reason);
-	return TWC_PASS;
+	twc_hostile_run r = {
+		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
+		                 "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
+		                 "basic", "priority", 0),
+		.urls = json_pack("[s]", "ibv://127.0.0.1:0"), .transport = "ibv", .channel = "basic",
+		.hostile = hostile, .kind = (int)(intptr_t)c->arg, .shape = shape_one,
+		.seed_base = UINT64_C(13) << 40, .after = "after the hostile set-up"};
+	return twc_hostile_then_good(env, &r);
 }
 
 #define IBV_BAD(id_, sec_, what_, req_, kind_)                                                    \

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "case.h"
+#include "hostile.h"
 #include "rawpeer.h"
 #include "session.h"
 #include "suites.h"
@@ -35,8 +36,9 @@ static int shape_one(int index, twc_agent_msg *m)
 
 /* The raw pipe up to the ServerHello; then the hostile lane. 0, or -1 with
  * the reason (a "harness:" prefix when the harness could not do its part). */
-static int raw_part(twc_session *s, lane_bad kind, char *why, size_t len)
+static int raw_part(twc_session *s, int k, char *why, size_t len)
 {
+	lane_bad kind = (lane_bad)k;
 	const char *addr = strstr(s->url, "://") ? strstr(s->url, "://") + 3 : s->url;
 	char err[512] = "";
 	int fds[4] = {-1, -1, -1, -1}, rc = -1;
@@ -151,39 +153,14 @@ out:
 
 static twc_outcome_t run_mpt_lane(const twc_case *c, twc_case_env *env)
 {
-	lane_bad kind = (lane_bad)(intptr_t)c->arg;
-	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i,s:{s:i}}]}", "transports", "name",
-	                        "uv", "kind", "uv", "priority", 0, "channels", "name", "mpt", "kind",
-	                        "mpt", "priority", 0, "options", "lanes", 2);
-	twc_session s;
-	int rc = twc_session_start(&s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
-	                          env->wait_ms, ctx, NULL);
-	json_decref(ctx);
-	snprintf(env->transport, sizeof(env->transport), "uv");
-	snprintf(env->channel, sizeof(env->channel), "mpt");
-	char why[1024] = "";
-	if (rc != 0) {
-		twc_session_destroy(&s);
-		return twc_case_result(env, TWC_ERROR, "%s", s.reason);
-	}
-	if (raw_part(&s, kind, why, sizeof(why)) != 0) {
-		twc_session_destroy(&s);
-		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
-		                       why);
-	}
-	rc = twc_session_connect(&s, NULL);
-	if (rc == 0)
-		rc = twc_session_transfer(&s, true, shape_one, 1, false, UINT64_C(11) << 40);
-	if (rc == 0)
-		rc = twc_session_transfer(&s, false, shape_one, 1, false, UINT64_C(12) << 40);
-	if (rc == 0)
-		rc = twc_session_check_info(&s, "uv", "mpt");
-	if (rc == 0)
-		rc = twc_session_finish(&s);
-	twc_session_destroy(&s);
-	if (rc != 0)
-		return twc_case_result(env, TWC_FAIL, "after the hostile lane: %s", s.reason);
-	return TWC_PASS;
+	twc_hostile_run r = {
+		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i,s:{s:i}}]}", "transports", "name",
+		                 "uv", "kind", "uv", "priority", 0, "channels", "name", "mpt", "kind",
+		                 "mpt", "priority", 0, "options", "lanes", 2),
+		.urls = NULL, .transport = "uv", .channel = "mpt", .hostile = raw_part,
+		.kind = (int)(intptr_t)c->arg, .shape = shape_one, .seed_base = UINT64_C(11) << 40,
+		.after = "after the hostile lane"};
+	return twc_hostile_then_good(env, &r);
 }
 
 #define LANE_REQ "(4.3.b) A lane listener MUST close a connection whose first frame is not a " \

@@ -13,7 +13,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +20,11 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "case.h"
+#include "hostile.h"
+#include "rawpeer.h"
 #include "session.h"
 #include "suites.h"
 
@@ -80,42 +80,11 @@ static int send_exchange(int sock, const uint8_t *bytes, size_t n, const int *fd
 	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
-/* Reads (and drops) what the IUT sends until it closes the socket or
- * `ms` pass; true when it closed. Descriptors it passes are closed. */
-static bool closed_within(int sock, int ms)
-{
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		struct timespec t;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-		if (left <= 0)
-			return false;
-		struct pollfd p = {sock, POLLIN, 0};
-		if (poll(&p, 1, (int)left) <= 0)
-			continue;
-		uint8_t b[64];
-		union {
-			char buf[CMSG_SPACE(16 * sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		struct iovec iov = {b, sizeof(b)};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-		                    .msg_controllen = sizeof(u.buf)};
-		ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm))
-			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-				for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++)
-					close(((int *)CMSG_DATA(cm))[k]);
-		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-			return true;
-	}
-}
-
 /* The hostile connection: its exchange, then whether the IUT dropped it. */
-static int hostile(const char *url, bad_kind kind, char *why, size_t len)
+static int hostile(twc_session *s, int k, char *why, size_t len)
 {
+	bad_kind kind = (bad_kind)k;
+	const char *url = s->url;
 	const char *name = url + strlen("shm://");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	size_t nl = strlen(name);
@@ -177,7 +146,7 @@ static int hostile(const char *url, bad_kind kind, char *why, size_t len)
 		if (f >= 0)
 			close(f);
 	}
-	if (rc == 0 && !closed_within(sock, 3000)) {
+	if (rc == 0 && twc_raw_wait_closed(sock, 3000) != 1) {
 		snprintf(why, len, "the IUT kept the connection whose exchange was malformed open "
 		                   "for 3 s (2.3.1.b: a protocol error)");
 		rc = -1;
@@ -193,39 +162,14 @@ static int shape_one(int index, twc_agent_msg *m)
 
 static twc_outcome_t run_shm_bootstrap(const twc_case *c, twc_case_env *env)
 {
-	bad_kind kind = (bad_kind)(intptr_t)c->arg;
-	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "shm",
-	                        "kind", "shm", "priority", 0, "channels", "name", "basic", "kind",
-	                        "basic", "priority", 0);
-	json_t *urls = json_pack("[s]", "shm://");
-	twc_session s;
-	int rc = twc_session_start(&s, env->iut_cmd, env->iut_cmd, env->iut_name, env->iut_name,
-	                          env->wait_ms, ctx, urls);
-	json_decref(ctx);
-	json_decref(urls);
-	char why[512] = "";
-	if (rc == 0 && hostile(s.url, kind, why, sizeof(why)) != 0) {
-		twc_session_destroy(&s);
-		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
-		                       why);
-	}
-	/* the listener and the process still serve a well-formed pipe */
-	if (rc == 0)
-		rc = twc_session_connect(&s, NULL);
-	if (rc == 0)
-		rc = twc_session_transfer(&s, true, shape_one, 1, false, UINT64_C(9) << 40);
-	if (rc == 0)
-		rc = twc_session_transfer(&s, false, shape_one, 1, false, UINT64_C(10) << 40);
-	if (rc == 0)
-		rc = twc_session_check_info(&s, "shm", "basic");
-	snprintf(env->transport, sizeof(env->transport), "shm");
-	snprintf(env->channel, sizeof(env->channel), "basic");
-	if (rc == 0)
-		rc = twc_session_finish(&s);
-	twc_session_destroy(&s);
-	if (rc != 0)
-		return twc_case_result(env, TWC_FAIL, "after the hostile exchange: %s", s.reason);
-	return TWC_PASS;
+	twc_hostile_run r = {
+		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "shm",
+		                 "kind", "shm", "priority", 0, "channels", "name", "basic", "kind",
+		                 "basic", "priority", 0),
+		.urls = json_pack("[s]", "shm://"), .transport = "shm", .channel = "basic",
+		.hostile = hostile, .kind = (int)(intptr_t)c->arg, .shape = shape_one,
+		.seed_base = UINT64_C(9) << 40, .after = "after the hostile exchange"};
+	return twc_hostile_then_good(env, &r);
 }
 
 #define SHM_BAD(id_, sec_, what_, req_, kind_)                                                    \

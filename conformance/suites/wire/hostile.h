@@ -1,0 +1,36 @@
+/*
+ * hostile.h - the shape the raw-client wire cases share (shm_bootstrap.c,
+ * mpt_lanes.c, ibv_setup.c): an IUT listens; the harness, as a raw client,
+ * does one hostile thing to it; then the same listener must still serve a
+ * well-formed pipe from a second adapter of the same implementation (one
+ * message each way, every byte checked, both adapters ending cleanly).
+ */
+#ifndef TWC_SUITES_WIRE_HOSTILE_H
+#define TWC_SUITES_WIRE_HOSTILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "case.h"
+#include "session.h"
+
+/* The hostile step, against the IUT of session s (s->url is its listener).
+ * 0, or -1 with why; a why that starts with "harness:" is the harness's own
+ * failure (an ERROR), anything else the IUT's (a FAIL). */
+typedef int (*twc_hostile_fn)(twc_session *s, int kind, char *why, size_t len);
+
+typedef struct twc_hostile_run {
+	json_t *ctx;            /* the adapters' context request (taken over) */
+	json_t *urls;           /* where the IUT listens (taken over; NULL: the default) */
+	const char *transport;  /* what the good pipe must use */
+	const char *channel;
+	twc_hostile_fn hostile;
+	int kind;
+	twc_shape_fn shape;     /* the good pipe's message */
+	uint64_t seed_base;
+	const char *after;      /* "after the hostile set-up" */
+} twc_hostile_run;
+
+twc_outcome_t twc_hostile_then_good(twc_case_env *env, const twc_hostile_run *r);
+
+#endif /* TWC_SUITES_WIRE_HOSTILE_H */
