@@ -101,7 +101,6 @@ struct ib_conn {
 	bool sock_connected;
 	bool connected;
 	tw_conn_opts opts;
-	uint64_t deadline;
 	/* the set-up records */
 	uint8_t rec_out[IBV_RECORD_LEN];
 	size_t out_done;
@@ -1020,7 +1019,6 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 	uv_timer_init(&t->base.loop->uv, &c->timer);
 	c->timer.data = c;
 	if (opts->connect_timeout_ms) {
-		c->deadline = uv_now(&t->base.loop->uv) + opts->connect_timeout_ms;
 		uv_timer_start(&c->timer, ib_on_timer, opts->connect_timeout_ms, 0);
 	}
 	return c;
