@@ -1,0 +1,48 @@
+#!/bin/bash
+# run.sh BIN_DIR OUT_DIR: the CUDA checks for a host with a real GPU and
+# driver (docs/cuda.md). BIN_DIR holds cuda_probe, cuda_test and, in lib/,
+# libtensorwire.so.0 and whatever shared libraries the host lacks (libuv,
+# libxxhash). Writes OUT_DIR/probe.txt, OUT_DIR/ours.log and, when python3
+# has torch, OUT_DIR/stock.log. Exit status: the number of failed checks.
+set -u
+bin=$1 out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fail=0
+{
+  echo "# $(date -u +%FT%TZ) $(uname -r)"
+  nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader 2>&1
+} > "$out/host.txt"
+
+# 1. the probe: what the real driver answers, and does simcuda's expectation hold
+"$bin/cuda_probe" > "$out/probe.txt" 2>&1
+if diff -u "$here/../driver.expect" "$out/probe.txt" > "$out/probe.diff"; then
+  echo "probe: the driver answers as driver.expect says" | tee -a "$out/ours.log"
+else
+  echo "probe: DIFFERS from driver.expect (probe.diff)" | tee -a "$out/ours.log"
+  fail=$((fail + 1))
+fi
+
+# 2. ours: every case of cuda_test per channel, on the real driver
+for ch in cuda_basic cuda_xth; do
+  for c in cuda_to_cuda cpu_to_cuda cuda_to_cpu stream_order many bad_buffer close_mid; do
+    start=$(date +%s%N)
+    TW_TEST_CUDA_CHANNEL=$ch timeout 120 "$bin/cuda_test" "$c" > "$out/case.txt" 2>&1
+    rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    case $rc in
+      0) verdict=PASS ;;
+      77) verdict="SKIP ($(grep -m1 SKIP "$out/case.txt"))" ;;
+      *) verdict="FAIL rc=$rc"; fail=$((fail + 1)) ;;
+    esac
+    printf '%-10s %-13s %s %d ms\n' "$ch" "$c" "$verdict" "$ms" | tee -a "$out/ours.log"
+    sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' >> "$out/ours.log"
+  done
+done
+rm -f "$out/case.txt"
+
+# 3. stock: TensorPipe's own CUDA channels, as PyTorch ships them
+if python3 -c 'import torch' 2>/dev/null; then
+  timeout 400 python3 "$here/stock_rpc.py" > "$out/stock.log" 2>&1 || true
+fi
+exit $fail
