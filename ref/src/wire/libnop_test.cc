@@ -82,6 +82,19 @@ struct XthDescriptor {
 	uint64_t ptr;
 	NOP_STRUCTURE(XthDescriptor, ptr);
 };
+// cuda_xth and cuda_basic (spec/wire.md 4.6.1, 4.6.2), as stock declares them
+struct CudaXthDescriptor {
+	uintptr_t startEvent;
+	uintptr_t srcPtr;
+	int srcDeviceIdx;
+	uintptr_t srcStream;
+	NOP_STRUCTURE(CudaXthDescriptor, startEvent, srcPtr, srcDeviceIdx, srcStream);
+};
+struct CudaBasicDeviceDescriptor {
+	std::string deviceType;
+	std::string descriptor;
+	NOP_STRUCTURE(CudaBasicDeviceDescriptor, deviceType, descriptor);
+};
 
 std::string hex(const Bytes &b)
 {
@@ -586,6 +599,35 @@ struct XthT {
 	static bool eq(const Cpp &a, const Cpp &b) { return a.ptr == b.ptr; }
 };
 
+struct CudaXthT {
+	using C = tw_wire_cuda_xth_descriptor;
+	using Cpp = CudaXthDescriptor;
+	static Cpp to_cpp(const C &c) { return Cpp{c.start_event, c.src_ptr, c.src_device, c.src_stream}; }
+	static C to_c(const Cpp &d)
+	{
+		return C{d.startEvent, d.srcPtr, static_cast<int32_t>(d.srcDeviceIdx), d.srcStream};
+	}
+	static bool eq(const Cpp &a, const Cpp &b)
+	{
+		return a.startEvent == b.startEvent && a.srcPtr == b.srcPtr &&
+		       a.srcDeviceIdx == b.srcDeviceIdx && a.srcStream == b.srcStream;
+	}
+};
+
+struct CudaBasicT {
+	using C = tw_wire_cuda_basic_device;
+	using Cpp = CudaBasicDeviceDescriptor;
+	static Cpp to_cpp(const C &c)
+	{
+		return Cpp{cs(c.device_type), cs(c.cpu_descriptor)};
+	}
+	static C to_c(const Cpp &d) { return C{ws(d.deviceType), ws(d.descriptor)}; }
+	static bool eq(const Cpp &a, const Cpp &b)
+	{
+		return a.deviceType == b.deviceType && a.descriptor == b.descriptor;
+	}
+};
+
 // Our codec, called uniformly.
 #define OUR_CODEC(TRAITS, T)                                                                \
 	void our_encode(const TRAITS::C &v, tw_nop_writer *w) { tw__wire_encode_##T(w, &v); }   \
@@ -603,6 +645,8 @@ OUR_CODEC(ReplyT, descriptor_reply)
 OUR_CODEC(MptT, mpt_packet)
 OUR_CODEC(CmaT, cma_descriptor)
 OUR_CODEC(XthT, xth_descriptor)
+OUR_CODEC(CudaXthT, cuda_xth_descriptor)
+OUR_CODEC(CudaBasicT, cuda_basic_device)
 
 // ---- random values ----
 
@@ -758,6 +802,20 @@ void gen(CmaDescriptor *d)
 void gen(XthDescriptor *d)
 {
 	d->ptr = rnd_u64();
+}
+
+void gen(CudaXthDescriptor *d)
+{
+	d->startEvent = rnd_u64();
+	d->srcPtr = rnd_u64();
+	d->srcDeviceIdx = static_cast<int>(rnd_u64());
+	d->srcStream = rnd_u64();
+}
+
+void gen(CudaBasicDeviceDescriptor *d)
+{
+	d->deviceType = rnd_str();
+	d->descriptor = rnd_str();
 }
 
 // ---- the checks ----
@@ -958,6 +1016,12 @@ void check_reference_vectors()
 	                  "b9 02 81 d2 04 83 00 10 00 00 00 7f 00 00", 200);
 	check_value<XthT>("xth Descriptor", XthDescriptor{0x7f0000001000u},
 	                  "b9 01 83 00 10 00 00 00 7f 00 00", 200);
+	check_value<CudaXthT>("cuda_xth Descriptor",
+	                      CudaXthDescriptor{0x55d0c0a01230u, 0x7f3a00000000u, 1, 0},
+	                      "b9 04 83 30 12 a0 c0 d0 55 00 00 83 00 00 00 00 3a 7f 00 00 01 00", 200);
+	check_value<CudaBasicT>("cuda_basic device descriptor",
+	                        CudaBasicDeviceDescriptor{"cuda", "any"},
+	                        "b9 02 bd 04 63 75 64 61 bd 03 61 6e 79", 200);
 }
 
 
@@ -1005,6 +1069,10 @@ bool vector_check(const std::string &file, const std::string &type, const Bytes 
 		vector_packet<CmaT>(f, b, want_ok, want_consumed);
 	else if (type == "xth-descriptor")
 		vector_packet<XthT>(f, b, want_ok, want_consumed);
+	else if (type == "cuda-xth-descriptor")
+		vector_packet<CudaXthT>(f, b, want_ok, want_consumed);
+	else if (type == "cuda-basic-device")
+		vector_packet<CudaBasicT>(f, b, want_ok, want_consumed);
 	else {
 		// nop-level types: acceptance and length only
 		size_t used = 0;
@@ -1123,6 +1191,8 @@ int main(int argc, char **argv)
 	check_generated<MptT>("mpt Packet", 200);
 	check_generated<CmaT>("cma Descriptor", 100);
 	check_generated<XthT>("xth Descriptor", 100);
+	check_generated<CudaXthT>("cuda_xth Descriptor", 100);
+	check_generated<CudaBasicT>("cuda_basic device descriptor", 100);
 	if (failures) {
 		std::printf("# libnop_test: %d of %d checks failed\n", failures, checks);
 		return 1;

@@ -120,19 +120,26 @@ static tw_status_t tw__dec_member_uint(tw__dec *d, const char *name, unsigned wi
 	return st;
 }
 
+static tw_status_t tw__dec_member_int(tw__dec *d, const char *name, unsigned width,
+                                      int64_t *out)
+{
+	size_t mark = tw__dec_push(d, ".%s", name);
+	tw_status_t st = tw__nop_get_int(&d->r, width, out);
+	if (st == TW_OK)
+		tw__dec_pop(d, mark);
+	return st;
+}
+
 static tw_status_t tw__dec_device(tw__dec *d, tw_wire_device *out)
 {
 	int64_t index = 0;
 	tw_status_t st = tw__nop_get_struct(&d->r, 2);
 	if (st == TW_OK)
 		st = tw__dec_member_str(d, "type", &out->type);
+	if (st == TW_OK)
+		st = tw__dec_member_int(d, "index", 4, &index);
 	if (st != TW_OK)
 		return st;
-	size_t mark = tw__dec_push(d, ".index");
-	st = tw__nop_get_int(&d->r, 4, &index);
-	if (st != TW_OK)
-		return st;
-	tw__dec_pop(d, mark);
 	out->index = (int32_t)index;
 	return TW_OK;
 }
@@ -454,6 +461,20 @@ void tw__wire_xth_descriptor_free(tw_wire_xth_descriptor *v)
 {
 	if (v)
 		memset(v, 0, sizeof(*v));
+}
+
+void tw__wire_cuda_xth_descriptor_free(tw_wire_cuda_xth_descriptor *v)
+{
+	if (v)
+		memset(v, 0, sizeof(*v));
+}
+
+void tw__wire_cuda_basic_device_free(tw_wire_cuda_basic_device *v)
+{
+	if (!v)
+		return;
+	tw__wire_str_free(&v->device_type);
+	tw__wire_str_free(&v->cpu_descriptor);
 }
 
 /* ---- map and array decoders ------------------------------------------------ */
@@ -865,6 +886,34 @@ static tw_status_t tw__dec_xth_descriptor(tw__dec *d, void *out)
 	return st;
 }
 
+static tw_status_t tw__dec_cuda_xth_descriptor(tw__dec *d, void *out)
+{
+	tw_wire_cuda_xth_descriptor *v = out;
+	int64_t dev = 0;
+	tw_status_t st = tw__nop_get_struct(&d->r, 4);
+	if (st == TW_OK)
+		st = tw__dec_member_uint(d, "startEvent", 8, &v->start_event);
+	if (st == TW_OK)
+		st = tw__dec_member_uint(d, "srcPtr", 8, &v->src_ptr);
+	if (st == TW_OK)
+		st = tw__dec_member_int(d, "srcDeviceIdx", 4, &dev);
+	if (st == TW_OK)
+		st = tw__dec_member_uint(d, "srcStream", 8, &v->src_stream);
+	v->src_device = (int32_t)dev;
+	return st;
+}
+
+static tw_status_t tw__dec_cuda_basic_device(tw__dec *d, void *out)
+{
+	tw_wire_cuda_basic_device *v = out;
+	tw_status_t st = tw__nop_get_struct(&d->r, 2);
+	if (st == TW_OK)
+		st = tw__dec_member_str(d, "deviceType", &v->device_type);
+	if (st == TW_OK)
+		st = tw__dec_member_str(d, "descriptor", &v->cpu_descriptor);
+	return st;
+}
+
 /* Runs one body decoder over (bytes, len) into `local` (zeroed by the caller);
  * on failure frees it with `free_fn` and copies the detail out. */
 static tw_status_t tw__decode_run(const void *bytes, size_t len, const char *root,
@@ -921,6 +970,8 @@ TW__DEFINE_DECODE(descriptor_reply, "DescriptorReply")
 TW__DEFINE_DECODE(mpt_packet, "MptPacket")
 TW__DEFINE_DECODE(cma_descriptor, "CmaDescriptor")
 TW__DEFINE_DECODE(xth_descriptor, "XthDescriptor")
+TW__DEFINE_DECODE(cuda_xth_descriptor, "CudaXthDescriptor")
+TW__DEFINE_DECODE(cuda_basic_device, "CudaBasicDeviceDescriptor")
 
 /* ---- encoders ---------------------------------------------------------------- */
 
@@ -1081,4 +1132,20 @@ void tw__wire_encode_xth_descriptor(tw_nop_writer *w, const tw_wire_xth_descript
 {
 	tw__nop_put_struct(w, 1);
 	tw__nop_put_uint(w, v->ptr);
+}
+
+void tw__wire_encode_cuda_xth_descriptor(tw_nop_writer *w, const tw_wire_cuda_xth_descriptor *v)
+{
+	tw__nop_put_struct(w, 4);
+	tw__nop_put_uint(w, v->start_event);
+	tw__nop_put_uint(w, v->src_ptr);
+	tw__nop_put_int(w, v->src_device);
+	tw__nop_put_uint(w, v->src_stream);
+}
+
+void tw__wire_encode_cuda_basic_device(tw_nop_writer *w, const tw_wire_cuda_basic_device *v)
+{
+	tw__nop_put_struct(w, 2);
+	tw__enc_str(w, &v->device_type);
+	tw__enc_str(w, &v->cpu_descriptor);
 }

@@ -144,6 +144,18 @@ typedef struct tw_wire_cma_descriptor {
 typedef struct tw_wire_xth_descriptor {
 	uint64_t ptr;
 } tw_wire_xth_descriptor;
+/* cuda_xth Descriptor (spec 4.6.1): raw handles of the sending process */
+typedef struct tw_wire_cuda_xth_descriptor {
+	uint64_t start_event;
+	uint64_t src_ptr;
+	int32_t src_device;
+	uint64_t src_stream;
+} tw_wire_cuda_xth_descriptor;
+/* cuda_basic device descriptor (spec 4.6.2), carried inside the string */
+typedef struct tw_wire_cuda_basic_device {
+	tw_wire_str device_type;
+	tw_wire_str cpu_descriptor;
+} tw_wire_cuda_basic_device;
 
 /* ---- functions: one encoder, decoder and free per type ---- */
 #define TW_WIRE_DECLARE(T)                                                            \
@@ -161,6 +173,8 @@ TW_WIRE_DECLARE(descriptor_reply);
 TW_WIRE_DECLARE(mpt_packet);
 TW_WIRE_DECLARE(cma_descriptor);
 TW_WIRE_DECLARE(xth_descriptor);
+TW_WIRE_DECLARE(cuda_xth_descriptor);
+TW_WIRE_DECLARE(cuda_basic_device);
 
 /* Helpers for building values to encode (copying; TW_ERR_NOMEM on failure). */
 TW_NODISCARD tw_status_t tw__wire_str_set(tw_wire_str *dst, const void *s, size_t n);
