@@ -105,7 +105,7 @@ static void good_client_round(void)
 	tu_fill_at(pay, sizeof(pay), 11);
 	tu_fill_at(ten, sizeof(ten), 12);
 	tw_payload p = { pay, sizeof(pay), NULL, 0 };
-	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), "m", 1 };
+	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), "m", 1, NULL };
 	tw_message m = { "hi", 2, 1, &p, 1, &t };
 	box wr;
 	box_init(&wr);
@@ -118,7 +118,7 @@ static void good_client_round(void)
 	CHECK(d.desc->num_payloads == 1 && d.desc->num_tensors == 1);
 	uint8_t rpay[100], rten[3000];
 	void *pays[1] = { rpay };
-	tw_tensor_allocation ta = { rten, tw_device_cpu() };
+	tw_tensor_allocation ta = { rten, tw_device_cpu(), NULL };
 	tw_allocation a = { 1, pays, 1, &ta };
 	box rd;
 	box_init(&rd);
@@ -385,7 +385,7 @@ static void case_tensor_length(void)
 	raw_send_frame(rp.basic, "0123456789abcdefX", 17); /* the descriptor said 16 */
 	expect_box(&d, TW_OK, "");
 	uint8_t buf[16];
-	tw_tensor_allocation ta = { buf, tw_device_cpu() };
+	tw_tensor_allocation ta = { buf, tw_device_cpu(), NULL };
 	tw_allocation a = { 0, NULL, 1, &ta };
 	box rd;
 	box_init(&rd);
@@ -401,7 +401,7 @@ static void case_bad_reply(void)
 	/* Our server sends a tensor without a target device: it waits for a
 	 * DescriptorReply on R, and gets garbage. */
 	uint8_t ten[32] = { 0 };
-	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0 };
+	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL };
 	tw_message m = { NULL, 0, 0, NULL, 1, &t };
 	box wr;
 	box_init(&wr);

@@ -96,7 +96,7 @@ static void out_msg_make(out_msg *o, uint64_t seed, bool targeted)
 	tu_fill_at(o->pay, PAY_LEN, seed);
 	tu_fill_at(o->ten, TEN_LEN, seed + 1);
 	o->p = (tw_payload){ o->pay, PAY_LEN, NULL, 0 };
-	o->t = (tw_tensor){ o->ten, TEN_LEN, tw_device_cpu(), targeted, tw_device_cpu(), NULL, 0 };
+	o->t = (tw_tensor){ o->ten, TEN_LEN, tw_device_cpu(), targeted, tw_device_cpu(), NULL, 0, NULL };
 	o->m = (tw_message){ o->meta, sizeof(o->meta), 1, &o->p, 1, &o->t };
 }
 
@@ -118,7 +118,7 @@ static void read_msg(tw_pipe *p, uint64_t seed)
 	CHECK(m->num_payloads == 1 && m->payloads[0].length == PAY_LEN);
 	CHECK(m->num_tensors == 1 && m->tensors[0].length == TEN_LEN);
 	void *pay = malloc(PAY_LEN);
-	tw_tensor_allocation ta = { malloc(TEN_LEN), tw_device_cpu() };
+	tw_tensor_allocation ta = { malloc(TEN_LEN), tw_device_cpu(), NULL };
 	CHECK(pay && ta.data);
 	tw_allocation a = { 1, &pay, 1, &ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));

@@ -76,7 +76,7 @@ static int scenario(void)
 	if (tw_pipe_on_established(cp, tu_on_status, &est) == TW_OK)
 		armed_est = true;
 	tw_payload p = { pay, sizeof(pay), NULL, 0 };
-	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0 };
+	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL };
 	tw_message m = { "m", 1, 1, &p, 1, &t };
 	if (tw_pipe_write(cp, &m, tu_on_status, &w) != TW_OK)
 		goto out; /* no message: nothing more to wait for */
@@ -90,7 +90,7 @@ static int scenario(void)
 	if (!wait_unless_failed(&d, &est, &w))
 		goto out;
 	void *pays[1] = { rpay };
-	tw_tensor_allocation ta = { rten, tw_device_cpu() };
+	tw_tensor_allocation ta = { rten, tw_device_cpu(), NULL };
 	tw_allocation a = { 1, pays, 1, &ta };
 	if (tw_pipe_read(acc.pipe, &a, tu_on_status, &r) != TW_OK)
 		goto out;

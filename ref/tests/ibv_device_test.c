@@ -59,7 +59,7 @@ static void send_big(tw_pipe *from, tw_pipe *to, uint8_t seed)
 	CHECK_OK(tw_pipe_read_descriptor(to, tu_on_desc, &d));
 	tu_expect(&d, TW_OK, NULL);
 	CHECK(d.desc->num_tensors == 1 && d.desc->tensors[0].length == BIG);
-	tw_tensor_allocation ta = { in, tw_device_cpu() };
+	tw_tensor_allocation ta = { in, tw_device_cpu(), NULL };
 	tw_allocation a = { 0, NULL, 1, &ta };
 	CHECK_OK(tw_pipe_read(to, &a, tu_on_status, &r));
 	tu_expect(&r, TW_OK, NULL);

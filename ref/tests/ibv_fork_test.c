@@ -145,7 +145,7 @@ static void case_stream(void)
 		}
 		if (d.status != TW_OK || d.desc->num_tensors != 1)
 			hazard(i, "read_descriptor", d.status, d.detail);
-		tw_tensor_allocation ta = { in, tw_device_cpu() };
+		tw_tensor_allocation ta = { in, tw_device_cpu(), NULL };
 		tw_allocation a = { 0, NULL, 1, &ta };
 		CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
 		if (!tu_wait_for(&r.w, 1, 20000) || !tu_wait_for(&w.w, 1, 20000)) {

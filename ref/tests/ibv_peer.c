@@ -59,7 +59,7 @@ static void receive(tw_pipe *p, msg_in *m)
 	m->tensor = malloc(m->tlen ? m->tlen : 1);
 	CHECK(m->payload && m->tensor);
 	void *pb[1] = { m->payload };
-	tw_tensor_allocation ta = { m->tensor, tw_device_cpu() };
+	tw_tensor_allocation ta = { m->tensor, tw_device_cpu(), NULL };
 	tw_allocation a = { 1, pb, 1, &ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	tu_wait(&r.w, 1);

@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 	tu_pair p = { 0 };
 	tu_pair_open(&p, NULL);
 	tw_payload pay = { src, len, NULL, 0 };
-	tw_tensor ten = { src, len, tw_device_cpu(), false, tw_device_cpu(), NULL, 0 };
+	tw_tensor ten = { src, len, tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL };
 	tw_message m = { "big", 3, tensor ? 0 : 1, &pay, tensor ? 1 : 0, &ten };
 	tu_rec w, d, r;
 	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 	else
 		CHECK(d.desc->num_payloads == 1 && d.desc->payloads[0].length == len);
 	void *pays[1] = { dst };
-	tw_tensor_allocation ta = { dst, tw_device_cpu() };
+	tw_tensor_allocation ta = { dst, tw_device_cpu(), NULL };
 	tw_allocation a = { tensor ? 0 : 1, pays, tensor ? 1 : 0, &ta };
 	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
 	tu_expect(&r, TW_OK, NULL);

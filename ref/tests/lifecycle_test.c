@@ -29,7 +29,7 @@ static void destroy_pair(tu_pair *p)
 /* A message whose write cannot complete while the peer does not read: a
  * tensor without a target device needs the peer's DescriptorReply. */
 static uint8_t small[64];
-static tw_tensor untargeted_tensor = { small, sizeof(small), { "cpu", 0 }, false, { "cpu", 0 }, NULL, 0 };
+static tw_tensor untargeted_tensor = { small, sizeof(small), { "cpu", 0 }, false, { "cpu", 0 }, NULL, 0, NULL };
 static const tw_message waits_for_reply = { NULL, 0, 0, NULL, 1, &untargeted_tensor };
 
 static void case_close_pending(void)
@@ -40,7 +40,7 @@ static void case_close_pending(void)
 	size_t big_len = (size_t)64 << 20;
 	uint8_t *big = calloc(1, big_len);
 	CHECK(big);
-	tw_tensor bt = { big, big_len, tw_device_cpu(), true, tw_device_cpu(), NULL, 0 };
+	tw_tensor bt = { big, big_len, tw_device_cpu(), true, tw_device_cpu(), NULL, 0, NULL };
 	tw_message bm = { NULL, 0, 0, NULL, 1, &bt };
 	tu_rec d1, d2, w1, w2, w3, after_w, after_d, est;
 	tu_rec_init(&d1), tu_rec_init(&d2), tu_rec_init(&w1), tu_rec_init(&w2);
@@ -344,7 +344,7 @@ static void *mt_writer(void *arg)
 	for (int i = 0; i < MT_PER_THREAD; i++) {
 		uint32_t v = (uint32_t)(a->index * MT_PER_THREAD + i);
 		tw_payload pay = { &v, sizeof(v), NULL, 0 };
-		tw_tensor t = { &v, sizeof(v), tw_device_cpu(), i % 2 == 0, tw_device_cpu(), NULL, 0 };
+		tw_tensor t = { &v, sizeof(v), tw_device_cpu(), i % 2 == 0, tw_device_cpu(), NULL, 0, NULL };
 		tw_message m = { NULL, 0, 1, &pay, 1, &t };
 		CHECK_OK(tw_pipe_write(a->pipe, &m, mt_on_write, a->done));
 		/* The buffers must outlive the write: wait for this one. */
@@ -381,7 +381,7 @@ static void mt_on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_
 	mt_reader *r = arg;
 	CHECK(st == TW_OK && d->num_payloads == 1 && d->num_tensors == 1);
 	void *pays[1] = { &r->pay };
-	tw_tensor_allocation ta = { &r->ten, tw_device_cpu() };
+	tw_tensor_allocation ta = { &r->ten, tw_device_cpu(), NULL };
 	tw_allocation a = { 1, pays, 1, &ta };
 	CHECK_OK(tw_pipe_read(p, &a, mt_on_read, r));
 }

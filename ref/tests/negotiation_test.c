@@ -31,8 +31,8 @@ static void roundtrip(tw_pipe *from, tw_pipe *to)
 	tu_fill_at(t1, sizeof(t1), 3);
 	tw_payload p = { pay, sizeof(pay), NULL, 0 };
 	tw_tensor t[2] = {
-		{ t0, sizeof(t0), tw_device_cpu(), true, tw_device_cpu(), NULL, 0 },
-		{ t1, sizeof(t1), tw_device_cpu(), false, tw_device_cpu(), NULL, 0 },
+		{ t0, sizeof(t0), tw_device_cpu(), true, tw_device_cpu(), NULL, 0, NULL },
+		{ t1, sizeof(t1), tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL },
 	};
 	tw_message m = { "x", 1, 1, &p, 2, t };
 	tu_rec w, d, r;
@@ -42,7 +42,7 @@ static void roundtrip(tw_pipe *from, tw_pipe *to)
 	tu_expect(&d, TW_OK, NULL);
 	uint8_t rp[500], r0[7000], r1[300];
 	void *pays[1] = { rp };
-	tw_tensor_allocation ta[2] = { { r0, tw_device_cpu() }, { r1, tw_device_cpu() } };
+	tw_tensor_allocation ta[2] = { { r0, tw_device_cpu(), NULL }, { r1, tw_device_cpu(), NULL } };
 	tw_allocation a = { 1, pays, 2, ta };
 	CHECK_OK(tw_pipe_read(to, &a, tu_on_status, &r));
 	tu_expect(&r, TW_OK, NULL);
@@ -169,7 +169,7 @@ static void case_no_common_channel(void)
 	CHECK_STATUS(tw_pipe_channel_for(p.c, &cpu, &cpu, ch, sizeof(ch)), TW_ERR_UNSUPPORTED);
 
 	uint8_t t0[16] = { 0 }, pay[4] = { 1, 2, 3, 4 };
-	tw_tensor t = { t0, sizeof(t0), tw_device_cpu(), true, tw_device_cpu(), NULL, 0 };
+	tw_tensor t = { t0, sizeof(t0), tw_device_cpu(), true, tw_device_cpu(), NULL, 0, NULL };
 	tw_message with_tensor = { NULL, 0, 0, NULL, 1, &t };
 	tw_payload pp = { pay, sizeof(pay), NULL, 0 };
 	tw_message plain = { "m", 1, 1, &pp, 0, NULL };

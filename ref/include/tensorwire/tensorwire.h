@@ -128,6 +128,10 @@ typedef struct tw_tensor {
 	tw_device target_device;
 	const void *metadata;
 	size_t metadata_length;
+	/* cuda:N sources only: the CUstream the data is ready on (NULL: the
+	 * legacy default stream). The channel reads the buffer only after the
+	 * work queued on it before tw_pipe_write() returned. */
+	void *cuda_stream;
 } tw_tensor;
 
 /* A message. For tw_pipe_write() it describes what to send; in a
@@ -146,6 +150,10 @@ typedef struct tw_message {
 typedef struct tw_tensor_allocation {
 	void *data;
 	tw_device device;
+	/* cuda:N only: the CUstream whose queued work must finish before the
+	 * channel overwrites `data` (NULL: the legacy default stream). The read
+	 * callback runs once the bytes are in `data`, on every device. */
+	void *cuda_stream;
 } tw_tensor_allocation;
 
 /* The receiver's buffers for one message: counts must equal the descriptor's;

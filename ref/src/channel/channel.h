@@ -52,6 +52,7 @@ typedef struct tw_buffer {
 	void *ptr;
 	uint64_t len;
 	tw_device device;
+	void *cuda_stream; /* cuda:N: see tw_tensor.cuda_stream */
 } tw_buffer;
 
 typedef void (*tw_channel_cb)(tw_channel *ch, tw_status_t status, const char *detail, void *arg);

@@ -308,7 +308,8 @@ static void tw__pipe_do_read(void *arg)
 		if (t->length == 0)
 			continue;
 		const tw_pipe_pair *pp = tw__pipe_find_pair(p, &m->ten_allocs[i].device, &t->source_device);
-		tw_buffer b = { m->ten_allocs[i].data, t->length, m->ten_allocs[i].device };
+		tw_buffer b = { m->ten_allocs[i].data, t->length, m->ten_allocs[i].device,
+		                m->ten_allocs[i].cuda_stream };
 		tw_channel *ch = p->chans[pp->chan].ch;
 		st = ch->ops->recv(ch, &b, tw__pipe_on_tensor_received, m);
 		if (st == TW_OK) {

@@ -377,7 +377,7 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 			              tw__device_str(&t->source_device, db2, sizeof(db2)));
 			return TW_ERR_PROTO;
 		}
-		tw_buffer b = { t->data, t->length, t->source_device };
+		tw_buffer b = { t->data, t->length, t->source_device, t->cuda_stream };
 		tw_channel *ch = p->chans[pp->chan].ch;
 		all_acked = all_acked && ch->ops->acked_by_peer;
 		m->peer_acked = all_acked;
