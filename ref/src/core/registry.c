@@ -7,6 +7,7 @@
 
 #include "channel/basic/basic.h"
 #include "channel/cma/cma.h"
+#include "channel/cuda/cuda.h"
 #include "channel/mpt/mpt.h"
 #include "core/core.h"
 #include "transport/ibv/ibv.h"
@@ -25,6 +26,8 @@ const tw_channel_ops *const tw__channel_kinds[] = {
 	&tw__cma_channel_ops,
 	&tw__mpt_channel_ops,
 	&tw__xth_channel_ops,
+	&tw__cuda_basic_channel_ops,
+	&tw__cuda_xth_channel_ops,
 	NULL,
 };
 

@@ -1,0 +1,698 @@
+/*
+ * cuda_basic.c - the cuda_basic channel (spec/wire.md 4.6.2): CUDA tensors
+ * staged through pinned host memory over a CPU channel it wraps (basic, as
+ * PyTorch registers it). Serves cpu:0 and every cuda:N; never a cpu-cpu
+ * pair. Connections: the wrapped channel's first, then one control
+ * connection of its own.
+ *
+ * Per tensor: chunks of TW_CUDA_BASIC_CHUNK bytes (the last one shorter), in
+ * order across tensors; per chunk the sender writes an empty frame on the
+ * control connection ("ready to send") and then sends the chunk on the CPU
+ * channel; the receiver reads the ready-to-send before it posts the CPU
+ * receive of that chunk. A zero-length tensor sends nothing.
+ *
+ * Staging: per context two pools (send, receive) of TW_CUDA_BASIC_SLOTS
+ * pinned slots of one chunk each, taken in chunk order. A device chunk is
+ * copied into a slot on the context's stream once the tensor's stream got
+ * there, sent, and the slot freed; a received chunk lands in a slot and is
+ * copied to the device. Host chunks go straight from or into the buffer.
+ *
+ * Where stock's callbacks come early, ours do not: a send calls back once
+ * every chunk went through the CPU channel (stock: when the last device to
+ * host copy finished), a receive once every chunk is in the device buffer
+ * (stock: when the last copy was queued). A failure of either connection
+ * or copy fails the channel; a copy already queued runs to its end before
+ * its operation calls back, since the driver cannot take it back.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "channel/basic/basic.h"
+#include "channel/cuda/cuda.h"
+#include "channel/cuda/cuda_common.h"
+#include "platform/error.h"
+#include "platform/options.h"
+#include "platform/platform.h"
+#include "wire/nop.h"
+#include "wire/packets.h"
+
+#define TW_CUDA_BASIC_CHUNK ((uint64_t)1 << 20)
+#define TW_CUDA_BASIC_SLOTS 16
+
+typedef struct cb_channel cb_channel;
+
+typedef struct cb_pool {
+	char *mem; /* TW_CUDA_BASIC_SLOTS chunks, pinned, made on first use */
+	bool used[TW_CUDA_BASIC_SLOTS];
+} cb_pool;
+
+typedef struct cb_ctx {
+	tw_cuda_ctx cc;
+	tw_channel_ctx *cpu; /* the wrapped basic context, private */
+	cb_pool pools[2];    /* [0] send, [1] receive */
+	cb_channel *chans;   /* open channels: woken when a slot frees */
+} cb_ctx;
+
+/* one tensor */
+typedef struct cb_op {
+	cb_channel *ch;
+	tw_channel_cb cb;
+	void *arg;
+	unsigned chunks_left;
+	tw_status_t status;
+	char detail[TW_DETAIL_MAX];
+	tw_deferred dfr;
+} cb_op;
+
+enum cb_state {
+	CB_WAIT,      /* send: slot and ready-to-send; recv: ready-to-send read posted */
+	CB_GOT_RTS,   /* recv: the ready-to-send arrived */
+	CB_COPYING,   /* a copy to or from the slot is queued */
+	CB_READY,     /* send: bytes in the slot (or a host buffer), CPU send next */
+	CB_MOVING,    /* a CPU channel operation is under way */
+	CB_DONE,
+};
+
+typedef struct cb_chunk {
+	cb_op *op;
+	char *ptr; /* the user's buffer at this chunk */
+	uint64_t n;
+	int dev;   /* -1: host memory */
+	void *stream;
+	int which; /* 0 send, 1 receive */
+	enum cb_state state;
+	bool rts_posted; /* receive: its ready-to-send read was queued */
+	bool rts_wait;   /* ... and has not called back yet */
+	int slot;  /* -1: none */
+	tw_cuda_done done;
+	struct cb_chunk *next;
+} cb_chunk;
+
+struct cb_channel {
+	tw_channel base;
+	cb_ctx *ctx;
+	tw_channel *cpu;
+	tw_conn *ctl;
+	unsigned refs;
+	tw_status_t failed;
+	char fail_detail[TW_DETAIL_MAX];
+	cb_chunk *q[2]; /* [0] sends, [1] receives: chunks in order */
+	bool pump_queued;
+	tw_deferred pump_dfr;
+	cb_channel *next_open, *prev_open;
+	bool open;
+};
+
+static void cb_pump(cb_channel *ch);
+
+static void cb_unref(cb_channel *ch)
+{
+	if (--ch->refs == 0)
+		tw__free(ch);
+}
+
+static void cb_pump_deferred(void *arg)
+{
+	cb_channel *ch = arg;
+	ch->pump_queued = false;
+	cb_pump(ch);
+	cb_unref(ch);
+}
+
+static void cb_schedule(cb_channel *ch)
+{
+	if (ch->pump_queued)
+		return;
+	ch->pump_queued = true;
+	ch->refs++;
+	tw__loop_defer(ch->ctx->cc.base.env->loop, &ch->pump_dfr, cb_pump_deferred, ch);
+}
+
+static void cb_fail(cb_channel *ch, tw_status_t st, const char *detail)
+{
+	if (ch->failed != TW_OK)
+		return;
+	ch->failed = st;
+	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "cuda_basic channel: %s", detail);
+	cb_schedule(ch);
+}
+
+/* ---- slots ------------------------------------------------------------------------- */
+
+static int cb_slot_get(cb_ctx *c, int which, int dev, tw_status_t *st, char *detail,
+                       size_t detail_len)
+{
+	cb_pool *p = &c->pools[which];
+	*st = TW_OK;
+	if (!p->mem) {
+		/* pinned memory is the driver's: any device's context may make it */
+		*st = tw__cuda_use_device(c->cc.cu, dev < 0 ? 0 : dev, detail, detail_len);
+		if (*st != TW_OK)
+			return -1;
+		void *m = NULL;
+		CUresult r = c->cc.cu->cuMemAllocHost_v2(&m, TW_CUDA_BASIC_SLOTS * TW_CUDA_BASIC_CHUNK);
+		if (r != TW_CUDA_SUCCESS) {
+			char eb[160];
+			tw__detail(detail, detail_len, "cuMemAllocHost of %llu bytes of staging: %s",
+			           (unsigned long long)(TW_CUDA_BASIC_SLOTS * TW_CUDA_BASIC_CHUNK),
+			           tw__cuda_strerror(c->cc.cu, r, eb, sizeof(eb)));
+			*st = TW_ERR_NOMEM;
+			return -1;
+		}
+		p->mem = m;
+	}
+	for (int i = 0; i < TW_CUDA_BASIC_SLOTS; i++)
+		if (!p->used[i]) {
+			p->used[i] = true;
+			return i;
+		}
+	return -1;
+}
+
+static char *cb_slot_mem(cb_ctx *c, int which, int slot)
+{
+	return c->pools[which].mem + (uint64_t)slot * TW_CUDA_BASIC_CHUNK;
+}
+
+static void cb_slot_put(cb_ctx *c, int which, int slot)
+{
+	c->pools[which].used[slot] = false;
+	for (cb_channel *o = c->chans; o; o = o->next_open)
+		cb_schedule(o);
+}
+
+/* ---- operations ------------------------------------------------------------------------ */
+
+static void cb_op_call(void *arg)
+{
+	cb_op *op = arg;
+	cb_channel *ch = op->ch;
+	op->cb(&ch->base, op->status, op->status == TW_OK ? "" : op->detail, op->arg);
+	tw__free(op);
+	cb_unref(ch);
+}
+
+/* A chunk is over (whatever its outcome): unlinked by the pump. */
+static void cb_chunk_end(cb_chunk *k, int which, tw_status_t st, const char *detail)
+{
+	cb_op *op = k->op;
+	cb_channel *ch = op->ch;
+	if (k->slot >= 0) {
+		cb_slot_put(ch->ctx, which, k->slot);
+		k->slot = -1;
+	}
+	k->state = CB_DONE;
+	if (st != TW_OK && op->status == TW_OK) {
+		op->status = st;
+		tw__detail(op->detail, sizeof(op->detail), "%s", detail);
+	}
+	if (--op->chunks_left == 0)
+		cb_op_call(op);
+}
+
+static void cb_on_copied(void *arg)
+{
+	cb_chunk *k = arg;
+	cb_channel *ch = k->op->ch;
+	if (k->which == 1) {
+		/* a receive's bytes are in the device buffer */
+		cb_chunk_end(k, 1, TW_OK, "");
+	} else if (ch->failed != TW_OK) {
+		cb_chunk_end(k, 0, ch->failed, ch->fail_detail);
+	} else {
+		k->state = CB_READY;
+	}
+	cb_schedule(ch);
+	cb_unref(ch);
+}
+
+static void cb_on_moved(tw_channel *cpu, tw_status_t st, const char *detail, void *arg)
+{
+	cb_chunk *k = arg;
+	cb_channel *ch = k->op->ch;
+	if (st != TW_OK) {
+		cb_fail(ch, st, detail);
+		cb_chunk_end(k, k->which, st, ch->fail_detail);
+	} else if (k->which == 0 || k->dev < 0) {
+		cb_chunk_end(k, k->which, TW_OK, "");
+	} else if (ch->failed != TW_OK) {
+		cb_chunk_end(k, 1, ch->failed, ch->fail_detail);
+	} else {
+		/* received into a slot: on to the device */
+		char d[TW_DETAIL_MAX];
+		k->state = CB_COPYING;
+		k->done.fn = cb_on_copied;
+		k->done.arg = k;
+		tw_status_t cst = tw__cuda_copy(&ch->ctx->cc, k->dev, k->ptr,
+		                                cb_slot_mem(ch->ctx, 1, k->slot), k->n, k->stream, NULL,
+		                                &k->done, d, sizeof(d));
+		if (cst == TW_OK) {
+			ch->refs++;
+		} else {
+			cb_fail(ch, cst, d);
+			cb_chunk_end(k, 1, cst, ch->fail_detail);
+		}
+	}
+	cb_schedule(ch);
+	cb_unref(ch);
+}
+
+static void cb_on_rts_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
+{
+	cb_channel *ch = arg;
+	if (st != TW_OK)
+		cb_fail(ch, st, detail);
+	cb_unref(ch);
+}
+
+static void cb_on_rts(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
+                      void *arg)
+{
+	cb_chunk *k = arg;
+	cb_channel *ch = k->op->ch;
+	k->rts_wait = false;
+	if (st != TW_OK)
+		cb_fail(ch, st, detail);
+	else if (k->state == CB_WAIT)
+		k->state = CB_GOT_RTS;
+	cb_schedule(ch);
+	cb_unref(ch);
+}
+
+/* ---- the pump: moves every chunk as far as it can, in order ---------------------------- */
+
+static void cb_pump_sends(cb_channel *ch)
+{
+	cb_ctx *c = ch->ctx;
+	bool may_send = true; /* CPU sends go out in chunk order */
+	for (cb_chunk *k = ch->q[0]; k; k = k->next) {
+		char d[TW_DETAIL_MAX];
+		tw_status_t st = TW_OK;
+		if (k->state == CB_WAIT) {
+			if (k->dev >= 0) {
+				k->slot = cb_slot_get(c, 0, k->dev, &st, d, sizeof(d));
+				if (st != TW_OK) {
+					cb_fail(ch, st, d);
+					return;
+				}
+				if (k->slot < 0)
+					break; /* later chunks wait for this one's slot */
+			}
+			tw_iov none = { NULL, 0 };
+			if (ch->ctl->ops->write(ch->ctl, &none, 1, 0, cb_on_rts_written, ch) != TW_OK) {
+				cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send");
+				return;
+			}
+			ch->refs++;
+			if (k->dev >= 0) {
+				k->state = CB_COPYING;
+				k->done.fn = cb_on_copied;
+				k->done.arg = k;
+				st = tw__cuda_copy(&c->cc, k->dev, cb_slot_mem(c, 0, k->slot), k->ptr, k->n,
+				                   k->stream, NULL, &k->done, d, sizeof(d));
+				if (st != TW_OK) {
+					k->state = CB_WAIT;
+					cb_fail(ch, st, d);
+					return;
+				}
+				ch->refs++;
+			} else {
+				k->state = CB_READY;
+			}
+		}
+		if (k->state == CB_READY && may_send) {
+			tw_buffer b = { k->dev >= 0 ? cb_slot_mem(c, 0, k->slot) : k->ptr, k->n,
+				            tw_device_cpu(), NULL };
+			if (ch->cpu->ops->send(ch->cpu, &b, cb_on_moved, k) != TW_OK) {
+				cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a chunk");
+				return;
+			}
+			ch->refs++;
+			k->state = CB_MOVING;
+		}
+		if (k->state < CB_MOVING)
+			may_send = false;
+	}
+}
+
+static void cb_pump_recvs(cb_channel *ch)
+{
+	cb_ctx *c = ch->ctx;
+	bool may_recv = true; /* CPU receives are posted in chunk order */
+	for (cb_chunk *k = ch->q[1]; k; k = k->next) {
+		char d[TW_DETAIL_MAX];
+		tw_status_t st = TW_OK;
+		if (!k->rts_posted) {
+			if (ch->ctl->ops->read_into(ch->ctl, NULL, 0, cb_on_rts, k) != TW_OK) {
+				cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send read");
+				return;
+			}
+			ch->refs++;
+			k->rts_posted = true;
+			k->rts_wait = true;
+		}
+		if (k->state == CB_GOT_RTS && may_recv) {
+			if (k->dev >= 0) {
+				k->slot = cb_slot_get(c, 1, k->dev, &st, d, sizeof(d));
+				if (st != TW_OK) {
+					cb_fail(ch, st, d);
+					return;
+				}
+			}
+			if (k->dev < 0 || k->slot >= 0) {
+				tw_buffer b = { k->dev >= 0 ? cb_slot_mem(c, 1, k->slot) : k->ptr, k->n,
+					            tw_device_cpu(), NULL };
+				if (ch->cpu->ops->recv(ch->cpu, &b, cb_on_moved, k) != TW_OK) {
+					cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a chunk");
+					return;
+				}
+				ch->refs++;
+				k->state = CB_MOVING;
+			}
+		}
+		if (k->state < CB_MOVING)
+			may_recv = false;
+	}
+}
+
+/* Unlinks finished chunks; on failure ends every chunk nothing is under way
+ * for (the others end when their copy or CPU operation calls back). */
+static void cb_sweep(cb_channel *ch, int which)
+{
+	for (cb_chunk **pp = &ch->q[which]; *pp;) {
+		cb_chunk *k = *pp;
+		/* nothing under way for it: no copy, CPU operation or read to wait for */
+		bool idle = !k->rts_wait && (k->state == CB_WAIT || k->state == CB_GOT_RTS ||
+		                             k->state == CB_READY);
+		if (ch->failed != TW_OK && idle)
+			cb_chunk_end(k, which, ch->failed, ch->fail_detail);
+		if (k->state == CB_DONE) {
+			*pp = k->next;
+			tw__free(k);
+		} else {
+			pp = &k->next;
+		}
+	}
+}
+
+static void cb_pump(cb_channel *ch)
+{
+	ch->refs++;
+	if (ch->failed == TW_OK && ch->open)
+		cb_pump_sends(ch);
+	if (ch->failed == TW_OK && ch->open)
+		cb_pump_recvs(ch);
+	if (ch->failed != TW_OK) {
+		/* the first failure closes the connections: what waits on them ends */
+		if (ch->ctl) {
+			ch->ctl->ops->close(ch->ctl);
+			ch->ctl = NULL;
+		}
+		if (ch->cpu) {
+			ch->cpu->ops->close(ch->cpu);
+			ch->cpu = NULL;
+		}
+	}
+	cb_sweep(ch, 0);
+	cb_sweep(ch, 1);
+	cb_unref(ch);
+}
+
+static tw_status_t cb_queue(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg,
+                            int which)
+{
+	cb_channel *ch = (cb_channel *)base;
+	cb_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->ch = ch;
+	op->cb = cb;
+	op->arg = arg;
+	bool cuda = strcmp(buf->device.type, "cuda") == 0;
+	if (ch->failed == TW_OK && cuda) {
+		op->status = tw__cuda_check_buffer(&ch->ctx->cc, which ? "receive" : "send", buf,
+		                                   op->detail, sizeof(op->detail));
+	} else if (ch->failed != TW_OK) {
+		op->status = ch->failed;
+		tw__detail(op->detail, sizeof(op->detail), "%s", ch->fail_detail);
+	}
+	uint64_t nchunks = (buf->len + TW_CUDA_BASIC_CHUNK - 1) / TW_CUDA_BASIC_CHUNK;
+	if (op->status != TW_OK || nchunks == 0) {
+		/* nothing on the wire (spec 4.1), or refused: called back later */
+		ch->refs++;
+		tw__loop_defer(ch->ctx->cc.base.env->loop, &op->dfr, cb_op_call, op);
+		return TW_OK;
+	}
+	cb_chunk *first = NULL, **tail = &first;
+	for (uint64_t i = 0; i < nchunks; i++) {
+		cb_chunk *k = tw__calloc(1, sizeof(*k));
+		if (!k) {
+			while (first) {
+				cb_chunk *n = first->next;
+				tw__free(first);
+				first = n;
+			}
+			tw__free(op);
+			return TW_ERR_NOMEM;
+		}
+		uint64_t off = i * TW_CUDA_BASIC_CHUNK;
+		k->op = op;
+		k->which = which;
+		k->ptr = (char *)buf->ptr + off;
+		k->n = buf->len - off < TW_CUDA_BASIC_CHUNK ? buf->len - off : TW_CUDA_BASIC_CHUNK;
+		k->dev = cuda ? buf->device.index : -1;
+		k->stream = buf->cuda_stream;
+		k->slot = -1;
+		*tail = k;
+		tail = &k->next;
+	}
+	op->chunks_left = (unsigned)nchunks;
+	ch->refs++; /* the operation */
+	cb_chunk **end = &ch->q[which];
+	while (*end)
+		end = &(*end)->next;
+	*end = first;
+	cb_schedule(ch);
+	return TW_OK;
+}
+
+static tw_status_t cb_send(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	return cb_queue(ch, buf, cb, arg, 0);
+}
+
+static tw_status_t cb_recv(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	return cb_queue(ch, buf, cb, arg, 1);
+}
+
+static void cb_close(tw_channel *base)
+{
+	cb_channel *ch = (cb_channel *)base;
+	if (ch->prev_open)
+		ch->prev_open->next_open = ch->next_open;
+	else
+		ch->ctx->chans = ch->next_open;
+	if (ch->next_open)
+		ch->next_open->prev_open = ch->prev_open;
+	ch->open = false;
+	ch->failed = TW_OK; /* the close is what operations now hear */
+	cb_fail(ch, TW_ERR_CLOSED, "closed");
+	cb_unref(ch);
+}
+
+static uint64_t cb_max_tensor(tw_channel *base)
+{
+	return UINT64_MAX; /* chunked */
+}
+
+static const tw_channel_instance_ops cb_instance_ops = {
+	.send = cb_send,
+	.recv = cb_recv,
+	.close = cb_close,
+	.max_tensor = cb_max_tensor,
+};
+
+static size_t cb_num_connections(tw_channel_ctx *base)
+{
+	cb_ctx *c = (cb_ctx *)base;
+	return 1 + c->cpu->ops->num_connections(c->cpu);
+}
+
+static tw_status_t cb_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn *const *conns,
+                           size_t num_conns, unsigned flags, tw_channel **out, char *detail,
+                           size_t detail_len)
+{
+	cb_ctx *c = (cb_ctx *)base;
+	size_t want = cb_num_connections(base);
+	cb_channel *ch = num_conns == want ? tw__calloc(1, sizeof(*ch)) : NULL;
+	if (!ch) {
+		for (size_t i = 0; i < num_conns; i++)
+			conns[i]->ops->close(conns[i]);
+		if (num_conns != want)
+			tw__detail(detail, detail_len, "cuda_basic channel: needs %zu connections, got %zu",
+			           want, num_conns);
+		else
+			tw__detail(detail, detail_len, "cuda_basic channel: out of memory");
+		return num_conns != want ? TW_ERR_INVAL : TW_ERR_NOMEM;
+	}
+	char d[TW_DETAIL_MAX];
+	tw_status_t st = c->cpu->ops->open(c->cpu, endpoint, conns, num_conns - 1, 0, &ch->cpu, d,
+	                                   sizeof(d));
+	if (st != TW_OK) {
+		conns[num_conns - 1]->ops->close(conns[num_conns - 1]);
+		tw__free(ch);
+		tw__detail(detail, detail_len, "cuda_basic channel: its CPU channel: %s", d);
+		return st;
+	}
+	ch->base.ops = &cb_instance_ops;
+	ch->base.ctx = base;
+	ch->ctx = c;
+	ch->ctl = conns[num_conns - 1];
+	ch->refs = 1;
+	ch->open = true;
+	ch->next_open = c->chans;
+	if (c->chans)
+		c->chans->prev_open = ch;
+	c->chans = ch;
+	*out = &ch->base;
+	return TW_OK;
+}
+
+/* ---- context ------------------------------------------------------------------------- */
+
+/* The device descriptor: a nop Structure(2){type string, the CPU channel's
+ * descriptor string} (wire/packets.h), e.g. cuda -> b9 02 bd 04 "cuda" bd
+ * 03 "any". */
+static tw_status_t cb_descriptor(tw_channel_device *d, const char *type, const char *cpu_desc)
+{
+	tw_wire_cuda_basic_device v = { { (char *)type, strlen(type) },
+		                            { (char *)cpu_desc, strlen(cpu_desc) } };
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_cuda_basic_device(&w, &v);
+	tw_status_t st = tw__nop_writer_finish(&w);
+	if (st == TW_OK && !(d->descriptor = tw__memdup_str(w.buf, w.len)))
+		st = TW_ERR_NOMEM;
+	d->descriptor_len = w.len;
+	tw__nop_writer_free(&w);
+	return st;
+}
+
+static bool cb_decode(const char *desc, size_t len, tw_wire_cuda_basic_device *v)
+{
+	size_t used = 0;
+	if (tw__wire_decode_cuda_basic_device(desc, len, v, &used, NULL, 0) != TW_OK)
+		return false;
+	if (used == len)
+		return true;
+	tw__wire_cuda_basic_device_free(v);
+	return false;
+}
+
+static bool cb_is_cpu(const tw_wire_cuda_basic_device *v)
+{
+	return v->device_type.n == 3 && memcmp(v->device_type.s, "cpu", 3) == 0;
+}
+
+/* As stock decides (both blobs decode, not both cpu, the CPU channels'
+ * descriptors equal), except that a blob that does not decode is "no"
+ * where stock throws. */
+static bool cb_can_communicate(tw_channel_ctx *c, const tw_channel_device *local,
+                               const char *remote, size_t remote_len)
+{
+	tw_wire_cuda_basic_device l, r;
+	if (!cb_decode(local->descriptor, local->descriptor_len, &l))
+		return false;
+	if (!cb_decode(remote, remote_len, &r)) {
+		tw__wire_cuda_basic_device_free(&l);
+		return false;
+	}
+	bool ok = !(cb_is_cpu(&l) && cb_is_cpu(&r)) && l.cpu_descriptor.n == r.cpu_descriptor.n &&
+	          memcmp(l.cpu_descriptor.s, r.cpu_descriptor.s, l.cpu_descriptor.n) == 0;
+	tw__wire_cuda_basic_device_free(&l);
+	tw__wire_cuda_basic_device_free(&r);
+	return ok;
+}
+
+static void cb_destroy(tw_channel_ctx *base)
+{
+	cb_ctx *c = (cb_ctx *)base;
+	if (c->cpu)
+		c->cpu->ops->destroy(c->cpu);
+	tw__cuda_ctx_fini(&c->cc);
+	tw__free(c);
+}
+
+static void cb_shutdown(tw_channel_ctx *base)
+{
+	cb_ctx *c = (cb_ctx *)base;
+	tw__cuda_ctx_drain(&c->cc);
+	for (int i = 0; i < 2; i++)
+		if (c->pools[i].mem) {
+			(void)c->cc.cu->cuMemFreeHost(c->pools[i].mem);
+			c->pools[i].mem = NULL;
+		}
+	if (c->cpu && c->cpu->ops->shutdown)
+		c->cpu->ops->shutdown(c->cpu);
+}
+
+static tw_status_t cb_create(const tw_channel_env *env, const char *options, tw_channel_ctx **out,
+                             char *detail, size_t detail_len)
+{
+	tw_status_t st = tw__options_parse("cuda_basic channel", options, NULL, 0, NULL, NULL, 0,
+	                                   detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	cb_ctx *c = tw__calloc(1, sizeof(*c));
+	if (!c) {
+		tw__detail(detail, detail_len, "cuda_basic channel: out of memory");
+		return TW_ERR_NOMEM;
+	}
+	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_basic_channel_ops, env, 1, detail, detail_len);
+	if (st == TW_OK) {
+		size_t n = 1 + (size_t)c->cc.num_cuda;
+		tw__free(c->cc.base.devices);
+		c->cc.base.devices = tw__calloc(n, sizeof(tw_channel_device));
+		c->cc.base.num_devices = c->cc.base.devices ? n : 0;
+		st = c->cc.base.devices ? TW_OK : TW_ERR_NOMEM;
+	}
+	char d[TW_DETAIL_MAX];
+	if (st == TW_OK) {
+		st = tw__basic_channel_ops.create(env, NULL, &c->cpu, d, sizeof(d));
+		if (st != TW_OK)
+			tw__detail(detail, detail_len, "cuda_basic channel: its CPU channel: %s", d);
+	}
+	const char *cpu_desc = st == TW_OK ? c->cpu->devices[0].descriptor : "";
+	for (size_t i = 0; st == TW_OK && i < c->cc.base.num_devices; i++) {
+		tw_channel_device *dv = &c->cc.base.devices[i];
+		if (i == 0) {
+			dv->device = tw_device_cpu();
+		} else {
+			snprintf(dv->device.type, sizeof(dv->device.type), "cuda");
+			dv->device.index = (int32_t)(i - 1);
+		}
+		st = cb_descriptor(dv, i == 0 ? "cpu" : "cuda", cpu_desc);
+		if (st != TW_OK)
+			tw__detail(detail, detail_len, "cuda_basic channel: out of memory");
+	}
+	if (st != TW_OK) {
+		if (c->cc.cu)
+			cb_destroy(&c->cc.base);
+		else
+			tw__free(c);
+		return st;
+	}
+	*out = &c->cc.base;
+	return TW_OK;
+}
+
+const tw_channel_ops tw__cuda_basic_channel_ops = {
+	.kind = "cuda_basic",
+	.create = cb_create,
+	.can_communicate = cb_can_communicate,
+	.num_connections = cb_num_connections,
+	.open = cb_open,
+	.shutdown = cb_shutdown,
+	.destroy = cb_destroy,
+};

@@ -1,0 +1,180 @@
+/*
+ * cuda_common.c - the context, copies and completions the CUDA channels
+ * share (see cuda_common.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "channel/cuda/cuda_common.h"
+#include "platform/error.h"
+#include "platform/platform.h"
+
+tw_status_t tw__cuda_ctx_init(tw_cuda_ctx *c, const tw_channel_ops *ops,
+                              const tw_channel_env *env, size_t num_devices, char *detail,
+                              size_t detail_len)
+{
+	char why[TW_DETAIL_MAX];
+	tw_status_t st = tw__cuda_get(&c->cu, why, sizeof(why));
+	if (st != TW_OK) {
+		tw__detail(detail, detail_len, "%s channel: not viable: %s", ops->kind, why);
+		return st;
+	}
+	c->num_cuda = c->cu->num_devices;
+	if (c->num_cuda > TW_CUDA_CTX_MAX_DEVICES)
+		c->num_cuda = TW_CUDA_CTX_MAX_DEVICES;
+	c->base.ops = ops;
+	c->base.env = env;
+	c->base.devices = tw__calloc(num_devices, sizeof(tw_channel_device));
+	if (!c->base.devices) {
+		tw__detail(detail, detail_len, "%s channel: out of memory", ops->kind);
+		return TW_ERR_NOMEM;
+	}
+	c->base.num_devices = num_devices;
+	return TW_OK;
+}
+
+void tw__cuda_ctx_fini(tw_cuda_ctx *c)
+{
+	for (size_t i = 0; i < c->base.num_devices; i++)
+		tw__free(c->base.devices[i].descriptor);
+	tw__free(c->base.devices);
+	c->base.devices = NULL;
+	c->base.num_devices = 0;
+}
+
+void tw__cuda_ctx_drain(tw_cuda_ctx *c)
+{
+	char d[TW_DETAIL_MAX];
+	for (int i = 0; i < c->num_cuda; i++) {
+		if (!c->streams[i])
+			continue;
+		if (tw__cuda_use_device(c->cu, i, d, sizeof(d)) == TW_OK) {
+			(void)c->cu->cuStreamSynchronize(c->streams[i]);
+			(void)c->cu->cuStreamDestroy_v2(c->streams[i]);
+		}
+		c->streams[i] = NULL;
+	}
+}
+
+static tw_status_t tw_cuda_fail(tw_cuda_ctx *c, const char *call, CUresult r, char *detail,
+                                size_t detail_len)
+{
+	char eb[160];
+	tw__detail(detail, detail_len, "%s channel: %s: %s", c->base.ops->kind, call,
+	           tw__cuda_strerror(c->cu, r, eb, sizeof(eb)));
+	return r == TW_CUDA_ERROR_OUT_OF_MEMORY ? TW_ERR_NOMEM : TW_ERR_INVAL;
+}
+
+tw_status_t tw__cuda_check_buffer(tw_cuda_ctx *c, const char *who, const tw_buffer *b,
+                                  char *detail, size_t detail_len)
+{
+	if (strcmp(b->device.type, "cuda") != 0 || b->len == 0)
+		return TW_OK;
+	tw_status_t st = tw__cuda_use_device(c->cu, b->device.index, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)b->ptr, base = 0;
+	size_t size = 0;
+	unsigned type = 0;
+	int ord = -1;
+	CUresult r = c->cu->cuPointerGetAttribute(&type, TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+	if (r == TW_CUDA_SUCCESS)
+		r = c->cu->cuPointerGetAttribute(&ord, TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+	if (r == TW_CUDA_SUCCESS && type == TW_CU_MEMORYTYPE_DEVICE)
+		r = c->cu->cuMemGetAddressRange_v2(&base, &size, p);
+	if (r != TW_CUDA_SUCCESS || type != TW_CU_MEMORYTYPE_DEVICE) {
+		tw__detail(detail, detail_len,
+		           "%s channel: %s buffer %p of cuda:%d is not device memory the driver knows",
+		           c->base.ops->kind, who, b->ptr, b->device.index);
+		return TW_ERR_INVAL;
+	}
+	if (ord != b->device.index) {
+		tw__detail(detail, detail_len, "%s channel: %s buffer %p is on cuda:%d, not cuda:%d",
+		           c->base.ops->kind, who, b->ptr, ord, b->device.index);
+		return TW_ERR_INVAL;
+	}
+	if (p - base > size || b->len > size - (p - base)) {
+		tw__detail(detail, detail_len,
+		           "%s channel: %s buffer %p + %llu bytes ends past its allocation (%zu bytes at "
+		           "0x%llx)",
+		           c->base.ops->kind, who, b->ptr, (unsigned long long)b->len, size,
+		           (unsigned long long)base);
+		return TW_ERR_INVAL;
+	}
+	return TW_OK;
+}
+
+static tw_status_t tw_cuda_stream(tw_cuda_ctx *c, int dev, CUstream *out, char *detail,
+                                  size_t detail_len)
+{
+	tw_status_t st = tw__cuda_use_device(c->cu, dev, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	if (!c->streams[dev]) {
+		CUresult r = c->cu->cuStreamCreate(&c->streams[dev], TW_CU_STREAM_NON_BLOCKING);
+		if (r != TW_CUDA_SUCCESS)
+			return tw_cuda_fail(c, "cuStreamCreate", r, detail, detail_len);
+	}
+	*out = c->streams[dev];
+	return TW_OK;
+}
+
+tw_status_t tw__cuda_record(tw_cuda_ctx *c, int dev, void *stream, CUevent *out, char *detail,
+                            size_t detail_len)
+{
+	tw_status_t st = tw__cuda_use_device(c->cu, dev, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUresult r = c->cu->cuEventCreate(out, TW_CU_EVENT_DISABLE_TIMING);
+	if (r != TW_CUDA_SUCCESS)
+		return tw_cuda_fail(c, "cuEventCreate", r, detail, detail_len);
+	r = c->cu->cuEventRecord(*out, (CUstream)stream);
+	if (r != TW_CUDA_SUCCESS) {
+		(void)c->cu->cuEventDestroy_v2(*out);
+		*out = NULL;
+		return tw_cuda_fail(c, "cuEventRecord on the tensor's stream", r, detail, detail_len);
+	}
+	return TW_OK;
+}
+
+/* The driver's thread: hands the completion to the loop. If the loop no
+ * longer accepts work (only after every pipe finished, which waits for its
+ * copies) there is nobody left to tell. */
+static void tw_cuda_host_done(void *arg)
+{
+	tw_cuda_done *d = arg;
+	if (!tw__loop_post(d->loop, &d->dfr, d->fn, d->arg))
+		return;
+}
+
+tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, uint64_t n,
+                          void *after, CUevent event, tw_cuda_done *done, char *detail,
+                          size_t detail_len)
+{
+	CUstream s;
+	tw_status_t st = tw_cuda_stream(c, dev, &s, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUevent ready;
+	st = tw__cuda_record(c, dev, after, &ready, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUresult r = c->cu->cuStreamWaitEvent(s, ready, 0);
+	/* legal while the record is pending: the wait keeps what it needs */
+	(void)c->cu->cuEventDestroy_v2(ready);
+	if (r == TW_CUDA_SUCCESS && event)
+		r = c->cu->cuStreamWaitEvent(s, event, 0);
+	if (r != TW_CUDA_SUCCESS)
+		return tw_cuda_fail(c, "cuStreamWaitEvent", r, detail, detail_len);
+	r = c->cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n, s);
+	if (r != TW_CUDA_SUCCESS)
+		return tw_cuda_fail(c, "cuMemcpyAsync", r, detail, detail_len);
+	done->loop = c->base.env->loop;
+	r = c->cu->cuLaunchHostFunc(s, tw_cuda_host_done, done);
+	if (r != TW_CUDA_SUCCESS) {
+		/* the copy is queued but nothing would report it: wait for it here */
+		(void)c->cu->cuStreamSynchronize(s);
+		return tw_cuda_fail(c, "cuLaunchHostFunc", r, detail, detail_len);
+	}
+	return TW_OK;
+}

@@ -1,0 +1,511 @@
+/*
+ * cuda_test.c - the CUDA channels (spec/wire.md 4.6) through the public API,
+ * on whatever libcuda.so.1 the library path offers: simcuda under
+ * simcuda-run (CTest), the real driver on a GPU host (docs/cuda.md). The
+ * channel is TW_TEST_CUDA_CHANNEL (cuda_basic or cuda_xth); the transport
+ * uv. One process, two contexts.
+ *
+ *   cuda_to_cuda  tensors of 0, 1, 31, 32, 33, 64 bytes, 1 MiB, 1 MiB + 1
+ *                 and 3.5 MiB + 7 from cuda:0 to the last device arrive
+ *                 byte-exact, each callback once
+ *   cpu_to_cuda   the same sizes from host memory into device memory, and
+ *   cuda_to_cpu   back (cuda_basic only: cuda_xth serves device pairs)
+ *   stream_order  the sender's bytes are still being copied in on its
+ *                 stream when it writes, and the receiver's buffer is
+ *                 still being written on its own stream when it reads
+ *                 (simcuda delays copies): the channel waits for both, so
+ *                 the receiver ends with the sent bytes
+  *   many          24 messages of 3 tensors of 2.5 MiB in flight at once
+ *                 (more chunks than cuda_basic has staging slots)
+ *   bad_buffer    a tensor that says cuda:0 but is host memory, and one
+ *                 that runs past its allocation: the write fails naming
+ *                 the channel and what is wrong, each callback once
+ *   close_mid     the reader closes its pipe while 20 tensors of 4 MiB
+ *                 are on their way: every write and read calls back once,
+ *                 nothing hangs, the contexts join
+ *   unviable      TW_TEST_EXPECT_UNVIABLE set: registering the channel
+ *                 fails with TW_ERR_UNSUPPORTED whose detail holds that
+ *                 text (no driver, a stub driver, no device,
+ *                 CUDA_VISIBLE_DEVICES=""), and a CPU pipe of the same
+ *                 context still carries a message (field failure T08)
+ */
+#include <dlfcn.h>
+
+#include "pair_util.h"
+#include "platform/cuda_abi.h"
+
+static struct {
+#define CT_MEMBER(name, ret, args) ret(*name) args;
+	TW_CUDA_FUNCS(CT_MEMBER)
+#undef CT_MEMBER
+	int ndev;
+	CUcontext ctx[8];
+} cu;
+
+#define CU_OK(expr) CHECK((expr) == TW_CUDA_SUCCESS)
+
+static void cu_load(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		fprintf(stderr, "no libcuda.so.1: %s\n", dlerror());
+		abort();
+	}
+#define CT_RESOLVE(name, ret, args)               \
+	*(void **)&cu.name = dlsym(lib, #name); \
+	CHECK(cu.name);
+	TW_CUDA_FUNCS(CT_RESOLVE)
+#undef CT_RESOLVE
+	CU_OK(cu.cuInit(0));
+	CU_OK(cu.cuDeviceGetCount(&cu.ndev));
+	CHECK(cu.ndev >= 1);
+	if (cu.ndev > 8)
+		cu.ndev = 8;
+	for (int i = 0; i < cu.ndev; i++) {
+		CUdevice d;
+		CU_OK(cu.cuDeviceGet(&d, i));
+		CU_OK(cu.cuDevicePrimaryCtxRetain(&cu.ctx[i], d));
+	}
+}
+
+static void cu_use(int dev)
+{
+	CU_OK(cu.cuCtxSetCurrent(cu.ctx[dev]));
+}
+
+static void *dev_alloc(int dev, size_t n)
+{
+	cu_use(dev);
+	CUdeviceptr p;
+	CU_OK(cu.cuMemAlloc_v2(&p, n ? n : 1));
+	return (void *)(uintptr_t)p;
+}
+
+static void dev_free(int dev, void *p)
+{
+	cu_use(dev);
+	CU_OK(cu.cuMemFree_v2((CUdeviceptr)(uintptr_t)p));
+}
+
+/* copies between host and device memory, synchronously */
+static void copy(int dev, void *dst, const void *src, size_t n)
+{
+	if (!n)
+		return;
+	cu_use(dev);
+	CU_OK(cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n));
+}
+
+static const char *channel(void)
+{
+	const char *c = getenv("TW_TEST_CUDA_CHANNEL");
+	return c && *c ? c : "cuda_basic";
+}
+
+static bool is_basic(void)
+{
+	return strcmp(channel(), "cuda_basic") == 0;
+}
+
+static void cuda_ctx(tw_context **ctx, const char *name)
+{
+	CHECK_OK(tw_context_create(name, ctx));
+	CHECK_OK(tw_context_register_transport(*ctx, "uv", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 10, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, channel(), NULL, 0, NULL));
+}
+
+static void open_pair(tu_pair *p)
+{
+	cuda_ctx(&p->sctx, "server");
+	cuda_ctx(&p->cctx, "client");
+	tu_pair_open(p, "uv://127.0.0.1:0");
+}
+
+static tw_device cuda_dev(int i)
+{
+	tw_device d = { "cuda", i };
+	return d;
+}
+
+/* ---- one message of several tensors ------------------------------------------------------ */
+
+static const size_t sizes[] = { 0, 1, 31, 32, 33, 64, 1 << 20, (1 << 20) + 1, (7 << 19) + 7 };
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+typedef struct side {
+	bool cuda;
+	int dev;
+} side;
+
+/* Sends one tensor of each size from `from` to `to` and checks the bytes. */
+static void transfer(tu_pair *p, side from, side to, uint64_t seed)
+{
+	tw_tensor t[NSIZES];
+	void *src[NSIZES], *dst[NSIZES];
+	for (size_t i = 0; i < NSIZES; i++) {
+		uint8_t *h = malloc(sizes[i] + 1);
+		CHECK(h);
+		tu_fill_at(h, sizes[i], seed + i);
+		if (from.cuda) {
+			src[i] = dev_alloc(from.dev, sizes[i]);
+			copy(from.dev, src[i], h, sizes[i]);
+			free(h);
+		} else {
+			src[i] = h;
+		}
+		t[i] = (tw_tensor){ .data = src[i], .length = sizes[i],
+			            .source_device = from.cuda ? cuda_dev(from.dev) : tw_device_cpu(),
+			            .has_target_device = true,
+			            .target_device = to.cuda ? cuda_dev(to.dev) : tw_device_cpu() };
+	}
+	tw_message m = { .num_tensors = NSIZES, .tensors = t };
+	tu_rec w, d, r;
+	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_write(p->c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p->s, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->num_tensors == NSIZES);
+	tw_tensor_allocation ta[NSIZES];
+	for (size_t i = 0; i < NSIZES; i++) {
+		CHECK(d.desc->tensors[i].length == sizes[i]);
+		dst[i] = to.cuda ? dev_alloc(to.dev, sizes[i]) : malloc(sizes[i] + 1);
+		ta[i] = (tw_tensor_allocation){ .data = dst[i],
+			                        .device = to.cuda ? cuda_dev(to.dev) : tw_device_cpu() };
+	}
+	tw_allocation a = { .num_tensors = NSIZES, .tensors = ta };
+	CHECK_OK(tw_pipe_read(p->s, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	tu_expect(&w, TW_OK, NULL);
+	for (size_t i = 0; i < NSIZES; i++) {
+		uint8_t *h = malloc(sizes[i] + 1);
+		if (to.cuda)
+			copy(to.dev, h, dst[i], sizes[i]);
+		else
+			memcpy(h, dst[i], sizes[i]);
+		if (tu_hash(h, sizes[i]) != tu_expected_hash(sizes[i], seed + i)) {
+			fprintf(stderr, "tensor %zu (%zu bytes) arrived corrupted\n", i, sizes[i]);
+			abort();
+		}
+		free(h);
+		if (to.cuda)
+			dev_free(to.dev, dst[i]);
+		else
+			free(dst[i]);
+		if (from.cuda)
+			dev_free(from.dev, src[i]);
+		else
+			free(src[i]);
+	}
+	tu_once(&w), tu_once(&d), tu_once(&r);
+}
+
+static void case_cuda_to_cuda(void)
+{
+	tu_pair p = { 0 };
+	open_pair(&p);
+	transfer(&p, (side){ true, 0 }, (side){ true, cu.ndev - 1 }, 1);
+	transfer(&p, (side){ true, cu.ndev - 1 }, (side){ true, 0 }, 2);
+	char ch[64];
+	tw_device from = cuda_dev(0), to = cuda_dev(cu.ndev - 1);
+	CHECK_OK(tw_pipe_channel_for(p.c, &from, &to, ch, sizeof(ch)));
+	CHECK(strcmp(ch, channel()) == 0);
+	tu_pair_close(&p);
+}
+
+static void case_cpu_to_cuda(void)
+{
+	if (!is_basic()) {
+		printf("SKIP: %s serves device pairs only\n", channel());
+		exit(77);
+	}
+	tu_pair p = { 0 };
+	open_pair(&p);
+	transfer(&p, (side){ false, 0 }, (side){ true, cu.ndev - 1 }, 3);
+	tu_pair_close(&p);
+}
+
+static void case_cuda_to_cpu(void)
+{
+	if (!is_basic()) {
+		printf("SKIP: %s serves device pairs only\n", channel());
+		exit(77);
+	}
+	tu_pair p = { 0 };
+	open_pair(&p);
+	transfer(&p, (side){ true, 0 }, (side){ false, 0 }, 4);
+	tu_pair_close(&p);
+}
+
+/* One tensor from src to dst, each with its stream; the receiver's bytes
+ * must equal want. The sender's or the receiver's stream still has `slow`
+ * copies of n bytes queued (3: longer than any one copy of the channel's):
+ * into src old bytes twice and then the wanted ones, into dst old ones. */
+static void stream_round(tu_pair *p, bool sender_slow)
+{
+	const size_t n = (3 << 20) + 5;
+	int sd = 0, rd = cu.ndev - 1;
+	uint8_t *want = malloc(n), *old = malloc(n), *got = malloc(n);
+	tu_fill_at(want, n, sender_slow ? 77 : 78);
+	memset(old, 0xee, n);
+	void *src = dev_alloc(sd, n), *dst = dev_alloc(rd, n);
+	CUstream ss, rs;
+	cu_use(sd);
+	CU_OK(cu.cuStreamCreate(&ss, TW_CU_STREAM_NON_BLOCKING));
+	CU_OK(cu.cuMemsetD8_v2((CUdeviceptr)(uintptr_t)src, 0, n));
+	if (sender_slow) {
+		for (int i = 0; i < 3; i++)
+			CU_OK(cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)src,
+			                       (CUdeviceptr)(uintptr_t)(i < 2 ? old : want), n, ss));
+	} else {
+		copy(sd, src, want, n);
+	}
+	tw_tensor t = { .data = src, .length = n, .source_device = cuda_dev(sd),
+		        .has_target_device = true, .target_device = cuda_dev(rd), .cuda_stream = ss };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w, d, r;
+	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_write(p->c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p->s, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	cu_use(rd);
+	CU_OK(cu.cuStreamCreate(&rs, TW_CU_STREAM_NON_BLOCKING));
+	if (!sender_slow)
+		for (int i = 0; i < 3; i++)
+			CU_OK(cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)old, n,
+			                       rs));
+	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(rd), .cuda_stream = rs };
+	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	CHECK_OK(tw_pipe_read(p->s, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	tu_expect(&w, TW_OK, NULL);
+	copy(rd, got, dst, n);
+	if (memcmp(got, want, n) != 0) {
+		fprintf(stderr, "the receiver got %s bytes: the channel did not wait for the %s's "
+		                "stream\n", got[0] == 0xee ? "old" : "stale", sender_slow ? "sender" : "receiver");
+		abort();
+	}
+	cu_use(sd);
+	CU_OK(cu.cuStreamDestroy_v2(ss));
+	cu_use(rd);
+	CU_OK(cu.cuStreamDestroy_v2(rs));
+	dev_free(sd, src);
+	dev_free(rd, dst);
+	free(want), free(old), free(got);
+	tu_once(&w), tu_once(&d), tu_once(&r);
+}
+
+static void case_stream_order(void)
+{
+	tu_pair p = { 0 };
+	open_pair(&p);
+	stream_round(&p, true);
+	stream_round(&p, false);
+	tu_pair_close(&p);
+}
+
+#define MANY 24
+#define MANY_T 3
+#define MANY_LEN ((size_t)5 << 19)
+
+typedef struct many_reader {
+	tw_pipe *pipe;
+	void *dst[MANY][MANY_T];
+	tu_waiter done;
+	int failures;
+	int next;
+} many_reader;
+
+static void many_on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d,
+                         void *arg);
+
+static void many_on_read(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	many_reader *mr = arg;
+	if (st != TW_OK) {
+		fprintf(stderr, "read failed: %s\n", detail);
+		mr->failures++;
+	}
+	tu_signal(&mr->done);
+	if (++mr->next < MANY)
+		CHECK_OK(tw_pipe_read_descriptor(p, many_on_desc, mr));
+}
+
+static void many_on_desc(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d,
+                         void *arg)
+{
+	many_reader *mr = arg;
+	CHECK(st == TW_OK && d->num_tensors == MANY_T);
+	tw_tensor_allocation ta[MANY_T];
+	for (int j = 0; j < MANY_T; j++)
+		ta[j] = (tw_tensor_allocation){ .data = mr->dst[mr->next][j],
+			                        .device = cuda_dev(cu.ndev - 1) };
+	tw_allocation a = { .num_tensors = MANY_T, .tensors = ta };
+	CHECK_OK(tw_pipe_read(p, &a, many_on_read, mr));
+}
+
+static void case_many(void)
+{
+	tu_pair p = { 0 };
+	open_pair(&p);
+	static void *src[MANY][MANY_T];
+	static many_reader mr;
+	tu_waiter_init(&mr.done);
+	uint8_t *h = malloc(MANY_LEN);
+	for (int i = 0; i < MANY; i++)
+		for (int j = 0; j < MANY_T; j++) {
+			tu_fill_at(h, MANY_LEN, (uint64_t)(100 + i * MANY_T + j));
+			src[i][j] = dev_alloc(0, MANY_LEN);
+			copy(0, src[i][j], h, MANY_LEN);
+			mr.dst[i][j] = dev_alloc(cu.ndev - 1, MANY_LEN);
+		}
+	tu_waiter wd;
+	tu_waiter_init(&wd);
+	static tu_rec w[MANY];
+	tw_tensor t[MANY][MANY_T];
+	for (int i = 0; i < MANY; i++) {
+		for (int j = 0; j < MANY_T; j++)
+			t[i][j] = (tw_tensor){ .data = src[i][j], .length = MANY_LEN,
+				               .source_device = cuda_dev(0), .has_target_device = true,
+				               .target_device = cuda_dev(cu.ndev - 1) };
+		tw_message m = { .num_tensors = MANY_T, .tensors = t[i] };
+		tu_rec_init(&w[i]);
+		CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w[i]));
+	}
+	CHECK_OK(tw_pipe_read_descriptor(p.s, many_on_desc, &mr));
+	tu_wait(&mr.done, MANY);
+	CHECK(mr.failures == 0);
+	for (int i = 0; i < MANY; i++) {
+		tu_expect(&w[i], TW_OK, NULL);
+		tu_once(&w[i]);
+		for (int j = 0; j < MANY_T; j++) {
+			copy(cu.ndev - 1, h, mr.dst[i][j], MANY_LEN);
+			CHECK(tu_hash(h, MANY_LEN) ==
+			      tu_expected_hash(MANY_LEN, (uint64_t)(100 + i * MANY_T + j)));
+			dev_free(0, src[i][j]);
+			dev_free(cu.ndev - 1, mr.dst[i][j]);
+		}
+	}
+	free(h);
+	tu_pair_close(&p);
+}
+
+static void case_bad_buffer(void)
+{
+	tu_pair p = { 0 };
+	open_pair(&p);
+	static uint8_t host[4096];
+	void *dev = dev_alloc(0, 4096);
+	struct {
+		void *data;
+		size_t len;
+		const char *says;
+	} bad[] = {
+		{ host, sizeof(host), "not device memory" },
+		{ (char *)dev + 2048, 4096, "past its allocation" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tw_tensor t = { .data = bad[i].data, .length = bad[i].len, .source_device = cuda_dev(0),
+			        .has_target_device = true, .target_device = cuda_dev(0) };
+		tw_message m = { .num_tensors = 1, .tensors = &t };
+		tu_rec w;
+		tu_rec_init(&w);
+		tw_status_t st = tw_pipe_write(p.c, &m, tu_on_status, &w);
+		if (st == TW_OK) {
+			tu_expect(&w, TW_ERR_INVAL, bad[i].says);
+			CHECK(strstr(w.detail, channel()));
+			tu_once(&w);
+		} else {
+			CHECK_STATUS(st, TW_ERR_INVAL);
+			CHECK(strstr(tw_last_error(), bad[i].says));
+		}
+		printf("# bad tensor %zu: %s\n", i, st == TW_OK ? w.detail : tw_last_error());
+		/* the pipe failed with the write; a new one for the next case */
+		tu_pair_close(&p);
+		p = (tu_pair){ 0 };
+		open_pair(&p);
+	}
+	dev_free(0, dev);
+	tu_pair_close(&p);
+}
+
+static void case_close_mid(void)
+{
+	tu_pair p = { 0 };
+	open_pair(&p);
+	enum { N = 20 };
+	const size_t len = (size_t)4 << 20;
+	static void *src[N], *dst[N];
+	static tu_rec w[N];
+	tw_tensor t[N];
+	for (int i = 0; i < N; i++) {
+		src[i] = dev_alloc(0, len);
+		dst[i] = dev_alloc(cu.ndev - 1, len);
+		t[i] = (tw_tensor){ .data = src[i], .length = len, .source_device = cuda_dev(0),
+			            .has_target_device = true, .target_device = cuda_dev(cu.ndev - 1) };
+		tw_message m = { .num_tensors = 1, .tensors = &t[i] };
+		tu_rec_init(&w[i]);
+		CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w[i]));
+	}
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	tw_tensor_allocation ta = { .data = dst[0], .device = cuda_dev(cu.ndev - 1) };
+	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+	tw_pipe_close(p.s);
+	tu_wait(&r.w, 1);
+	for (int i = 0; i < N; i++)
+		tu_wait(&w[i].w, 1);
+	usleep(100 * 1000); /* a second callback would come now */
+	tu_once(&r);
+	int ok = 0;
+	for (int i = 0; i < N; i++) {
+		tu_once(&w[i]);
+		ok += w[i].status == TW_OK;
+	}
+	printf("# %d of %d writes completed before the close, the rest failed\n", ok, N);
+	tu_pair_close(&p);
+	for (int i = 0; i < N; i++) {
+		dev_free(0, src[i]);
+		dev_free(cu.ndev - 1, dst[i]);
+	}
+}
+
+static void case_unviable(void)
+{
+	const char *want = getenv("TW_TEST_EXPECT_UNVIABLE");
+	CHECK(want && *want);
+	tw_context *s, *c;
+	CHECK_OK(tw_context_create("server", &s));
+	CHECK_OK(tw_context_create("client", &c));
+	tw_context *both[] = { s, c };
+	for (int i = 0; i < 2; i++) {
+		CHECK_OK(tw_context_register_transport(both[i], "uv", NULL, 0, NULL));
+		CHECK_OK(tw_context_register_channel(both[i], "basic", NULL, 0, NULL));
+		tw_status_t st = tw_context_register_channel(both[i], channel(), NULL, 10, NULL);
+		CHECK_STATUS(st, TW_ERR_UNSUPPORTED);
+		printf("# %s\n", tw_last_error());
+		CHECK(strstr(tw_last_error(), want));
+		CHECK(strstr(tw_last_error(), channel()));
+	}
+	tu_pair p = { .sctx = s, .cctx = c };
+	tu_pair_open(&p, "uv://127.0.0.1:0");
+	tu_send_text(p.c, "cpu pipes still work");
+	tu_expect_text(p.s, "cpu pipes still work");
+	tu_pair_close(&p);
+}
+
+int main(int argc, char **argv)
+{
+	static const tu_case cases[] = {
+		{ "cuda_to_cuda", case_cuda_to_cuda }, { "cpu_to_cuda", case_cpu_to_cuda },
+		{ "cuda_to_cpu", case_cuda_to_cpu },   { "stream_order", case_stream_order },
+		{ "many", case_many },                 { "bad_buffer", case_bad_buffer },
+		{ "close_mid", case_close_mid },       { "unviable", case_unviable },
+	};
+	if (argc == 2 && strcmp(argv[1], "unviable") != 0)
+		cu_load();
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 120);
+}
