@@ -20,6 +20,8 @@
 #define CUhostFn tw_CUhostFn
 #define CUipcMemHandle tw_CUipcMemHandle
 #define CUipcMemHandle_st tw_CUipcMemHandle_st
+#define CUipcEventHandle tw_CUipcEventHandle
+#define CUipcEventHandle_st tw_CUipcEventHandle_st
 #define CUuuid tw_CUuuid
 #define CUuuid_st tw_CUuuid_st
 #define CUctx_st tw_CUctx_st
@@ -34,6 +36,7 @@
 #undef CUevent
 #undef CUhostFn
 #undef CUipcMemHandle
+#undef CUipcEventHandle
 #undef CUuuid
 
 #define SAME(ours, theirs) _Static_assert((int)(ours) == (int)(theirs), #ours " != " #theirs)
@@ -71,6 +74,7 @@ SAME(TW_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 SAME(TW_CU_IPC_HANDLE_SIZE, CU_IPC_HANDLE_SIZE);
 _Static_assert(sizeof(tw_CUipcMemHandle) == sizeof(CUipcMemHandle), "CUipcMemHandle size");
 _Static_assert(sizeof(tw_CUuuid) == sizeof(CUuuid), "CUuuid size");
+_Static_assert(sizeof(tw_CUipcEventHandle) == sizeof(CUipcEventHandle), "CUipcEventHandle size");
 _Static_assert(sizeof(tw_CUresult) == sizeof(CUresult), "CUresult size");
 _Static_assert(sizeof(tw_CUdevice) == sizeof(CUdevice), "CUdevice size");
 _Static_assert(sizeof(tw_CUdeviceptr) == sizeof(CUdeviceptr), "CUdeviceptr size");

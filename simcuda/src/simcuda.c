@@ -96,11 +96,58 @@ typedef struct sc_hostmem {
 	struct sc_hostmem *next;
 } sc_hostmem;
 
+/* the counters of an interprocess event, in a page every process that
+ * opened it maps */
+typedef struct sc_ev_shared {
+	uint64_t recorded, done; /* __atomic */
+} sc_ev_shared;
+
 struct CUevent_st {
 	uint64_t recorded, done;
 	unsigned flags;
-	unsigned refs; /* the handle + each queued operation naming it */
+	unsigned refs;   /* the handle + each queued operation naming it */
+	sc_ev_shared *sh; /* CU_EVENT_INTERPROCESS: the counters live here */
+	int fd;
+	uint64_t nonce;  /* non-zero once named in /dev/shm */
 };
+
+static uint64_t ev_recorded(const struct CUevent_st *e)
+{
+	return e->sh ? __atomic_load_n(&e->sh->recorded, __ATOMIC_ACQUIRE) : e->recorded;
+}
+
+static uint64_t ev_done(const struct CUevent_st *e)
+{
+	return e->sh ? __atomic_load_n(&e->sh->done, __ATOMIC_ACQUIRE) : e->done;
+}
+
+static uint64_t ev_record_next(struct CUevent_st *e)
+{
+	return e->sh ? __atomic_add_fetch(&e->sh->recorded, 1, __ATOMIC_ACQ_REL) : ++e->recorded;
+}
+
+static void ev_set_done(struct CUevent_st *e, uint64_t gen)
+{
+	if (!e->sh) {
+		if (e->done < gen)
+			e->done = gen;
+		return;
+	}
+	uint64_t cur = __atomic_load_n(&e->sh->done, __ATOMIC_ACQUIRE);
+	while (cur < gen &&
+	       !__atomic_compare_exchange_n(&e->sh->done, &cur, gen, false, __ATOMIC_ACQ_REL,
+	                                    __ATOMIC_ACQUIRE))
+		;
+}
+
+static void ev_free(struct CUevent_st *e)
+{
+	if (e->sh) {
+		munmap(e->sh, sizeof(*e->sh));
+		close(e->fd);
+	}
+	free(e);
+}
 
 enum sc_op_kind { OP_COPY, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_MARK };
 
@@ -394,7 +441,7 @@ static bool sc_runnable(struct CUstream_st *s)
 	sc_op *op = s->head;
 	if (!op)
 		return false;
-	if (op->kind == OP_WAIT && op->ev->done < op->gen)
+	if (op->kind == OP_WAIT && ev_done(op->ev) < op->gen)
 		return false;
 	for (struct CUstream_st *o = g.streams; o; o = o->next) {
 		if (o == s || !o->head || o->head->seq > op->seq)
@@ -425,12 +472,12 @@ static uint64_t sc_copy_us(size_t n)
 static void sc_complete(struct CUstream_st *s)
 {
 	sc_op *op = s->head;
-	if (op->kind == OP_RECORD && op->ev->done < op->gen)
-		op->ev->done = op->gen;
+	if (op->kind == OP_RECORD)
+		ev_set_done(op->ev, op->gen);
 	if (op->done)
 		*op->done = true;
 	if (op->ev && --op->ev->refs == 0)
-		free(op->ev);
+		ev_free(op->ev);
 	s->head = op->next;
 	if (!s->head)
 		s->tail = NULL;
@@ -470,10 +517,15 @@ static void *sc_worker(void *arg)
 		 * event wait or a stream it did not ask for sees stale bytes
 		 * instead of passing by luck. */
 		struct CUstream_st *s = NULL;
-		for (struct CUstream_st *o = g.streams; o; o = o->next)
+		for (struct CUstream_st *o = g.streams; o; o = o->next) {
 			if (o->head && !o->head->started && sc_runnable(o) &&
 			    (!s || o->head->seq > s->head->seq))
 				s = o;
+			/* another process records interprocess events: look again soon */
+			if (o->head && o->head->kind == OP_WAIT && o->head->ev->sh &&
+			    ev_done(o->head->ev) < o->head->gen && now + 100 < next_end)
+				next_end = now + 100;
+		}
 		if (s) {
 			sc_op *op = s->head;
 			if (op->kind == OP_COPY) {
@@ -1090,9 +1142,10 @@ SC_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned in
 	struct CUstream_st *s = stream ? stream : &g.null_stream;
 	if (!event || !sc_stream_known(s) || flags != 0)
 		SC_RETURN(TW_CUDA_ERROR_INVALID_HANDLE);
-	if (event->recorded == 0)
+	uint64_t gen = ev_recorded(event);
+	if (gen == 0)
 		SC_RETURN(TW_CUDA_SUCCESS);
-	sc_op op = { .kind = OP_WAIT, .ev = event, .gen = event->recorded };
+	sc_op op = { .kind = OP_WAIT, .ev = event, .gen = gen };
 	SC_RETURN(sc_enqueue(s, &op));
 }
 
@@ -1112,11 +1165,28 @@ SC_EXPORT CUresult cuEventCreate(CUevent *pevent, unsigned int flags)
 	SC_NEED_CTX();
 	if (!pevent)
 		SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
+	/* interprocess events must not time (the driver's rule) */
+	if ((flags & TW_CU_EVENT_INTERPROCESS) && !(flags & TW_CU_EVENT_DISABLE_TIMING))
+		SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
 	struct CUevent_st *e = calloc(1, sizeof(*e));
 	if (!e)
 		SC_RETURN(TW_CUDA_ERROR_OUT_OF_MEMORY);
 	e->flags = flags;
 	e->refs = 1;
+	e->fd = -1;
+	if (flags & TW_CU_EVENT_INTERPROCESS) {
+		e->fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		void *m = MAP_FAILED;
+		if (e->fd >= 0 && ftruncate(e->fd, sizeof(sc_ev_shared)) == 0)
+			m = mmap(NULL, sizeof(sc_ev_shared), PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
+		if (m == MAP_FAILED) {
+			if (e->fd >= 0)
+				close(e->fd);
+			free(e);
+			SC_RETURN(TW_CUDA_ERROR_OUT_OF_MEMORY);
+		}
+		e->sh = m;
+	}
 	*pevent = e;
 	SC_RETURN(TW_CUDA_SUCCESS);
 }
@@ -1127,7 +1197,7 @@ SC_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream)
 	struct CUstream_st *s = stream ? stream : &g.null_stream;
 	if (!event || !sc_stream_known(s))
 		SC_RETURN(TW_CUDA_ERROR_INVALID_HANDLE);
-	sc_op op = { .kind = OP_RECORD, .ev = event, .gen = ++event->recorded };
+	sc_op op = { .kind = OP_RECORD, .ev = event, .gen = ev_record_next(event) };
 	SC_RETURN(sc_enqueue(s, &op));
 }
 
@@ -1136,7 +1206,7 @@ SC_EXPORT CUresult cuEventQuery(CUevent event)
 	SC_ENTER();
 	if (!event)
 		SC_RETURN(TW_CUDA_ERROR_INVALID_HANDLE);
-	SC_RETURN(event->done >= event->recorded ? TW_CUDA_SUCCESS : TW_CUDA_ERROR_NOT_READY);
+	SC_RETURN(ev_done(event) >= ev_recorded(event) ? TW_CUDA_SUCCESS : TW_CUDA_ERROR_NOT_READY);
 }
 
 SC_EXPORT CUresult cuEventSynchronize(CUevent event)
@@ -1144,9 +1214,17 @@ SC_EXPORT CUresult cuEventSynchronize(CUevent event)
 	SC_ENTER();
 	if (!event)
 		SC_RETURN(TW_CUDA_ERROR_INVALID_HANDLE);
-	uint64_t want = event->recorded;
-	while (event->done < want)
-		pthread_cond_wait(&g.cond, &g.mu);
+	uint64_t want = ev_recorded(event);
+	while (ev_done(event) < want) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200000; /* another process may be the one recording */
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&g.cond, &g.mu, &ts);
+	}
 	SC_RETURN(TW_CUDA_SUCCESS);
 }
 
@@ -1158,7 +1236,7 @@ SC_EXPORT CUresult cuEventDestroy_v2(CUevent event)
 	/* as on the real driver, destroying an event whose record or wait is
 	 * still queued returns at once; it goes when they have run */
 	if (--event->refs == 0)
-		free(event);
+		ev_free(event);
 	SC_RETURN(TW_CUDA_SUCCESS);
 }
 
@@ -1191,20 +1269,21 @@ static void sc_shm_name(char *buf, size_t len, uint64_t pidns, int pid, int fd, 
 	         fd, (unsigned long long)nonce);
 }
 
-/* at exit: the names this process gave its device memory go */
+/* the names this process gave its files in /dev/shm, removed at exit */
+typedef struct sc_name {
+	char path[128];
+	struct sc_name *next;
+} sc_name;
+static sc_name *sc_names;
+
 static void sc_unlink_names(void)
 {
-	uint64_t pidns = sc_ns_ino("pid");
-	for (int i = 0; i < g.ndev; i++)
-		if (g.dev[i].nonce) {
-			char name[128];
-			sc_shm_name(name, sizeof(name), pidns, (int)getpid(), g.dev[i].fd, g.dev[i].nonce);
-			unlink(name);
-		}
+	for (sc_name *n = sc_names; n; n = n->next)
+		unlink(n->path);
 }
 
 /* Names left by processes of this pid namespace that died without their
- * exit handler (killed): their memory goes. */
+ * exit handler (killed): their files go. */
 static void sc_sweep_names(uint64_t pidns)
 {
 	DIR *dir = opendir("/dev/shm");
@@ -1222,25 +1301,38 @@ static void sc_sweep_names(uint64_t pidns)
 	closedir(dir);
 }
 
-/* Lock held: gives device d's memory a name in /dev/shm (once). */
-static void sc_dev_name(sc_dev *d)
+/* Lock held: gives the unnamed file fd a name in /dev/shm that any process
+ * of the host can open; returns its nonce, 0 if it cannot have one. */
+static uint64_t sc_name_fd(int fd)
 {
 	static bool handler;
-	if (d->nonce)
-		return;
 	uint64_t pidns = sc_ns_ino("pid"), nonce = 0;
 	while (!nonce)
 		if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
-			return;
+			return 0;
 	if (!handler) {
 		sc_sweep_names(pidns);
 		handler = atexit(sc_unlink_names) == 0;
 	}
-	char self[64], name[128];
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", d->fd);
-	sc_shm_name(name, sizeof(name), pidns, (int)getpid(), d->fd, nonce);
-	if (linkat(AT_FDCWD, self, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0)
-		d->nonce = nonce;
+	sc_name *n = calloc(1, sizeof(*n));
+	if (!n)
+		return 0;
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	sc_shm_name(n->path, sizeof(n->path), pidns, (int)getpid(), fd, nonce);
+	if (linkat(AT_FDCWD, self, AT_FDCWD, n->path, AT_SYMLINK_FOLLOW) != 0) {
+		free(n);
+		return 0;
+	}
+	n->next = sc_names;
+	sc_names = n;
+	return nonce;
+}
+
+static void sc_dev_name(sc_dev *d)
+{
+	if (!d->nonce)
+		d->nonce = sc_name_fd(d->fd);
 }
 
 SC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
@@ -1343,6 +1435,76 @@ SC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 		SC_RETURN(r);
 	}
 	SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
+}
+
+/* An event handle: the event's counters by name, as for memory. */
+typedef struct sc_ipc_event_wire {
+	uint64_t magic;
+	int32_t pid;
+	int32_t fd;
+	uint64_t nonce, pidns;
+	char unused[32];
+} sc_ipc_event_wire;
+_Static_assert(sizeof(sc_ipc_event_wire) == TW_CU_IPC_HANDLE_SIZE, "event handle size");
+#define SC_IPC_EVENT_MAGIC 0x3145504943536373ull /* "scSCIPE1" */
+
+SC_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent event)
+{
+	SC_ENTER();
+	SC_NEED_CTX();
+	if (!handle || !event || !event->sh)
+		SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
+	if (!event->nonce)
+		event->nonce = sc_name_fd(event->fd);
+	if (!event->nonce)
+		SC_RETURN(TW_CUDA_ERROR_MAP_FAILED);
+	sc_ipc_event_wire w = { .magic = SC_IPC_EVENT_MAGIC, .pid = (int32_t)getpid(),
+		                    .fd = event->fd, .nonce = event->nonce, .pidns = sc_ns_ino("pid") };
+	memcpy(handle->reserved, &w, sizeof(w));
+	SC_RETURN(TW_CUDA_SUCCESS);
+}
+
+SC_EXPORT CUresult cuIpcOpenEventHandle(CUevent *pevent, CUipcEventHandle handle)
+{
+	SC_ENTER();
+	SC_NEED_CTX();
+	sc_ipc_event_wire w;
+	memcpy(&w, handle.reserved, sizeof(w));
+	if (!pevent || w.magic != SC_IPC_EVENT_MAGIC)
+		SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
+	if (w.pid == (int32_t)getpid() && w.pidns == sc_ns_ino("pid"))
+		SC_RETURN(TW_CUDA_ERROR_INVALID_CONTEXT);
+	char path[128];
+	sc_shm_name(path, sizeof(path), w.pidns, (int)w.pid, (int)w.fd, w.nonce);
+	struct CUevent_st *e = calloc(1, sizeof(*e));
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	void *m = MAP_FAILED;
+	if (fd >= 0)
+		m = mmap(NULL, sizeof(sc_ev_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (!e || m == MAP_FAILED) {
+		if (fd >= 0)
+			close(fd);
+		free(e);
+		SC_RETURN(TW_CUDA_ERROR_MAP_FAILED);
+	}
+	e->flags = TW_CU_EVENT_INTERPROCESS | TW_CU_EVENT_DISABLE_TIMING;
+	e->refs = 1;
+	e->fd = fd;
+	e->sh = m;
+	*pevent = e;
+	SC_RETURN(TW_CUDA_SUCCESS);
+}
+
+/* Every pair of distinct devices can reach each other (one NVLink domain). */
+SC_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+	SC_ENTER();
+	SC_DEVICE_CHECK(dev);
+	SC_DEVICE_CHECK(peer);
+	if (!can)
+		SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
+	*can = dev != peer;
+	SC_RETURN(TW_CUDA_SUCCESS);
 }
 
 SC_EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)

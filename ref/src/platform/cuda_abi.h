@@ -28,6 +28,9 @@ typedef void (*CUhostFn)(void *user_data);
 typedef struct CUipcMemHandle_st {
 	char reserved[TW_CU_IPC_HANDLE_SIZE];
 } CUipcMemHandle;
+typedef struct CUipcEventHandle_st {
+	char reserved[TW_CU_IPC_HANDLE_SIZE];
+} CUipcEventHandle;
 
 typedef struct CUuuid_st {
 	char bytes[16];
@@ -92,6 +95,7 @@ enum {
 	X(cuDeviceGetPCIBusId, CUresult, (char *pciBusId, int len, CUdevice dev))           \
 	X(cuDeviceGetAttribute, CUresult, (int *pi, int attrib, CUdevice dev))              \
 	X(cuDeviceTotalMem_v2, CUresult, (size_t * bytes, CUdevice dev))                    \
+	X(cuDeviceCanAccessPeer, CUresult, (int *can, CUdevice dev, CUdevice peer))         \
 	X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext * pctx, CUdevice dev))             \
 	X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice dev))                           \
 	X(cuCtxSetCurrent, CUresult, (CUcontext ctx))                                       \
@@ -120,6 +124,8 @@ enum {
 	X(cuIpcOpenMemHandle_v2, CUresult,                                                  \
 	  (CUdeviceptr * pdptr, CUipcMemHandle handle, unsigned int flags))                 \
 	X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr dptr))                                \
+	X(cuIpcGetEventHandle, CUresult, (CUipcEventHandle * handle, CUevent event))        \
+	X(cuIpcOpenEventHandle, CUresult, (CUevent * event, CUipcEventHandle handle))       \
 	X(cuPointerGetAttribute, CUresult, (void *data, int attribute, CUdeviceptr ptr))
 
 #endif /* TW_PLATFORM_CUDA_ABI_H */
