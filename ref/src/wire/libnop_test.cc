@@ -90,6 +90,24 @@ struct CudaXthDescriptor {
 	uintptr_t srcStream;
 	NOP_STRUCTURE(CudaXthDescriptor, startEvent, srcPtr, srcDeviceIdx, srcStream);
 };
+struct CudaIpcDeviceDescriptor {
+	std::string bootId;
+	int64_t pid;
+	std::string deviceUuid;
+	NOP_STRUCTURE(CudaIpcDeviceDescriptor, bootId, pid, deviceUuid);
+};
+struct CudaIpcOutboxInfo {
+	std::string processIdentifier;
+	std::string memHandle;
+	std::vector<std::string> eventHandles;
+	NOP_STRUCTURE(CudaIpcOutboxInfo, processIdentifier, memHandle, eventHandles);
+};
+struct CudaIpcDescriptor {
+	int deviceIdx;
+	size_t slotIdx;
+	nop::Optional<CudaIpcOutboxInfo> outboxInfo;
+	NOP_STRUCTURE(CudaIpcDescriptor, deviceIdx, slotIdx, outboxInfo);
+};
 struct CudaBasicDeviceDescriptor {
 	std::string deviceType;
 	std::string descriptor;
@@ -628,6 +646,60 @@ struct CudaBasicT {
 	}
 };
 
+struct CudaIpcDevT {
+	using C = tw_wire_cuda_ipc_device;
+	using Cpp = CudaIpcDeviceDescriptor;
+	static Cpp to_cpp(const C &c) { return Cpp{cs(c.boot_id), c.pid, cs(c.device_uuid)}; }
+	static C to_c(const Cpp &d) { return C{ws(d.bootId), d.pid, ws(d.deviceUuid)}; }
+	static bool eq(const Cpp &a, const Cpp &b)
+	{
+		return a.bootId == b.bootId && a.pid == b.pid && a.deviceUuid == b.deviceUuid;
+	}
+};
+
+struct CudaIpcDescT {
+	using C = tw_wire_cuda_ipc_descriptor;
+	using Cpp = CudaIpcDescriptor;
+	static Cpp to_cpp(const C &c)
+	{
+		Cpp d{c.device, c.slot, {}};
+		if (c.has_outbox) {
+			CudaIpcOutboxInfo o{cs(c.process), cs(c.mem_handle), {}};
+			for (size_t i = 0; i < c.num_events; i++)
+				o.eventHandles.push_back(cs(c.events[i]));
+			d.outboxInfo = o;
+		}
+		return d;
+	}
+	static C to_c(const Cpp &d)
+	{
+		C c{};
+		c.device = d.deviceIdx;
+		c.slot = d.slotIdx;
+		if (!d.outboxInfo)
+			return c;
+		const CudaIpcOutboxInfo &o = d.outboxInfo.get();
+		c.has_outbox = true;
+		c.process = ws(o.processIdentifier);
+		c.mem_handle = ws(o.memHandle);
+		c.num_events = o.eventHandles.size();
+		c.events = static_cast<tw_wire_str *>(tw__wire_calloc(c.num_events + 1, sizeof(tw_wire_str)));
+		for (size_t i = 0; i < c.num_events; i++)
+			c.events[i] = ws(o.eventHandles[i]);
+		return c;
+	}
+	static bool eq(const Cpp &a, const Cpp &b)
+	{
+		if (a.deviceIdx != b.deviceIdx || a.slotIdx != b.slotIdx || !a.outboxInfo != !b.outboxInfo)
+			return false;
+		if (!a.outboxInfo)
+			return true;
+		const CudaIpcOutboxInfo &x = a.outboxInfo.get(), &y = b.outboxInfo.get();
+		return x.processIdentifier == y.processIdentifier && x.memHandle == y.memHandle &&
+		       x.eventHandles == y.eventHandles;
+	}
+};
+
 // Our codec, called uniformly.
 #define OUR_CODEC(TRAITS, T)                                                                \
 	void our_encode(const TRAITS::C &v, tw_nop_writer *w) { tw__wire_encode_##T(w, &v); }   \
@@ -647,6 +719,8 @@ OUR_CODEC(CmaT, cma_descriptor)
 OUR_CODEC(XthT, xth_descriptor)
 OUR_CODEC(CudaXthT, cuda_xth_descriptor)
 OUR_CODEC(CudaBasicT, cuda_basic_device)
+OUR_CODEC(CudaIpcDevT, cuda_ipc_device)
+OUR_CODEC(CudaIpcDescT, cuda_ipc_descriptor)
 
 // ---- random values ----
 
@@ -810,6 +884,27 @@ void gen(CudaXthDescriptor *d)
 	d->srcPtr = rnd_u64();
 	d->srcDeviceIdx = static_cast<int>(rnd_u64());
 	d->srcStream = rnd_u64();
+}
+
+void gen(CudaIpcDeviceDescriptor *d)
+{
+	d->bootId = rnd_str();
+	d->pid = static_cast<int64_t>(rnd_u64());
+	d->deviceUuid = rnd_str();
+}
+
+void gen(CudaIpcDescriptor *d)
+{
+	d->deviceIdx = static_cast<int>(rnd_u64());
+	d->slotIdx = rnd_u64();
+	if (rnd() % 2) {
+		CudaIpcOutboxInfo o;
+		o.processIdentifier = rnd_str();
+		o.memHandle = rnd_str();
+		for (size_t i = rnd() % 5; i > 0; i--)
+			o.eventHandles.push_back(rnd_str());
+		d->outboxInfo = o;
+	}
 }
 
 void gen(CudaBasicDeviceDescriptor *d)
@@ -1019,6 +1114,8 @@ void check_reference_vectors()
 	check_value<CudaXthT>("cuda_xth Descriptor",
 	                      CudaXthDescriptor{0x55d0c0a01230u, 0x7f3a00000000u, 1, 0},
 	                      "b9 04 83 30 12 a0 c0 d0 55 00 00 83 00 00 00 00 3a 7f 00 00 01 00", 200);
+	check_value<CudaIpcDescT>("cuda_ipc Descriptor (later chunk)", CudaIpcDescriptor{0, 2, {}},
+	                          "b9 03 00 02 be", 200);
 	check_value<CudaBasicT>("cuda_basic device descriptor",
 	                        CudaBasicDeviceDescriptor{"cuda", "any"},
 	                        "b9 02 bd 04 63 75 64 61 bd 03 61 6e 79", 200);
@@ -1073,6 +1170,10 @@ bool vector_check(const std::string &file, const std::string &type, const Bytes 
 		vector_packet<CudaXthT>(f, b, want_ok, want_consumed);
 	else if (type == "cuda-basic-device")
 		vector_packet<CudaBasicT>(f, b, want_ok, want_consumed);
+	else if (type == "cuda-ipc-device")
+		vector_packet<CudaIpcDevT>(f, b, want_ok, want_consumed);
+	else if (type == "cuda-ipc-descriptor")
+		vector_packet<CudaIpcDescT>(f, b, want_ok, want_consumed);
 	else {
 		// nop-level types: acceptance and length only
 		size_t used = 0;
@@ -1193,6 +1294,8 @@ int main(int argc, char **argv)
 	check_generated<XthT>("xth Descriptor", 100);
 	check_generated<CudaXthT>("cuda_xth Descriptor", 100);
 	check_generated<CudaBasicT>("cuda_basic device descriptor", 100);
+	check_generated<CudaIpcDevT>("cuda_ipc device descriptor", 100);
+	check_generated<CudaIpcDescT>("cuda_ipc Descriptor", 100);
 	if (failures) {
 		std::printf("# libnop_test: %d of %d checks failed\n", failures, checks);
 		return 1;

@@ -469,6 +469,26 @@ void tw__wire_cuda_xth_descriptor_free(tw_wire_cuda_xth_descriptor *v)
 		memset(v, 0, sizeof(*v));
 }
 
+void tw__wire_cuda_ipc_device_free(tw_wire_cuda_ipc_device *v)
+{
+	if (!v)
+		return;
+	tw__wire_str_free(&v->boot_id);
+	tw__wire_str_free(&v->device_uuid);
+}
+
+void tw__wire_cuda_ipc_descriptor_free(tw_wire_cuda_ipc_descriptor *v)
+{
+	if (!v)
+		return;
+	tw__wire_str_free(&v->process);
+	tw__wire_str_free(&v->mem_handle);
+	for (size_t i = 0; i < v->num_events; i++)
+		tw__wire_str_free(&v->events[i]);
+	tw__wire_free(v->events);
+	memset(v, 0, sizeof(*v));
+}
+
 void tw__wire_cuda_basic_device_free(tw_wire_cuda_basic_device *v)
 {
 	if (!v)
@@ -903,6 +923,68 @@ static tw_status_t tw__dec_cuda_xth_descriptor(tw__dec *d, void *out)
 	return st;
 }
 
+static tw_status_t tw__dec_cuda_ipc_device(tw__dec *d, void *out)
+{
+	tw_wire_cuda_ipc_device *v = out;
+	tw_status_t st = tw__nop_get_struct(&d->r, 3);
+	if (st == TW_OK)
+		st = tw__dec_member_str(d, "bootId", &v->boot_id);
+	if (st == TW_OK)
+		st = tw__dec_member_int(d, "pid", 8, &v->pid);
+	if (st == TW_OK)
+		st = tw__dec_member_str(d, "deviceUuid", &v->device_uuid);
+	return st;
+}
+
+static tw_status_t tw__dec_cuda_ipc_descriptor(tw__dec *d, void *out)
+{
+	tw_wire_cuda_ipc_descriptor *v = out;
+	int64_t dev = 0;
+	tw_status_t st = tw__nop_get_struct(&d->r, 3);
+	if (st == TW_OK)
+		st = tw__dec_member_int(d, "deviceIdx", 4, &dev);
+	if (st == TW_OK)
+		st = tw__dec_member_uint(d, "slotIdx", 8, &v->slot);
+	v->device = (int32_t)dev;
+	if (st != TW_OK)
+		return st;
+	size_t mark = tw__dec_push(d, ".outboxInfo");
+	bool nil = false;
+	st = tw__nop_get_optional_nil(&d->r, &nil);
+	if (st != TW_OK)
+		return st;
+	if (nil) {
+		tw__dec_pop(d, mark);
+		return TW_OK;
+	}
+	v->has_outbox = true;
+	st = tw__nop_get_struct(&d->r, 3);
+	if (st == TW_OK)
+		st = tw__dec_member_str(d, "processIdentifier", &v->process);
+	if (st == TW_OK)
+		st = tw__dec_member_str(d, "memHandle", &v->mem_handle);
+	size_t n = 0;
+	if (st == TW_OK) {
+		size_t m2 = tw__dec_push(d, ".eventHandles");
+		st = tw__nop_get_array_count(&d->r, 1, &n);
+		if (st == TW_OK)
+			st = tw__dec_array(d, n, sizeof(*v->events), (void **)&v->events);
+		if (st == TW_OK)
+			v->num_events = n;
+		for (size_t i = 0; st == TW_OK && i < n; i++) {
+			size_t m3 = tw__dec_push(d, "[%zu]", i);
+			st = tw__dec_str(d, &v->events[i]);
+			if (st == TW_OK)
+				tw__dec_pop(d, m3);
+		}
+		if (st == TW_OK)
+			tw__dec_pop(d, m2);
+	}
+	if (st == TW_OK)
+		tw__dec_pop(d, mark);
+	return st;
+}
+
 static tw_status_t tw__dec_cuda_basic_device(tw__dec *d, void *out)
 {
 	tw_wire_cuda_basic_device *v = out;
@@ -972,6 +1054,8 @@ TW__DEFINE_DECODE(cma_descriptor, "CmaDescriptor")
 TW__DEFINE_DECODE(xth_descriptor, "XthDescriptor")
 TW__DEFINE_DECODE(cuda_xth_descriptor, "CudaXthDescriptor")
 TW__DEFINE_DECODE(cuda_basic_device, "CudaBasicDeviceDescriptor")
+TW__DEFINE_DECODE(cuda_ipc_device, "CudaIpcDeviceDescriptor")
+TW__DEFINE_DECODE(cuda_ipc_descriptor, "CudaIpcDescriptor")
 
 /* ---- encoders ---------------------------------------------------------------- */
 
@@ -1148,4 +1232,29 @@ void tw__wire_encode_cuda_basic_device(tw_nop_writer *w, const tw_wire_cuda_basi
 	tw__nop_put_struct(w, 2);
 	tw__enc_str(w, &v->device_type);
 	tw__enc_str(w, &v->cpu_descriptor);
+}
+
+void tw__wire_encode_cuda_ipc_device(tw_nop_writer *w, const tw_wire_cuda_ipc_device *v)
+{
+	tw__nop_put_struct(w, 3);
+	tw__enc_str(w, &v->boot_id);
+	tw__nop_put_int(w, v->pid);
+	tw__enc_str(w, &v->device_uuid);
+}
+
+void tw__wire_encode_cuda_ipc_descriptor(tw_nop_writer *w, const tw_wire_cuda_ipc_descriptor *v)
+{
+	tw__nop_put_struct(w, 3);
+	tw__nop_put_int(w, v->device);
+	tw__nop_put_uint(w, v->slot);
+	if (!v->has_outbox) {
+		tw__nop_put_nil(w);
+		return;
+	}
+	tw__nop_put_struct(w, 3);
+	tw__enc_str(w, &v->process);
+	tw__enc_str(w, &v->mem_handle);
+	tw__nop_put_array(w, v->num_events);
+	for (size_t i = 0; i < v->num_events; i++)
+		tw__enc_str(w, &v->events[i]);
 }

@@ -151,6 +151,23 @@ typedef struct tw_wire_cuda_xth_descriptor {
 	int32_t src_device;
 	uint64_t src_stream;
 } tw_wire_cuda_xth_descriptor;
+/* cuda_ipc device descriptor (spec 4.6.3), carried inside the string */
+typedef struct tw_wire_cuda_ipc_device {
+	tw_wire_str boot_id;
+	int64_t pid;
+	tw_wire_str device_uuid; /* lowercase 8-4-4-4-12, no "GPU-" */
+} tw_wire_cuda_ipc_device;
+/* cuda_ipc Descriptor (spec 4.6.3): a chunk in slot `slot` of the sender's
+ * staging area on its device `device`; the area's handles the first time */
+typedef struct tw_wire_cuda_ipc_descriptor {
+	int32_t device;
+	uint64_t slot;
+	bool has_outbox;
+	tw_wire_str process;    /* outbox: "<pidns>_<pid>" */
+	tw_wire_str mem_handle; /* outbox: 64 bytes */
+	size_t num_events;
+	tw_wire_str *events;    /* outbox: one 64-byte event handle per slot */
+} tw_wire_cuda_ipc_descriptor;
 /* cuda_basic device descriptor (spec 4.6.2), carried inside the string */
 typedef struct tw_wire_cuda_basic_device {
 	tw_wire_str device_type;
@@ -175,6 +192,8 @@ TW_WIRE_DECLARE(cma_descriptor);
 TW_WIRE_DECLARE(xth_descriptor);
 TW_WIRE_DECLARE(cuda_xth_descriptor);
 TW_WIRE_DECLARE(cuda_basic_device);
+TW_WIRE_DECLARE(cuda_ipc_device);
+TW_WIRE_DECLARE(cuda_ipc_descriptor);
 
 /* Helpers for building values to encode (copying; TW_ERR_NOMEM on failure). */
 TW_NODISCARD tw_status_t tw__wire_str_set(tw_wire_str *dst, const void *s, size_t n);

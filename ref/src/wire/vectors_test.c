@@ -190,7 +190,9 @@ static int transcode_nop(const vector_file *v, tw_nop_reader *r, tw_nop_writer *
 	X(descriptor_reply, "descriptor-reply") X(mpt_packet, "mpt-packet") \
 	X(cma_descriptor, "cma-descriptor") X(xth_descriptor, "xth-descriptor") \
 	X(cuda_xth_descriptor, "cuda-xth-descriptor")                   \
-	X(cuda_basic_device, "cuda-basic-device")
+	X(cuda_basic_device, "cuda-basic-device")                       \
+	X(cuda_ipc_device, "cuda-ipc-device")                           \
+	X(cuda_ipc_descriptor, "cuda-ipc-descriptor")
 
 #define COUNT_ONE(T, name) +1
 enum { NUM_PACKET_TYPES = 0 PACKET_TYPES(COUNT_ONE) };
