@@ -23,6 +23,14 @@
  *   close_mid     the reader closes its pipe while 20 tensors of 4 MiB
  *                 are on their way: every write and read calls back once,
  *                 nothing hangs, the contexts join
+ *   ipc_pair      two processes, cuda_ipc (and cuda_basic) registered: the
+ *                 pipe picks cuda_ipc for device pairs, the sizes above and
+ *                 a 20 MiB tensor (three staging slots' worth) go to the
+ *                 other process and come back byte-exact
+ *   ipc_disjoint  two processes that see disjoint devices (as two
+ *                 containers given different GPUs): neither offers cuda_ipc
+ *                 for the other's device, the pipe takes cuda_basic
+ *                 instead, and the tensors arrive (stock throws there, T03)
  *   unviable      TW_TEST_EXPECT_UNVIABLE set: registering the channel
  *                 fails with TW_ERR_UNSUPPORTED whose detail holds that
  *                 text (no driver, a stub driver, no device,
@@ -30,6 +38,7 @@
  *                 context still carries a message (field failure T08)
  */
 #include <dlfcn.h>
+#include <sys/wait.h>
 
 #include "pair_util.h"
 #include "platform/cuda_abi.h"
@@ -473,6 +482,167 @@ static void case_close_mid(void)
 	}
 }
 
+/* ---- two processes ------------------------------------------------------------------ */
+
+static const size_t ipc_sizes[] = { 0, 1, 31, 32, 33, 64, 1 << 20, (7 << 19) + 7, (size_t)20 << 20 };
+#define IPC_N (sizeof(ipc_sizes) / sizeof(ipc_sizes[0]))
+
+static void ipc_ctx(tw_context **ctx, const char *name)
+{
+	CHECK_OK(tw_context_create(name, ctx));
+	CHECK_OK(tw_context_register_transport(*ctx, "uv", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 100, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, "cuda_ipc", NULL, 10, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, "cuda_basic", NULL, 0, NULL));
+}
+
+/* Writes one tensor of each size from cuda:0 (seeded) on p. */
+static void ipc_write(tw_pipe *p, uint64_t seed)
+{
+	tw_tensor t[IPC_N];
+	void *src[IPC_N];
+	for (size_t i = 0; i < IPC_N; i++) {
+		uint8_t *h = malloc(ipc_sizes[i] + 1);
+		tu_fill_at(h, ipc_sizes[i], seed + i);
+		src[i] = dev_alloc(0, ipc_sizes[i]);
+		copy(0, src[i], h, ipc_sizes[i]);
+		free(h);
+		t[i] = (tw_tensor){ .data = src[i], .length = ipc_sizes[i], .source_device = cuda_dev(0),
+			            .has_target_device = true, .target_device = cuda_dev(0) };
+	}
+	tw_message m = { .num_tensors = IPC_N, .tensors = t };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	tu_expect(&w, TW_OK, NULL);
+	tu_once(&w);
+	for (size_t i = 0; i < IPC_N; i++)
+		dev_free(0, src[i]);
+}
+
+/* Reads that message into cuda:0 and checks every byte. */
+static void ipc_read(tw_pipe *p, uint64_t seed)
+{
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->num_tensors == IPC_N);
+	tw_tensor_allocation ta[IPC_N];
+	void *dst[IPC_N];
+	for (size_t i = 0; i < IPC_N; i++) {
+		dst[i] = dev_alloc(0, ipc_sizes[i]);
+		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = cuda_dev(0) };
+	}
+	tw_allocation a = { .num_tensors = IPC_N, .tensors = ta };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	for (size_t i = 0; i < IPC_N; i++) {
+		uint8_t *h = malloc(ipc_sizes[i] + 1);
+		copy(0, h, dst[i], ipc_sizes[i]);
+		if (tu_hash(h, ipc_sizes[i]) != tu_expected_hash(ipc_sizes[i], seed + i)) {
+			fprintf(stderr, "[%d] tensor %zu (%zu bytes) arrived corrupted\n", (int)getpid(), i,
+			        ipc_sizes[i]);
+			abort();
+		}
+		free(h);
+		dev_free(0, dst[i]);
+	}
+	tu_once(&d), tu_once(&r);
+}
+
+/* Parent: server; child: client. Each sees the devices `visible` names
+ * (NULL: all). The child writes, the parent reads and writes back, the
+ * child reads. Both check the channel of (cuda:0, cuda:0). */
+static void ipc_round(const char *parent_visible, const char *child_visible, const char *want)
+{
+	int fds[2];
+	char url[256];
+	pid_t pid = tu_fork_url_child(fds, url, sizeof(url));
+	const char *visible = pid == 0 ? child_visible : parent_visible;
+	if (visible)
+		setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx(&ctx, pid == 0 ? "child" : "parent");
+	tw_pipe *p;
+	tw_listener *l = NULL;
+	if (pid == 0) {
+		CHECK_OK(tw_context_connect(ctx, url, &p));
+	} else {
+		l = tu_listen(ctx, "uv://127.0.0.1:0", url, sizeof(url));
+		tu_rec acc;
+		tu_rec_init(&acc);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+		tu_url_send(fds, url);
+		tu_expect(&acc, TW_OK, NULL);
+		p = acc.pipe;
+	}
+	tu_rec est;
+	tu_rec_init(&est);
+	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
+	tu_expect(&est, TW_OK, NULL);
+	char ch[64];
+	tw_device d0 = cuda_dev(0);
+	CHECK_OK(tw_pipe_channel_for(p, &d0, &d0, ch, sizeof(ch)));
+	printf("# [%s] (cuda:0, cuda:0) goes over %s\n", pid == 0 ? "child" : "parent", ch);
+	if (strcmp(ch, want) != 0) {
+		fprintf(stderr, "want %s\n", want);
+		abort();
+	}
+	if (pid == 0) {
+		ipc_write(p, 500);
+		ipc_read(p, 600);
+	} else {
+		ipc_read(p, 500);
+		ipc_write(p, 600);
+	}
+	tw_pipe_destroy(p);
+	if (l)
+		tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	if (pid == 0) {
+		fflush(NULL);
+		exit(0); /* simcuda's exit handler removes its names in /dev/shm */
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void case_ipc_pair(void)
+{
+	ipc_round(NULL, NULL, "cuda_ipc");
+}
+
+/* How many devices the driver shows, asked in a child (the parent must not
+ * touch CUDA before it forks). */
+static int device_count(void)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		cu_load();
+		_exit(cu.ndev);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static void case_ipc_disjoint(void)
+{
+	int n = device_count();
+	if (n < 2) {
+		printf("SKIP: two processes with disjoint devices need two devices, this host has %d\n",
+		       n);
+		exit(77);
+	}
+	ipc_round("0", "1", "cuda_basic");
+}
+
 static void case_unviable(void)
 {
 	const char *want = getenv("TW_TEST_EXPECT_UNVIABLE");
@@ -504,8 +674,11 @@ int main(int argc, char **argv)
 		{ "cuda_to_cpu", case_cuda_to_cpu },   { "stream_order", case_stream_order },
 		{ "many", case_many },                 { "bad_buffer", case_bad_buffer },
 		{ "close_mid", case_close_mid },       { "unviable", case_unviable },
+		{ "ipc_pair", case_ipc_pair },         { "ipc_disjoint", case_ipc_disjoint },
 	};
-	if (argc == 2 && strcmp(argv[1], "unviable") != 0)
+	/* the unusable-CUDA case loads nothing; the two-process ones load after
+	 * their fork */
+	if (argc == 2 && strcmp(argv[1], "unviable") != 0 && strncmp(argv[1], "ipc_", 4) != 0)
 		cu_load();
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 120);
 }

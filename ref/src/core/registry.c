@@ -28,6 +28,7 @@ const tw_channel_ops *const tw__channel_kinds[] = {
 	&tw__xth_channel_ops,
 	&tw__cuda_basic_channel_ops,
 	&tw__cuda_xth_channel_ops,
+	&tw__cuda_ipc_channel_ops,
 	NULL,
 };
 

@@ -27,7 +27,7 @@ tw_status_t tw__identity_ns(const char *ns, char *out, size_t out_len, char *det
 	return TW_OK;
 }
 
-static tw_status_t tw__identity_boot(char *out, size_t out_len, char *detail, size_t detail_len)
+tw_status_t tw__identity_boot(char *out, size_t out_len, char *detail, size_t detail_len)
 {
 	if (tw__sys_boot_id(out, out_len) != 0) {
 		char eb[128];

@@ -18,6 +18,9 @@
 
 #define TW_IDENTITY_MAX 256
 
+/* The first line of /proc/sys/kernel/random/boot_id. */
+TW_NODISCARD tw_status_t tw__identity_boot(char *out, size_t out_len, char *detail,
+                                           size_t detail_len);
 /* "<st_dev>_<st_ino>" of /proc/self/ns/<ns>, lowercase hex without 0x. */
 TW_NODISCARD tw_status_t tw__identity_ns(const char *ns, char *out, size_t out_len, char *detail,
                                          size_t detail_len);

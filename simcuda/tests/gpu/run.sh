@@ -39,6 +39,20 @@ for ch in cuda_basic cuda_xth; do
     sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' >> "$out/ours.log"
   done
 done
+# cuda_ipc: two processes
+for c in ipc_pair ipc_disjoint; do
+  start=$(date +%s%N)
+  timeout 120 "$bin/cuda_test" "$c" > "$out/case.txt" 2>&1
+  rc=$?
+  ms=$((($(date +%s%N) - start) / 1000000))
+  case $rc in
+    0) verdict=PASS ;;
+    77) verdict="SKIP ($(grep -m1 SKIP "$out/case.txt"))" ;;
+    *) verdict="FAIL rc=$rc"; fail=$((fail + 1)) ;;
+  esac
+  printf '%-10s %-13s %s %d ms\n' cuda_ipc "$c" "$verdict" "$ms" | tee -a "$out/ours.log"
+  sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' >> "$out/ours.log"
+done
 rm -f "$out/case.txt"
 
 # 3. stock: TensorPipe's own CUDA channels, as PyTorch ships them

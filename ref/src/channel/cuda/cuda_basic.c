@@ -245,7 +245,7 @@ static void cb_on_moved(tw_channel *cpu, tw_status_t st, const char *detail, voi
 		k->done.arg = k;
 		tw_status_t cst = tw__cuda_copy(&ch->ctx->cc, k->dev, k->ptr,
 		                                cb_slot_mem(ch->ctx, 1, k->slot), k->n, k->stream, NULL,
-		                                &k->done, d, sizeof(d));
+		                                NULL, &k->done, d, sizeof(d));
 		if (cst == TW_OK) {
 			ch->refs++;
 		} else {
@@ -309,7 +309,7 @@ static void cb_pump_sends(cb_channel *ch)
 				k->done.fn = cb_on_copied;
 				k->done.arg = k;
 				st = tw__cuda_copy(&c->cc, k->dev, cb_slot_mem(c, 0, k->slot), k->ptr, k->n,
-				                   k->stream, NULL, &k->done, d, sizeof(d));
+				                   k->stream, NULL, NULL, &k->done, d, sizeof(d));
 				if (st != TW_OK) {
 					k->state = CB_WAIT;
 					cb_fail(ch, st, d);

@@ -148,8 +148,8 @@ static void tw_cuda_host_done(void *arg)
 }
 
 tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, uint64_t n,
-                          void *after, CUevent event, tw_cuda_done *done, char *detail,
-                          size_t detail_len)
+                          void *after, CUevent event, CUevent then_record, tw_cuda_done *done,
+                          char *detail, size_t detail_len)
 {
 	CUstream s;
 	tw_status_t st = tw_cuda_stream(c, dev, &s, detail, detail_len);
@@ -169,6 +169,10 @@ tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, u
 	r = c->cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n, s);
 	if (r != TW_CUDA_SUCCESS)
 		return tw_cuda_fail(c, "cuMemcpyAsync", r, detail, detail_len);
+	if (then_record && (r = c->cu->cuEventRecord(then_record, s)) != TW_CUDA_SUCCESS) {
+		(void)c->cu->cuStreamSynchronize(s);
+		return tw_cuda_fail(c, "cuEventRecord after a copy", r, detail, detail_len);
+	}
 	done->loop = c->base.env->loop;
 	r = c->cu->cuLaunchHostFunc(s, tw_cuda_host_done, done);
 	if (r != TW_CUDA_SUCCESS) {

@@ -54,11 +54,12 @@ TW_NODISCARD tw_status_t tw__cuda_check_buffer(tw_cuda_ctx *c, const char *who,
 /* Loop thread: copies n bytes from src to dst (device or host pointers) on
  * the stream of cuda:dev, after the work queued so far on `after` (a user
  * CUstream, NULL = legacy default stream) and, if not NULL, after `event`;
- * then runs done->fn on the loop. On failure nothing was queued and done
- * will not run. */
+ * then records `then_record` if not NULL, and runs done->fn on the loop. On
+ * failure nothing was queued and done will not run. */
 TW_NODISCARD tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src,
                                        uint64_t n, void *after, CUevent event,
-                                       tw_cuda_done *done, char *detail, size_t detail_len);
+                                       CUevent then_record, tw_cuda_done *done, char *detail,
+                                       size_t detail_len);
 
 /* Loop thread: a new event recorded now on `stream` (of cuda:dev). */
 TW_NODISCARD tw_status_t tw__cuda_record(tw_cuda_ctx *c, int dev, void *stream, CUevent *out,

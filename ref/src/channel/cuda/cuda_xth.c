@@ -246,7 +246,7 @@ static void cx_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 			op->done.fn = cx_on_copied;
 			op->done.arg = op;
 			st = tw__cuda_copy(ch->ctx, op->buf.device.index, op->buf.ptr, src.ptr, op->buf.len,
-			                   op->buf.cuda_stream, (CUevent)(uintptr_t)event, &op->done, d,
+			                   op->buf.cuda_stream, (CUevent)(uintptr_t)event, NULL, &op->done, d,
 			                   sizeof(d));
 		}
 		if (st == TW_OK) {

@@ -1,0 +1,885 @@
+/*
+ * cuda_ipc.c - the cuda_ipc channel (spec/wire.md 4.6.3): device to device
+ * between two processes of one host through CUDA IPC. Two connections:
+ * descriptors on 0, replies on 1.
+ *
+ * Each sending device has a staging area ("outbox") of TW_CUDA_IPC_SLOTS
+ * slots of TW_CUDA_IPC_SLOT bytes, one interprocess event per slot, shared by
+ * the context's channels. Per chunk of a tensor (at most one slot) the
+ * sender takes a slot, copies the chunk into it on its stream after the
+ * tensor's stream and after the slot's event (the receiver's last copy out
+ * of it), records the slot's event, and writes Descriptor{deviceIdx,
+ * slotIdx, outboxInfo} (the area's handles in the first descriptor of this
+ * channel for that device). The receiver opens the area once per (process,
+ * remote device, local device), copies out of the slot after the slot's
+ * event and after its buffer's stream, records the slot's event, and when
+ * the bytes are in writes an empty reply, in order. The sender frees the
+ * slot on the reply.
+ *
+ * Device descriptor: libnop {bootId, pid int64, deviceUuid}. Two devices
+ * can communicate, as stock decides, when the boot ids are equal and the
+ * pids differ, and the devices can reach each other; unlike stock, a peer
+ * device this process cannot see is "no" (stock throws: two containers
+ * that see different GPUs, field failure T03).
+ *
+ * Where stock calls back early, ours does not: a send calls back once the
+ * receiver has replied for every chunk (stock: once the last chunk was
+ * queued), a receive once every chunk is in the buffer (stock: queued).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "channel/cuda/cuda.h"
+#include "channel/cuda/cuda_common.h"
+#include "platform/error.h"
+#include "platform/identity.h"
+#include "platform/options.h"
+#include "platform/platform.h"
+#include "wire/nop.h"
+#include "wire/packets.h"
+
+#define TW_CUDA_IPC_SLOT ((uint64_t)8 << 20)
+#define TW_CUDA_IPC_SLOTS 4
+#define CI_DESC_MAX 4096
+#define CI_UUID_LEN 36
+
+typedef struct ci_channel ci_channel;
+
+/* this process's staging area on one device */
+typedef struct ci_outbox {
+	bool made;
+	CUdeviceptr base;
+	CUevent events[TW_CUDA_IPC_SLOTS];
+	CUipcMemHandle mem;
+	CUipcEventHandle ev[TW_CUDA_IPC_SLOTS];
+	bool used[TW_CUDA_IPC_SLOTS];
+} ci_outbox;
+
+/* a peer's staging area, opened on one of our devices */
+typedef struct ci_remote {
+	char *process;
+	int32_t rdev;
+	int ldev;
+	CUdeviceptr base;
+	CUevent events[TW_CUDA_IPC_SLOTS];
+	struct ci_remote *next;
+} ci_remote;
+
+typedef struct ci_ctx {
+	tw_cuda_ctx cc;
+	char process[128]; /* "<pidns>_<pid>" */
+	ci_outbox out[TW_CUDA_CTX_MAX_DEVICES];
+	ci_remote *remotes;
+	ci_channel *chans; /* open channels: woken when a slot frees */
+} ci_ctx;
+
+/* one tensor */
+typedef struct ci_op {
+	ci_channel *ch;
+	tw_channel_cb cb;
+	void *arg;
+	unsigned chunks_left;
+	tw_status_t status;
+	char detail[TW_DETAIL_MAX];
+	tw_deferred dfr;
+} ci_op;
+
+enum ci_state { CI_WAIT, CI_COPYING, CI_DONE };
+
+typedef struct ci_chunk {
+	ci_op *op;
+	int which;    /* 0 send, 1 receive */
+	char *ptr;    /* the user's buffer at this chunk */
+	uint64_t n;
+	int dev;
+	void *stream;
+	enum ci_state state;
+	int slot;     /* send: the slot taken, -1 none */
+	bool io;      /* a read (of the descriptor or reply) is queued for it */
+	bool replied; /* send: the reply came; receive: the reply was written */
+	bool copied;
+	tw_wire_cuda_ipc_descriptor desc; /* receive: what arrived */
+	tw_cuda_done done;
+	struct ci_chunk *next;
+} ci_chunk;
+
+/* what a peer announced for one of its devices on this channel */
+typedef struct ci_announce {
+	int32_t rdev;
+	tw_wire_cuda_ipc_descriptor info;
+	struct ci_announce *next;
+} ci_announce;
+
+struct ci_channel {
+	tw_channel base;
+	ci_ctx *ctx;
+	tw_conn *conn[2];
+	unsigned refs;
+	tw_status_t failed;
+	char fail_detail[TW_DETAIL_MAX];
+	ci_chunk *q[2];
+	bool announced[TW_CUDA_CTX_MAX_DEVICES]; /* send: our outbox went out */
+	ci_announce *peer;                       /* receive */
+	bool pump_queued;
+	tw_deferred pump_dfr;
+	ci_channel *next_open, *prev_open;
+	bool open;
+};
+
+static void ci_pump(ci_channel *ch);
+
+static void ci_unref(ci_channel *ch)
+{
+	if (--ch->refs > 0)
+		return;
+	while (ch->peer) {
+		ci_announce *a = ch->peer;
+		ch->peer = a->next;
+		tw__wire_cuda_ipc_descriptor_free(&a->info);
+		tw__free(a);
+	}
+	tw__free(ch);
+}
+
+static void ci_pump_deferred(void *arg)
+{
+	ci_channel *ch = arg;
+	ch->pump_queued = false;
+	ci_pump(ch);
+	ci_unref(ch);
+}
+
+static void ci_schedule(ci_channel *ch)
+{
+	if (ch->pump_queued)
+		return;
+	ch->pump_queued = true;
+	ch->refs++;
+	tw__loop_defer(ch->ctx->cc.base.env->loop, &ch->pump_dfr, ci_pump_deferred, ch);
+}
+
+static void ci_fail(ci_channel *ch, tw_status_t st, const char *detail)
+{
+	if (ch->failed != TW_OK)
+		return;
+	ch->failed = st;
+	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "cuda_ipc channel: %s", detail);
+	ci_schedule(ch);
+}
+
+static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *detail,
+                              size_t detail_len)
+{
+	char eb[160];
+	tw__detail(detail, detail_len, "%s: %s", call, tw__cuda_strerror(c->cc.cu, r, eb, sizeof(eb)));
+	return r == TW_CUDA_ERROR_OUT_OF_MEMORY ? TW_ERR_NOMEM : TW_ERR_SYS;
+}
+
+/* ---- staging areas ---------------------------------------------------------------------- */
+
+static tw_status_t ci_outbox_make(ci_ctx *c, int dev, char *detail, size_t detail_len)
+{
+	ci_outbox *o = &c->out[dev];
+	if (o->made)
+		return TW_OK;
+	const tw_cuda *cu = c->cc.cu;
+	tw_status_t st = tw__cuda_use_device(cu, dev, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUresult r = cu->cuMemAlloc_v2(&o->base, TW_CUDA_IPC_SLOT * TW_CUDA_IPC_SLOTS);
+	if (r != TW_CUDA_SUCCESS)
+		return ci_cu_fail(c, "cuMemAlloc of the staging area", r, detail, detail_len);
+	r = cu->cuIpcGetMemHandle(&o->mem, o->base);
+	for (int i = 0; r == TW_CUDA_SUCCESS && i < TW_CUDA_IPC_SLOTS; i++) {
+		r = cu->cuEventCreate(&o->events[i],
+		                      TW_CU_EVENT_DISABLE_TIMING | TW_CU_EVENT_INTERPROCESS);
+		if (r == TW_CUDA_SUCCESS)
+			r = cu->cuIpcGetEventHandle(&o->ev[i], o->events[i]);
+	}
+	if (r != TW_CUDA_SUCCESS) {
+		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+			if (o->events[i])
+				(void)cu->cuEventDestroy_v2(o->events[i]);
+		(void)cu->cuMemFree_v2(o->base);
+		memset(o, 0, sizeof(*o));
+		return ci_cu_fail(c, "the staging area's IPC handles", r, detail, detail_len);
+	}
+	o->made = true;
+	return TW_OK;
+}
+
+static int ci_slot_get(ci_ctx *c, int dev)
+{
+	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+		if (!c->out[dev].used[i]) {
+			c->out[dev].used[i] = true;
+			return i;
+		}
+	return -1;
+}
+
+static void ci_slot_put(ci_ctx *c, int dev, int slot)
+{
+	c->out[dev].used[slot] = false;
+	for (ci_channel *o = c->chans; o; o = o->next_open)
+		ci_schedule(o);
+}
+
+/* The peer's area for its device rdev as seen from our device ldev, opened
+ * on first use with what the peer announced. */
+static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *info, int32_t rdev,
+                                 int ldev, ci_remote **out, char *detail, size_t detail_len)
+{
+	for (ci_remote *r = c->remotes; r; r = r->next)
+		if (r->rdev == rdev && r->ldev == ldev && strcmp(r->process, info->process.s) == 0) {
+			*out = r;
+			return TW_OK;
+		}
+	if (info->mem_handle.n != TW_CU_IPC_HANDLE_SIZE || info->num_events != TW_CUDA_IPC_SLOTS) {
+		tw__detail(detail, detail_len,
+		           "the peer's staging area has a %zu-byte handle and %zu events (want %d and %d)",
+		           info->mem_handle.n, info->num_events, TW_CU_IPC_HANDLE_SIZE,
+		           TW_CUDA_IPC_SLOTS);
+		return TW_ERR_PROTO;
+	}
+	for (size_t i = 0; i < info->num_events; i++)
+		if (info->events[i].n != TW_CU_IPC_HANDLE_SIZE) {
+			tw__detail(detail, detail_len, "the peer's event handle %zu has %zu bytes", i,
+			           info->events[i].n);
+			return TW_ERR_PROTO;
+		}
+	const tw_cuda *cu = c->cc.cu;
+	tw_status_t st = tw__cuda_use_device(cu, ldev, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	ci_remote *r = tw__calloc(1, sizeof(*r));
+	if (!r || !(r->process = tw__memdup_str(info->process.s, info->process.n))) {
+		tw__free(r);
+		tw__detail(detail, detail_len, "out of memory");
+		return TW_ERR_NOMEM;
+	}
+	CUipcMemHandle mh;
+	memcpy(mh.reserved, info->mem_handle.s, TW_CU_IPC_HANDLE_SIZE);
+	CUresult res = cu->cuIpcOpenMemHandle_v2(&r->base, mh, TW_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	if (res != TW_CUDA_SUCCESS) {
+		tw__free(r->process);
+		tw__free(r);
+		char eb[160];
+		tw__detail(detail, detail_len,
+		           "cuIpcOpenMemHandle of process %s's staging area on cuda:%d: %s (are the two "
+		           "processes in containers that do not share the GPU?)",
+		           info->process.s, ldev, tw__cuda_strerror(cu, res, eb, sizeof(eb)));
+		return TW_ERR_SYS;
+	}
+	for (int i = 0; res == TW_CUDA_SUCCESS && i < TW_CUDA_IPC_SLOTS; i++) {
+		CUipcEventHandle eh;
+		memcpy(eh.reserved, info->events[i].s, TW_CU_IPC_HANDLE_SIZE);
+		res = cu->cuIpcOpenEventHandle(&r->events[i], eh);
+	}
+	if (res != TW_CUDA_SUCCESS) {
+		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+			if (r->events[i])
+				(void)cu->cuEventDestroy_v2(r->events[i]);
+		(void)cu->cuIpcCloseMemHandle(r->base);
+		tw__free(r->process);
+		tw__free(r);
+		return ci_cu_fail(c, "cuIpcOpenEventHandle of the peer's staging events", res, detail,
+		                  detail_len);
+	}
+	r->rdev = rdev;
+	r->ldev = ldev;
+	r->next = c->remotes;
+	c->remotes = r;
+	*out = r;
+	return TW_OK;
+}
+
+/* ---- operations ---------------------------------------------------------------------- */
+
+static void ci_op_call(void *arg)
+{
+	ci_op *op = arg;
+	ci_channel *ch = op->ch;
+	op->cb(&ch->base, op->status, op->status == TW_OK ? "" : op->detail, op->arg);
+	tw__free(op);
+	ci_unref(ch);
+}
+
+static void ci_chunk_end(ci_chunk *k, tw_status_t st, const char *detail)
+{
+	ci_op *op = k->op;
+	ci_channel *ch = op->ch;
+	if (k->which == 0 && k->slot >= 0) {
+		ci_slot_put(ch->ctx, k->dev, k->slot);
+		k->slot = -1;
+	}
+	k->state = CI_DONE;
+	if (st != TW_OK && op->status == TW_OK) {
+		op->status = st;
+		tw__detail(op->detail, sizeof(op->detail), "%s", detail);
+	}
+	if (--op->chunks_left == 0)
+		ci_op_call(op);
+}
+
+static void ci_on_copied(void *arg)
+{
+	ci_chunk *k = arg;
+	ci_channel *ch = k->op->ch;
+	k->copied = true;
+	ci_schedule(ch);
+	ci_unref(ch);
+}
+
+static void ci_on_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
+{
+	ci_channel *ch = arg;
+	if (st != TW_OK)
+		ci_fail(ch, st, detail);
+	ci_unref(ch);
+}
+
+static void ci_on_reply(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
+                        void *arg)
+{
+	ci_chunk *k = arg;
+	ci_channel *ch = k->op->ch;
+	k->io = false;
+	if (st != TW_OK)
+		ci_fail(ch, st, detail);
+	else
+		k->replied = true;
+	ci_schedule(ch);
+	ci_unref(ch);
+}
+
+static void ci_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
+                       void *arg)
+{
+	ci_chunk *k = arg;
+	ci_channel *ch = k->op->ch;
+	char d[TW_DETAIL_MAX];
+	size_t used = 0;
+	k->io = false;
+	if (st != TW_OK) {
+		ci_fail(ch, st, detail);
+	} else if (tw__wire_decode_cuda_ipc_descriptor(buf, len, &k->desc, &used, d, sizeof(d)) !=
+	               TW_OK ||
+	           used != len) {
+		if (used && used != len)
+			tw__detail(d, sizeof(d), "CudaIpcDescriptor: %llu bytes after its end",
+			           (unsigned long long)(len - used));
+		ci_fail(ch, TW_ERR_PROTO, d);
+	} else {
+		k->state = CI_COPYING; /* the descriptor is in: copy next (pump) */
+		k->copied = false;
+		k->slot = -2;          /* marks "descriptor arrived, copy not queued" */
+	}
+	tw__free(buf);
+	ci_schedule(ch);
+	ci_unref(ch);
+}
+
+/* ---- the pump ------------------------------------------------------------------------- */
+
+static bool ci_send_step(ci_channel *ch, ci_chunk *k)
+{
+	ci_ctx *c = ch->ctx;
+	char d[TW_DETAIL_MAX];
+	if (k->state != CI_WAIT)
+		return true;
+	tw_status_t st = ci_outbox_make(c, k->dev, d, sizeof(d));
+	if (st != TW_OK) {
+		ci_fail(ch, st, d);
+		return false;
+	}
+	k->slot = ci_slot_get(c, k->dev);
+	if (k->slot < 0)
+		return false; /* later chunks wait for this one's slot */
+	ci_outbox *o = &c->out[k->dev];
+	CUevent slot_ev = o->events[k->slot];
+	k->done.fn = ci_on_copied;
+	k->done.arg = k;
+	st = tw__cuda_copy(&c->cc, k->dev, (void *)(uintptr_t)(o->base + k->slot * TW_CUDA_IPC_SLOT),
+	                   k->ptr, k->n, k->stream, slot_ev, slot_ev, &k->done, d, sizeof(d));
+	if (st != TW_OK) {
+		ci_fail(ch, st, d);
+		return false;
+	}
+	ch->refs++;
+	k->state = CI_COPYING;
+	/* the descriptor: the first one of this channel for the device
+	 * carries the staging area's handles */
+	tw_wire_cuda_ipc_descriptor v = { .device = k->dev, .slot = (uint64_t)k->slot };
+	tw_wire_str evs[TW_CUDA_IPC_SLOTS];
+	if (!ch->announced[k->dev]) {
+		v.has_outbox = true;
+		v.process = (tw_wire_str){ c->process, strlen(c->process) };
+		v.mem_handle = (tw_wire_str){ o->mem.reserved, TW_CU_IPC_HANDLE_SIZE };
+		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+			evs[i] = (tw_wire_str){ o->ev[i].reserved, TW_CU_IPC_HANDLE_SIZE };
+		v.num_events = TW_CUDA_IPC_SLOTS;
+		v.events = evs;
+	}
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_cuda_ipc_descriptor(&w, &v);
+	tw_iov iov = { w.buf, w.len };
+	st = tw__nop_writer_finish(&w);
+	if (st == TW_OK)
+		st = ch->conn[0]->ops->write(ch->conn[0], &iov, 1, TW_WRITE_OBJECT, ci_on_written, ch);
+	tw__nop_writer_free(&w);
+	if (st == TW_OK) {
+		ch->refs++;
+		st = ch->conn[1]->ops->read_into(ch->conn[1], NULL, 0, ci_on_reply, k);
+	}
+	if (st != TW_OK) {
+		ci_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor");
+		return false;
+	}
+	ch->refs++;
+	k->io = true;
+	ch->announced[k->dev] = true;
+	return true;
+}
+
+static const tw_wire_cuda_ipc_descriptor *ci_announced(ci_channel *ch, int32_t rdev)
+{
+	for (ci_announce *a = ch->peer; a; a = a->next)
+		if (a->rdev == rdev)
+			return &a->info;
+	return NULL;
+}
+
+static void ci_recv_step(ci_channel *ch, ci_chunk *k)
+{
+	ci_ctx *c = ch->ctx;
+	char d[TW_DETAIL_MAX];
+	if (k->state == CI_WAIT && !k->io) {
+		if (ch->conn[0]->ops->read_alloc(ch->conn[0], CI_DESC_MAX, ci_on_desc, k) != TW_OK) {
+			ci_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor read");
+			return;
+		}
+		ch->refs++;
+		k->io = true;
+		return;
+	}
+	if (k->state != CI_COPYING || k->slot != -2)
+		return;
+	/* the descriptor arrived: remember an announcement, find the area */
+	tw_wire_cuda_ipc_descriptor *v = &k->desc;
+	if (v->has_outbox && !ci_announced(ch, v->device)) {
+		ci_announce *a = tw__calloc(1, sizeof(*a));
+		if (!a) {
+			ci_fail(ch, TW_ERR_NOMEM, "out of memory");
+			return;
+		}
+		a->rdev = v->device;
+		a->info = *v;
+		memset(v, 0, sizeof(*v));
+		a->info.has_outbox = true;
+		v->device = a->rdev;
+		v->slot = a->info.slot;
+		a->next = ch->peer;
+		ch->peer = a;
+	}
+	const tw_wire_cuda_ipc_descriptor *info = ci_announced(ch, v->device);
+	if (!info) {
+		tw__detail(d, sizeof(d),
+		           "a Descriptor for device %d whose staging area was never announced",
+		           (int)v->device);
+		ci_fail(ch, TW_ERR_PROTO, d);
+		return;
+	}
+	if (v->slot >= TW_CUDA_IPC_SLOTS) {
+		tw__detail(d, sizeof(d), "a Descriptor naming slot %llu of %d",
+		           (unsigned long long)v->slot, TW_CUDA_IPC_SLOTS);
+		ci_fail(ch, TW_ERR_PROTO, d);
+		return;
+	}
+	ci_remote *r;
+	tw_status_t st = ci_remote_get(c, info, v->device, k->dev, &r, d, sizeof(d));
+	if (st != TW_OK) {
+		ci_fail(ch, st, d);
+		return;
+	}
+	CUevent slot_ev = r->events[v->slot];
+	k->done.fn = ci_on_copied;
+	k->done.arg = k;
+	st = tw__cuda_copy(&c->cc, k->dev, k->ptr,
+	                   (const void *)(uintptr_t)(r->base + v->slot * TW_CUDA_IPC_SLOT), k->n,
+	                   k->stream, slot_ev, slot_ev, &k->done, d, sizeof(d));
+	if (st != TW_OK) {
+		ci_fail(ch, st, d);
+		return;
+	}
+	ch->refs++;
+	k->slot = -1;
+}
+
+/* Ends what is over: sends with their reply and copy, receives whose bytes
+ * are in (their replies written in order); on failure what nothing is
+ * under way for. */
+static void ci_sweep(ci_channel *ch, int which)
+{
+	bool in_order = true;
+	for (ci_chunk **pp = &ch->q[which]; *pp;) {
+		ci_chunk *k = *pp;
+		bool running = k->io || (k->state == CI_COPYING && !k->copied && k->slot != -2);
+		if (k->state != CI_DONE) {
+			if (which == 0 && k->replied && k->copied) {
+				ci_chunk_end(k, TW_OK, "");
+			} else if (which == 1 && k->copied && in_order && ch->failed == TW_OK) {
+				tw_iov none = { NULL, 0 };
+				if (ch->conn[1]->ops->write(ch->conn[1], &none, 1, 0, ci_on_written, ch) ==
+				    TW_OK) {
+					ch->refs++;
+					ci_chunk_end(k, TW_OK, "");
+				} else {
+					ci_fail(ch, TW_ERR_NOMEM, "out of memory queueing a reply");
+				}
+			} else if (ch->failed != TW_OK && !running) {
+				ci_chunk_end(k, ch->failed, ch->fail_detail);
+			}
+		}
+		if (k->state != CI_DONE)
+			in_order = false;
+		if (k->state == CI_DONE) {
+			*pp = k->next;
+			tw__wire_cuda_ipc_descriptor_free(&k->desc);
+			tw__free(k);
+		} else {
+			pp = &k->next;
+		}
+	}
+}
+
+static void ci_pump(ci_channel *ch)
+{
+	ch->refs++;
+	if (ch->failed == TW_OK && ch->open) {
+		for (ci_chunk *k = ch->q[0]; k; k = k->next)
+			if (!ci_send_step(ch, k))
+				break;
+	}
+	if (ch->failed == TW_OK && ch->open)
+		for (ci_chunk *k = ch->q[1]; k && ch->failed == TW_OK; k = k->next)
+			ci_recv_step(ch, k);
+	if (ch->failed != TW_OK) {
+		for (int i = 0; i < 2; i++)
+			if (ch->conn[i]) {
+				ch->conn[i]->ops->close(ch->conn[i]);
+				ch->conn[i] = NULL;
+			}
+	}
+	ci_sweep(ch, 0);
+	ci_sweep(ch, 1);
+	ci_unref(ch);
+}
+
+static tw_status_t ci_queue(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg,
+                            int which)
+{
+	ci_channel *ch = (ci_channel *)base;
+	ci_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->ch = ch;
+	op->cb = cb;
+	op->arg = arg;
+	if (ch->failed != TW_OK) {
+		op->status = ch->failed;
+		tw__detail(op->detail, sizeof(op->detail), "%s", ch->fail_detail);
+	} else {
+		op->status = tw__cuda_check_buffer(&ch->ctx->cc, which ? "receive" : "send", buf,
+		                                   op->detail, sizeof(op->detail));
+	}
+	uint64_t nchunks = (buf->len + TW_CUDA_IPC_SLOT - 1) / TW_CUDA_IPC_SLOT;
+	if (op->status != TW_OK || nchunks == 0) {
+		ch->refs++;
+		tw__loop_defer(ch->ctx->cc.base.env->loop, &op->dfr, ci_op_call, op);
+		return TW_OK;
+	}
+	ci_chunk *first = NULL, **tail = &first;
+	for (uint64_t i = 0; i < nchunks; i++) {
+		ci_chunk *k = tw__calloc(1, sizeof(*k));
+		if (!k) {
+			while (first) {
+				ci_chunk *n = first->next;
+				tw__free(first);
+				first = n;
+			}
+			tw__free(op);
+			return TW_ERR_NOMEM;
+		}
+		uint64_t off = i * TW_CUDA_IPC_SLOT;
+		k->op = op;
+		k->which = which;
+		k->ptr = (char *)buf->ptr + off;
+		k->n = buf->len - off < TW_CUDA_IPC_SLOT ? buf->len - off : TW_CUDA_IPC_SLOT;
+		k->dev = buf->device.index;
+		k->stream = buf->cuda_stream;
+		k->slot = -1;
+		*tail = k;
+		tail = &k->next;
+	}
+	op->chunks_left = (unsigned)nchunks;
+	ch->refs++;
+	ci_chunk **end = &ch->q[which];
+	while (*end)
+		end = &(*end)->next;
+	*end = first;
+	ci_schedule(ch);
+	return TW_OK;
+}
+
+static tw_status_t ci_send(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	return ci_queue(ch, buf, cb, arg, 0);
+}
+
+static tw_status_t ci_recv(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	return ci_queue(ch, buf, cb, arg, 1);
+}
+
+static void ci_close(tw_channel *base)
+{
+	ci_channel *ch = (ci_channel *)base;
+	if (ch->prev_open)
+		ch->prev_open->next_open = ch->next_open;
+	else
+		ch->ctx->chans = ch->next_open;
+	if (ch->next_open)
+		ch->next_open->prev_open = ch->prev_open;
+	ch->open = false;
+	ch->failed = TW_OK;
+	ci_fail(ch, TW_ERR_CLOSED, "closed");
+	ci_unref(ch);
+}
+
+static uint64_t ci_max_tensor(tw_channel *base)
+{
+	return UINT64_MAX; /* chunked */
+}
+
+static const tw_channel_instance_ops ci_instance_ops = {
+	.send = ci_send,
+	.recv = ci_recv,
+	.close = ci_close,
+	.acked_by_peer = true,
+	.max_tensor = ci_max_tensor,
+};
+
+static size_t ci_num_connections(tw_channel_ctx *c)
+{
+	return 2;
+}
+
+static tw_status_t ci_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn *const *conns,
+                           size_t num_conns, unsigned flags, tw_channel **out, char *detail,
+                           size_t detail_len)
+{
+	ci_ctx *c = (ci_ctx *)base;
+	ci_channel *ch = num_conns == 2 ? tw__calloc(1, sizeof(*ch)) : NULL;
+	if (!ch) {
+		for (size_t i = 0; i < num_conns; i++)
+			conns[i]->ops->close(conns[i]);
+		tw__detail(detail, detail_len, num_conns == 2 ? "cuda_ipc channel: out of memory"
+		                                              : "cuda_ipc channel: needs 2 connections");
+		return num_conns == 2 ? TW_ERR_NOMEM : TW_ERR_INVAL;
+	}
+	ch->base.ops = &ci_instance_ops;
+	ch->base.ctx = base;
+	ch->ctx = c;
+	ch->conn[0] = conns[0];
+	ch->conn[1] = conns[1];
+	ch->refs = 1;
+	ch->open = true;
+	ch->next_open = c->chans;
+	if (c->chans)
+		c->chans->prev_open = ch;
+	c->chans = ch;
+	*out = &ch->base;
+	return TW_OK;
+}
+
+/* ---- context --------------------------------------------------------------------------- */
+
+static bool ci_decode(const char *desc, size_t len, tw_wire_cuda_ipc_device *v)
+{
+	size_t used = 0;
+	if (tw__wire_decode_cuda_ipc_device(desc, len, v, &used, NULL, 0) != TW_OK)
+		return false;
+	if (used == len)
+		return true;
+	tw__wire_cuda_ipc_device_free(v);
+	return false;
+}
+
+/* Our ordinal of the device with this UUID (lowercase 8-4-4-4-12), -1 if
+ * this process does not see it. */
+static int ci_ordinal_of(ci_ctx *c, const tw_wire_str *uuid)
+{
+	for (size_t i = 0; i < c->cc.base.num_devices; i++) {
+		tw_wire_cuda_ipc_device v;
+		const tw_channel_device *d = &c->cc.base.devices[i];
+		if (!ci_decode(d->descriptor, d->descriptor_len, &v))
+			continue;
+		bool same = v.device_uuid.n == uuid->n && memcmp(v.device_uuid.s, uuid->s, uuid->n) == 0;
+		tw__wire_cuda_ipc_device_free(&v);
+		if (same)
+			return d->device.index;
+	}
+	return -1;
+}
+
+static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *local,
+                               const char *remote, size_t remote_len)
+{
+	ci_ctx *c = (ci_ctx *)base;
+	tw_wire_cuda_ipc_device l, r;
+	if (!ci_decode(local->descriptor, local->descriptor_len, &l))
+		return false;
+	if (!ci_decode(remote, remote_len, &r)) {
+		tw__wire_cuda_ipc_device_free(&l);
+		return false;
+	}
+	bool ok = l.boot_id.n == r.boot_id.n && memcmp(l.boot_id.s, r.boot_id.s, l.boot_id.n) == 0 &&
+	          l.pid != r.pid;
+	int lo = local->device.index, ro = ok ? ci_ordinal_of(c, &r.device_uuid) : -1;
+	ok = ok && ro >= 0;
+	if (ok && ro != lo) {
+		int a = 0, b = 0;
+		ok = c->cc.cu->cuDeviceCanAccessPeer(&a, lo, ro) == TW_CUDA_SUCCESS &&
+		     c->cc.cu->cuDeviceCanAccessPeer(&b, ro, lo) == TW_CUDA_SUCCESS && a && b;
+	}
+	tw__wire_cuda_ipc_device_free(&l);
+	tw__wire_cuda_ipc_device_free(&r);
+	return ok;
+}
+
+static void ci_shutdown(tw_channel_ctx *base)
+{
+	ci_ctx *c = (ci_ctx *)base;
+	const tw_cuda *cu = c->cc.cu;
+	char d[TW_DETAIL_MAX];
+	tw__cuda_ctx_drain(&c->cc);
+	while (c->remotes) {
+		ci_remote *r = c->remotes;
+		c->remotes = r->next;
+		if (tw__cuda_use_device(cu, r->ldev, d, sizeof(d)) == TW_OK) {
+			for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+				(void)cu->cuEventDestroy_v2(r->events[i]);
+			(void)cu->cuIpcCloseMemHandle(r->base);
+		}
+		tw__free(r->process);
+		tw__free(r);
+	}
+	for (int dev = 0; dev < TW_CUDA_CTX_MAX_DEVICES; dev++) {
+		ci_outbox *o = &c->out[dev];
+		if (!o->made || tw__cuda_use_device(cu, dev, d, sizeof(d)) != TW_OK)
+			continue;
+		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+			(void)cu->cuEventDestroy_v2(o->events[i]);
+		(void)cu->cuMemFree_v2(o->base);
+		o->made = false;
+	}
+}
+
+static void ci_destroy(tw_channel_ctx *base)
+{
+	ci_ctx *c = (ci_ctx *)base;
+	tw__cuda_ctx_fini(&c->cc);
+	tw__free(c);
+}
+
+static tw_status_t ci_descriptor(ci_ctx *c, int dev, const char *boot, tw_channel_device *out,
+                                 char *detail, size_t detail_len)
+{
+	CUuuid u;
+	CUdevice h;
+	CUresult r = c->cc.cu->cuDeviceGet(&h, dev);
+	if (r == TW_CUDA_SUCCESS)
+		r = c->cc.cu->cuDeviceGetUuid_v2(&u, h);
+	if (r != TW_CUDA_SUCCESS)
+		return ci_cu_fail(c, "cuDeviceGetUuid", r, detail, detail_len);
+	const unsigned char *b = (const unsigned char *)u.bytes;
+	char uuid[CI_UUID_LEN + 1];
+	snprintf(uuid, sizeof(uuid),
+	         "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+	         b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+	         b[15]);
+	tw_wire_cuda_ipc_device v = { { (char *)boot, strlen(boot) }, (int64_t)getpid(),
+		                          { uuid, CI_UUID_LEN } };
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_cuda_ipc_device(&w, &v);
+	tw_status_t st = tw__nop_writer_finish(&w);
+	if (st == TW_OK && !(out->descriptor = tw__memdup_str(w.buf, w.len)))
+		st = TW_ERR_NOMEM;
+	out->descriptor_len = w.len;
+	tw__nop_writer_free(&w);
+	snprintf(out->device.type, sizeof(out->device.type), "cuda");
+	out->device.index = dev;
+	if (st != TW_OK)
+		tw__detail(detail, detail_len, "out of memory");
+	return st;
+}
+
+static tw_status_t ci_create(const tw_channel_env *env, const char *options, tw_channel_ctx **out,
+                             char *detail, size_t detail_len)
+{
+	tw_status_t st = tw__options_parse("cuda_ipc channel", options, NULL, 0, NULL, NULL, 0,
+	                                   detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	char boot[TW_BOOT_ID_LEN + 1], pidns[64], d[TW_DETAIL_MAX];
+	st = tw__identity_boot(boot, sizeof(boot), d, sizeof(d));
+	if (st == TW_OK)
+		st = tw__identity_ns("pid", pidns, sizeof(pidns), d, sizeof(d));
+	if (st != TW_OK) {
+		tw__detail(detail, detail_len, "cuda_ipc channel: not viable: %s", d);
+		return TW_ERR_UNSUPPORTED;
+	}
+	ci_ctx *c = tw__calloc(1, sizeof(*c));
+	if (!c) {
+		tw__detail(detail, detail_len, "cuda_ipc channel: out of memory");
+		return TW_ERR_NOMEM;
+	}
+	snprintf(c->process, sizeof(c->process), "%s_%d", pidns, (int)getpid());
+	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_ipc_channel_ops, env, 1, detail, detail_len);
+	if (st == TW_OK) {
+		tw__free(c->cc.base.devices);
+		c->cc.base.devices = tw__calloc((size_t)c->cc.num_cuda, sizeof(tw_channel_device));
+		c->cc.base.num_devices = c->cc.base.devices ? (size_t)c->cc.num_cuda : 0;
+		st = c->cc.base.devices ? TW_OK : TW_ERR_NOMEM;
+		if (st != TW_OK)
+			tw__detail(detail, detail_len, "cuda_ipc channel: out of memory");
+	}
+	for (int i = 0; st == TW_OK && i < c->cc.num_cuda; i++) {
+		st = ci_descriptor(c, i, boot, &c->cc.base.devices[i], d, sizeof(d));
+		if (st != TW_OK)
+			tw__detail(detail, detail_len, "cuda_ipc channel: %s", d);
+	}
+	if (st != TW_OK) {
+		if (c->cc.cu)
+			ci_destroy(&c->cc.base);
+		else
+			tw__free(c);
+		return st;
+	}
+	*out = &c->cc.base;
+	return TW_OK;
+}
+
+const tw_channel_ops tw__cuda_ipc_channel_ops = {
+	.kind = "cuda_ipc",
+	.create = ci_create,
+	.can_communicate = ci_can_communicate,
+	.num_connections = ci_num_connections,
+	.open = ci_open,
+	.shutdown = ci_shutdown,
+	.destroy = ci_destroy,
+};
