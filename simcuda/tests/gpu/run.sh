@@ -24,25 +24,10 @@ else
 fi
 
 # 2. ours: every case of cuda_test per channel, on the real driver
-for ch in cuda_basic cuda_xth; do
-  for c in cuda_to_cuda cpu_to_cuda cuda_to_cpu stream_order many bad_buffer close_mid; do
-    start=$(date +%s%N)
-    TW_TEST_CUDA_CHANNEL=$ch timeout 120 "$bin/cuda_test" "$c" > "$out/case.txt" 2>&1
-    rc=$?
-    ms=$((($(date +%s%N) - start) / 1000000))
-    case $rc in
-      0) verdict=PASS ;;
-      77) verdict="SKIP ($(grep -m1 SKIP "$out/case.txt"))" ;;
-      *) verdict="FAIL rc=$rc"; fail=$((fail + 1)) ;;
-    esac
-    printf '%-10s %-13s %s %d ms\n' "$ch" "$c" "$verdict" "$ms" | tee -a "$out/ours.log"
-    sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' >> "$out/ours.log"
-  done
-done
-# cuda_ipc: two processes
-for c in ipc_pair ipc_disjoint; do
+one_case() { # CHANNEL CASE: runs it, prints its verdict line, keeps its output
+  local start rc ms verdict
   start=$(date +%s%N)
-  timeout 120 "$bin/cuda_test" "$c" > "$out/case.txt" 2>&1
+  TW_TEST_CUDA_CHANNEL=$1 timeout 120 "$bin/cuda_test" "$2" > "$out/case.txt" 2>&1
   rc=$?
   ms=$((($(date +%s%N) - start) / 1000000))
   case $rc in
@@ -50,8 +35,17 @@ for c in ipc_pair ipc_disjoint; do
     77) verdict="SKIP ($(grep -m1 SKIP "$out/case.txt"))" ;;
     *) verdict="FAIL rc=$rc"; fail=$((fail + 1)) ;;
   esac
-  printf '%-10s %-13s %s %d ms\n' cuda_ipc "$c" "$verdict" "$ms" | tee -a "$out/ours.log"
+  printf '%-10s %-13s %s %d ms\n' "$1" "$2" "$verdict" "$ms" | tee -a "$out/ours.log"
   sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' >> "$out/ours.log"
+}
+for ch in cuda_basic cuda_xth; do
+  for c in cuda_to_cuda cpu_to_cuda cuda_to_cpu stream_order many bad_buffer close_mid; do
+    one_case $ch $c
+  done
+done
+# cuda_ipc: two processes
+for c in ipc_pair ipc_disjoint; do
+  one_case cuda_ipc $c
 done
 rm -f "$out/case.txt"
 

@@ -39,8 +39,6 @@
 #define TW_CUDA_BASIC_CHUNK ((uint64_t)1 << 20)
 #define TW_CUDA_BASIC_SLOTS 16
 
-typedef struct cb_channel cb_channel;
-
 typedef struct cb_pool {
 	char *mem; /* TW_CUDA_BASIC_SLOTS chunks, pinned, made on first use */
 	bool used[TW_CUDA_BASIC_SLOTS];
@@ -50,92 +48,31 @@ typedef struct cb_ctx {
 	tw_cuda_ctx cc;
 	tw_channel_ctx *cpu; /* the wrapped basic context, private */
 	cb_pool pools[2];    /* [0] send, [1] receive */
-	cb_channel *chans;   /* open channels: woken when a slot frees */
 } cb_ctx;
 
-/* one tensor */
-typedef struct cb_op {
-	cb_channel *ch;
-	tw_channel_cb cb;
-	void *arg;
-	unsigned chunks_left;
-	tw_status_t status;
-	char detail[TW_DETAIL_MAX];
-	tw_deferred dfr;
-} cb_op;
-
 enum cb_state {
-	CB_WAIT,      /* send: slot and ready-to-send; recv: ready-to-send read posted */
-	CB_GOT_RTS,   /* recv: the ready-to-send arrived */
-	CB_COPYING,   /* a copy to or from the slot is queued */
-	CB_READY,     /* send: bytes in the slot (or a host buffer), CPU send next */
-	CB_MOVING,    /* a CPU channel operation is under way */
-	CB_DONE,
+	CB_WAIT,    /* send: slot and ready-to-send; recv: ready-to-send read posted */
+	CB_GOT_RTS, /* recv: the ready-to-send arrived */
+	CB_COPYING, /* a copy to or from the slot is queued */
+	CB_READY,   /* send: bytes in the slot (or a host buffer), CPU send next */
+	CB_MOVING,  /* a CPU channel operation is under way */
 };
 
 typedef struct cb_chunk {
-	cb_op *op;
-	char *ptr; /* the user's buffer at this chunk */
-	uint64_t n;
-	int dev;   /* -1: host memory */
-	void *stream;
-	int which; /* 0 send, 1 receive */
+	tw_cuda_chunk c;
 	enum cb_state state;
 	bool rts_posted; /* receive: its ready-to-send read was queued */
 	bool rts_wait;   /* ... and has not called back yet */
-	int slot;  /* -1: none */
-	tw_cuda_done done;
-	struct cb_chunk *next;
 } cb_chunk;
 
-struct cb_channel {
-	tw_channel base;
-	cb_ctx *ctx;
+typedef struct cb_channel {
+	tw_cuda_chan c;
 	tw_channel *cpu;
 	tw_conn *ctl;
-	unsigned refs;
-	tw_status_t failed;
-	char fail_detail[TW_DETAIL_MAX];
-	cb_chunk *q[2]; /* [0] sends, [1] receives: chunks in order */
-	bool pump_queued;
-	tw_deferred pump_dfr;
-	cb_channel *next_open, *prev_open;
-	bool open;
-};
+} cb_channel;
 
-static void cb_pump(cb_channel *ch);
-
-static void cb_unref(cb_channel *ch)
-{
-	if (--ch->refs == 0)
-		tw__free(ch);
-}
-
-static void cb_pump_deferred(void *arg)
-{
-	cb_channel *ch = arg;
-	ch->pump_queued = false;
-	cb_pump(ch);
-	cb_unref(ch);
-}
-
-static void cb_schedule(cb_channel *ch)
-{
-	if (ch->pump_queued)
-		return;
-	ch->pump_queued = true;
-	ch->refs++;
-	tw__loop_defer(ch->ctx->cc.base.env->loop, &ch->pump_dfr, cb_pump_deferred, ch);
-}
-
-static void cb_fail(cb_channel *ch, tw_status_t st, const char *detail)
-{
-	if (ch->failed != TW_OK)
-		return;
-	ch->failed = st;
-	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "cuda_basic channel: %s", detail);
-	cb_schedule(ch);
-}
+#define CB_CTX(ch) ((cb_ctx *)(ch)->c.ctx)
+#define CB_CH(k) ((cb_channel *)(k)->c.op->ch)
 
 /* ---- slots ------------------------------------------------------------------------- */
 
@@ -174,145 +111,128 @@ static char *cb_slot_mem(cb_ctx *c, int which, int slot)
 	return c->pools[which].mem + (uint64_t)slot * TW_CUDA_BASIC_CHUNK;
 }
 
-static void cb_slot_put(cb_ctx *c, int which, int slot)
+/* A chunk is over: its slot goes back first. */
+static void cb_chunk_end(cb_chunk *k, tw_status_t st, const char *detail)
 {
-	c->pools[which].used[slot] = false;
-	for (cb_channel *o = c->chans; o; o = o->next_open)
-		cb_schedule(o);
-}
-
-/* ---- operations ------------------------------------------------------------------------ */
-
-static void cb_op_call(void *arg)
-{
-	cb_op *op = arg;
-	cb_channel *ch = op->ch;
-	op->cb(&ch->base, op->status, op->status == TW_OK ? "" : op->detail, op->arg);
-	tw__free(op);
-	cb_unref(ch);
-}
-
-/* A chunk is over (whatever its outcome): unlinked by the pump. */
-static void cb_chunk_end(cb_chunk *k, int which, tw_status_t st, const char *detail)
-{
-	cb_op *op = k->op;
-	cb_channel *ch = op->ch;
-	if (k->slot >= 0) {
-		cb_slot_put(ch->ctx, which, k->slot);
-		k->slot = -1;
+	cb_ctx *c = CB_CTX(CB_CH(k));
+	if (k->c.slot >= 0) {
+		c->pools[k->c.which].used[k->c.slot] = false;
+		k->c.slot = -1;
+		tw__cuda_chan_wake(&c->cc);
 	}
-	k->state = CB_DONE;
-	if (st != TW_OK && op->status == TW_OK) {
-		op->status = st;
-		tw__detail(op->detail, sizeof(op->detail), "%s", detail);
-	}
-	if (--op->chunks_left == 0)
-		cb_op_call(op);
+	tw__cuda_chunk_end(&k->c, st, detail);
 }
+
+/* ---- callbacks -------------------------------------------------------------------------- */
 
 static void cb_on_copied(void *arg)
 {
 	cb_chunk *k = arg;
-	cb_channel *ch = k->op->ch;
-	if (k->which == 1) {
+	tw_cuda_chan *ch = &CB_CH(k)->c;
+	if (k->c.which == 1) {
 		/* a receive's bytes are in the device buffer */
-		cb_chunk_end(k, 1, TW_OK, "");
+		cb_chunk_end(k, TW_OK, "");
 	} else if (ch->failed != TW_OK) {
-		cb_chunk_end(k, 0, ch->failed, ch->fail_detail);
+		cb_chunk_end(k, ch->failed, ch->fail_detail);
 	} else {
 		k->state = CB_READY;
 	}
-	cb_schedule(ch);
-	cb_unref(ch);
+	tw__cuda_chan_schedule(ch);
+	tw__cuda_chan_unref(ch);
 }
 
 static void cb_on_moved(tw_channel *cpu, tw_status_t st, const char *detail, void *arg)
 {
 	cb_chunk *k = arg;
-	cb_channel *ch = k->op->ch;
+	cb_channel *bch = CB_CH(k);
+	tw_cuda_chan *ch = &bch->c;
 	if (st != TW_OK) {
-		cb_fail(ch, st, detail);
-		cb_chunk_end(k, k->which, st, ch->fail_detail);
-	} else if (k->which == 0 || k->dev < 0) {
-		cb_chunk_end(k, k->which, TW_OK, "");
+		tw__cuda_chan_fail(ch, st, detail);
+		cb_chunk_end(k, st, ch->fail_detail);
+	} else if (k->c.which == 0 || k->c.dev < 0) {
+		cb_chunk_end(k, TW_OK, "");
 	} else if (ch->failed != TW_OK) {
-		cb_chunk_end(k, 1, ch->failed, ch->fail_detail);
+		cb_chunk_end(k, ch->failed, ch->fail_detail);
 	} else {
 		/* received into a slot: on to the device */
 		char d[TW_DETAIL_MAX];
 		k->state = CB_COPYING;
-		k->done.fn = cb_on_copied;
-		k->done.arg = k;
-		tw_status_t cst = tw__cuda_copy(&ch->ctx->cc, k->dev, k->ptr,
-		                                cb_slot_mem(ch->ctx, 1, k->slot), k->n, k->stream, NULL,
-		                                NULL, &k->done, d, sizeof(d));
+		k->c.done.fn = cb_on_copied;
+		k->c.done.arg = k;
+		tw_status_t cst = tw__cuda_copy(ch->ctx, k->c.dev, k->c.ptr,
+		                                cb_slot_mem(CB_CTX(bch), 1, k->c.slot), k->c.n,
+		                                k->c.stream, NULL, NULL, &k->c.done, d, sizeof(d));
 		if (cst == TW_OK) {
 			ch->refs++;
 		} else {
-			cb_fail(ch, cst, d);
-			cb_chunk_end(k, 1, cst, ch->fail_detail);
+			tw__cuda_chan_fail(ch, cst, d);
+			cb_chunk_end(k, cst, ch->fail_detail);
 		}
 	}
-	cb_schedule(ch);
-	cb_unref(ch);
+	tw__cuda_chan_schedule(ch);
+	tw__cuda_chan_unref(ch);
 }
 
 static void cb_on_rts_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
 {
-	cb_channel *ch = arg;
+	tw_cuda_chan *ch = arg;
 	if (st != TW_OK)
-		cb_fail(ch, st, detail);
-	cb_unref(ch);
+		tw__cuda_chan_fail(ch, st, detail);
+	tw__cuda_chan_unref(ch);
 }
 
 static void cb_on_rts(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                       void *arg)
 {
 	cb_chunk *k = arg;
-	cb_channel *ch = k->op->ch;
+	tw_cuda_chan *ch = &CB_CH(k)->c;
 	k->rts_wait = false;
 	if (st != TW_OK)
-		cb_fail(ch, st, detail);
+		tw__cuda_chan_fail(ch, st, detail);
 	else if (k->state == CB_WAIT)
 		k->state = CB_GOT_RTS;
-	cb_schedule(ch);
-	cb_unref(ch);
+	tw__cuda_chan_schedule(ch);
+	tw__cuda_chan_unref(ch);
 }
 
 /* ---- the pump: moves every chunk as far as it can, in order ---------------------------- */
 
-static void cb_pump_sends(cb_channel *ch)
+static void cb_pump_sends(cb_channel *bch)
 {
-	cb_ctx *c = ch->ctx;
+	tw_cuda_chan *ch = &bch->c;
+	cb_ctx *c = CB_CTX(bch);
 	bool may_send = true; /* CPU sends go out in chunk order */
-	for (cb_chunk *k = ch->q[0]; k; k = k->next) {
+	for (tw_cuda_chunk *kc = ch->q[0]; kc; kc = kc->next) {
+		cb_chunk *k = (cb_chunk *)kc;
 		char d[TW_DETAIL_MAX];
 		tw_status_t st = TW_OK;
+		if (kc->ended)
+			continue;
 		if (k->state == CB_WAIT) {
-			if (k->dev >= 0) {
-				k->slot = cb_slot_get(c, 0, k->dev, &st, d, sizeof(d));
+			if (kc->dev >= 0) {
+				kc->slot = cb_slot_get(c, 0, kc->dev, &st, d, sizeof(d));
 				if (st != TW_OK) {
-					cb_fail(ch, st, d);
+					tw__cuda_chan_fail(ch, st, d);
 					return;
 				}
-				if (k->slot < 0)
+				if (kc->slot < 0)
 					break; /* later chunks wait for this one's slot */
 			}
 			tw_iov none = { NULL, 0 };
-			if (ch->ctl->ops->write(ch->ctl, &none, 1, 0, cb_on_rts_written, ch) != TW_OK) {
-				cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send");
+			if (bch->ctl->ops->write(bch->ctl, &none, 1, 0, cb_on_rts_written, ch) != TW_OK) {
+				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send");
 				return;
 			}
 			ch->refs++;
-			if (k->dev >= 0) {
+			if (kc->dev >= 0) {
 				k->state = CB_COPYING;
-				k->done.fn = cb_on_copied;
-				k->done.arg = k;
-				st = tw__cuda_copy(&c->cc, k->dev, cb_slot_mem(c, 0, k->slot), k->ptr, k->n,
-				                   k->stream, NULL, NULL, &k->done, d, sizeof(d));
+				kc->done.fn = cb_on_copied;
+				kc->done.arg = k;
+				st = tw__cuda_copy(&c->cc, kc->dev, cb_slot_mem(c, 0, kc->slot), kc->ptr, kc->n,
+				                   kc->stream, NULL, NULL, &kc->done, d, sizeof(d));
 				if (st != TW_OK) {
 					k->state = CB_WAIT;
-					cb_fail(ch, st, d);
+					tw__cuda_chan_fail(ch, st, d);
 					return;
 				}
 				ch->refs++;
@@ -321,10 +241,10 @@ static void cb_pump_sends(cb_channel *ch)
 			}
 		}
 		if (k->state == CB_READY && may_send) {
-			tw_buffer b = { k->dev >= 0 ? cb_slot_mem(c, 0, k->slot) : k->ptr, k->n,
+			tw_buffer b = { kc->dev >= 0 ? cb_slot_mem(c, 0, kc->slot) : kc->ptr, kc->n,
 				            tw_device_cpu(), NULL };
-			if (ch->cpu->ops->send(ch->cpu, &b, cb_on_moved, k) != TW_OK) {
-				cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a chunk");
+			if (bch->cpu->ops->send(bch->cpu, &b, cb_on_moved, k) != TW_OK) {
+				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a chunk");
 				return;
 			}
 			ch->refs++;
@@ -335,16 +255,20 @@ static void cb_pump_sends(cb_channel *ch)
 	}
 }
 
-static void cb_pump_recvs(cb_channel *ch)
+static void cb_pump_recvs(cb_channel *bch)
 {
-	cb_ctx *c = ch->ctx;
+	tw_cuda_chan *ch = &bch->c;
+	cb_ctx *c = CB_CTX(bch);
 	bool may_recv = true; /* CPU receives are posted in chunk order */
-	for (cb_chunk *k = ch->q[1]; k; k = k->next) {
+	for (tw_cuda_chunk *kc = ch->q[1]; kc; kc = kc->next) {
+		cb_chunk *k = (cb_chunk *)kc;
 		char d[TW_DETAIL_MAX];
 		tw_status_t st = TW_OK;
+		if (kc->ended)
+			continue;
 		if (!k->rts_posted) {
-			if (ch->ctl->ops->read_into(ch->ctl, NULL, 0, cb_on_rts, k) != TW_OK) {
-				cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send read");
+			if (bch->ctl->ops->read_into(bch->ctl, NULL, 0, cb_on_rts, k) != TW_OK) {
+				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send read");
 				return;
 			}
 			ch->refs++;
@@ -352,18 +276,18 @@ static void cb_pump_recvs(cb_channel *ch)
 			k->rts_wait = true;
 		}
 		if (k->state == CB_GOT_RTS && may_recv) {
-			if (k->dev >= 0) {
-				k->slot = cb_slot_get(c, 1, k->dev, &st, d, sizeof(d));
+			if (kc->dev >= 0) {
+				kc->slot = cb_slot_get(c, 1, kc->dev, &st, d, sizeof(d));
 				if (st != TW_OK) {
-					cb_fail(ch, st, d);
+					tw__cuda_chan_fail(ch, st, d);
 					return;
 				}
 			}
-			if (k->dev < 0 || k->slot >= 0) {
-				tw_buffer b = { k->dev >= 0 ? cb_slot_mem(c, 1, k->slot) : k->ptr, k->n,
+			if (kc->dev < 0 || kc->slot >= 0) {
+				tw_buffer b = { kc->dev >= 0 ? cb_slot_mem(c, 1, kc->slot) : kc->ptr, kc->n,
 					            tw_device_cpu(), NULL };
-				if (ch->cpu->ops->recv(ch->cpu, &b, cb_on_moved, k) != TW_OK) {
-					cb_fail(ch, TW_ERR_NOMEM, "out of memory queueing a chunk");
+				if (bch->cpu->ops->recv(bch->cpu, &b, cb_on_moved, k) != TW_OK) {
+					tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a chunk");
 					return;
 				}
 				ch->refs++;
@@ -375,142 +299,56 @@ static void cb_pump_recvs(cb_channel *ch)
 	}
 }
 
-/* Unlinks finished chunks; on failure ends every chunk nothing is under way
- * for (the others end when their copy or CPU operation calls back). */
-static void cb_sweep(cb_channel *ch, int which)
+static void cb_pump(tw_cuda_chan *ch)
 {
-	for (cb_chunk **pp = &ch->q[which]; *pp;) {
-		cb_chunk *k = *pp;
-		/* nothing under way for it: no copy, CPU operation or read to wait for */
-		bool idle = !k->rts_wait && (k->state == CB_WAIT || k->state == CB_GOT_RTS ||
-		                             k->state == CB_READY);
-		if (ch->failed != TW_OK && idle)
-			cb_chunk_end(k, which, ch->failed, ch->fail_detail);
-		if (k->state == CB_DONE) {
-			*pp = k->next;
-			tw__free(k);
-		} else {
-			pp = &k->next;
-		}
-	}
-}
-
-static void cb_pump(cb_channel *ch)
-{
+	cb_channel *bch = (cb_channel *)ch;
 	ch->refs++;
 	if (ch->failed == TW_OK && ch->open)
-		cb_pump_sends(ch);
+		cb_pump_sends(bch);
 	if (ch->failed == TW_OK && ch->open)
-		cb_pump_recvs(ch);
+		cb_pump_recvs(bch);
 	if (ch->failed != TW_OK) {
 		/* the first failure closes the connections: what waits on them ends */
-		if (ch->ctl) {
-			ch->ctl->ops->close(ch->ctl);
-			ch->ctl = NULL;
+		if (bch->ctl) {
+			bch->ctl->ops->close(bch->ctl);
+			bch->ctl = NULL;
 		}
-		if (ch->cpu) {
-			ch->cpu->ops->close(ch->cpu);
-			ch->cpu = NULL;
+		if (bch->cpu) {
+			bch->cpu->ops->close(bch->cpu);
+			bch->cpu = NULL;
 		}
-	}
-	cb_sweep(ch, 0);
-	cb_sweep(ch, 1);
-	cb_unref(ch);
-}
-
-static tw_status_t cb_queue(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg,
-                            int which)
-{
-	cb_channel *ch = (cb_channel *)base;
-	cb_op *op = tw__calloc(1, sizeof(*op));
-	if (!op)
-		return TW_ERR_NOMEM;
-	op->ch = ch;
-	op->cb = cb;
-	op->arg = arg;
-	bool cuda = strcmp(buf->device.type, "cuda") == 0;
-	if (ch->failed == TW_OK && cuda) {
-		op->status = tw__cuda_check_buffer(&ch->ctx->cc, which ? "receive" : "send", buf,
-		                                   op->detail, sizeof(op->detail));
-	} else if (ch->failed != TW_OK) {
-		op->status = ch->failed;
-		tw__detail(op->detail, sizeof(op->detail), "%s", ch->fail_detail);
-	}
-	uint64_t nchunks = (buf->len + TW_CUDA_BASIC_CHUNK - 1) / TW_CUDA_BASIC_CHUNK;
-	if (op->status != TW_OK || nchunks == 0) {
-		/* nothing on the wire (spec 4.1), or refused: called back later */
-		ch->refs++;
-		tw__loop_defer(ch->ctx->cc.base.env->loop, &op->dfr, cb_op_call, op);
-		return TW_OK;
-	}
-	cb_chunk *first = NULL, **tail = &first;
-	for (uint64_t i = 0; i < nchunks; i++) {
-		cb_chunk *k = tw__calloc(1, sizeof(*k));
-		if (!k) {
-			while (first) {
-				cb_chunk *n = first->next;
-				tw__free(first);
-				first = n;
+		/* the chunks nothing is under way for (no copy, CPU operation or
+		 * read to wait for) end now */
+		for (int which = 0; which < 2; which++)
+			for (tw_cuda_chunk *kc = ch->q[which]; kc; kc = kc->next) {
+				cb_chunk *k = (cb_chunk *)kc;
+				if (!kc->ended && !k->rts_wait &&
+				    (k->state == CB_WAIT || k->state == CB_GOT_RTS || k->state == CB_READY))
+					cb_chunk_end(k, ch->failed, ch->fail_detail);
 			}
-			tw__free(op);
-			return TW_ERR_NOMEM;
-		}
-		uint64_t off = i * TW_CUDA_BASIC_CHUNK;
-		k->op = op;
-		k->which = which;
-		k->ptr = (char *)buf->ptr + off;
-		k->n = buf->len - off < TW_CUDA_BASIC_CHUNK ? buf->len - off : TW_CUDA_BASIC_CHUNK;
-		k->dev = cuda ? buf->device.index : -1;
-		k->stream = buf->cuda_stream;
-		k->slot = -1;
-		*tail = k;
-		tail = &k->next;
 	}
-	op->chunks_left = (unsigned)nchunks;
-	ch->refs++; /* the operation */
-	cb_chunk **end = &ch->q[which];
-	while (*end)
-		end = &(*end)->next;
-	*end = first;
-	cb_schedule(ch);
-	return TW_OK;
+	tw__cuda_chan_sweep(ch, 0, NULL);
+	tw__cuda_chan_sweep(ch, 1, NULL);
+	tw__cuda_chan_unref(ch);
 }
 
-static tw_status_t cb_send(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+static void cb_free(tw_cuda_chan *ch)
 {
-	return cb_queue(ch, buf, cb, arg, 0);
+	tw__free(ch);
 }
 
-static tw_status_t cb_recv(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
-{
-	return cb_queue(ch, buf, cb, arg, 1);
-}
-
-static void cb_close(tw_channel *base)
-{
-	cb_channel *ch = (cb_channel *)base;
-	if (ch->prev_open)
-		ch->prev_open->next_open = ch->next_open;
-	else
-		ch->ctx->chans = ch->next_open;
-	if (ch->next_open)
-		ch->next_open->prev_open = ch->prev_open;
-	ch->open = false;
-	ch->failed = TW_OK; /* the close is what operations now hear */
-	cb_fail(ch, TW_ERR_CLOSED, "closed");
-	cb_unref(ch);
-}
-
-static uint64_t cb_max_tensor(tw_channel *base)
-{
-	return UINT64_MAX; /* chunked */
-}
+static const tw_cuda_chan_ops cb_chan_ops = {
+	.pump = cb_pump,
+	.free = cb_free,
+	.chunk_struct = sizeof(cb_chunk),
+	.chunk_bytes = TW_CUDA_BASIC_CHUNK,
+};
 
 static const tw_channel_instance_ops cb_instance_ops = {
-	.send = cb_send,
-	.recv = cb_recv,
-	.close = cb_close,
-	.max_tensor = cb_max_tensor,
+	.send = tw__cuda_chan_send,
+	.recv = tw__cuda_chan_recv,
+	.close = tw__cuda_chan_close_op,
+	.max_tensor = tw__cuda_chan_max_tensor,
 };
 
 static size_t cb_num_connections(tw_channel_ctx *base)
@@ -545,17 +383,9 @@ static tw_status_t cb_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn
 		tw__detail(detail, detail_len, "cuda_basic channel: its CPU channel: %s", d);
 		return st;
 	}
-	ch->base.ops = &cb_instance_ops;
-	ch->base.ctx = base;
-	ch->ctx = c;
 	ch->ctl = conns[num_conns - 1];
-	ch->refs = 1;
-	ch->open = true;
-	ch->next_open = c->chans;
-	if (c->chans)
-		c->chans->prev_open = ch;
-	c->chans = ch;
-	*out = &ch->base;
+	tw__cuda_chan_open(&ch->c, &c->cc, &cb_instance_ops, &cb_chan_ops);
+	*out = &ch->c.base;
 	return TW_OK;
 }
 

@@ -182,3 +182,187 @@ tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, u
 	}
 	return TW_OK;
 }
+
+/* ---- chunked channels ------------------------------------------------------------------ */
+
+void tw__cuda_chan_open(tw_cuda_chan *ch, tw_cuda_ctx *c, const tw_channel_instance_ops *ops,
+                        const tw_cuda_chan_ops *cops)
+{
+	ch->base.ops = ops;
+	ch->base.ctx = &c->base;
+	ch->ctx = c;
+	ch->cops = cops;
+	ch->refs = 1;
+	ch->open = true;
+	ch->next_open = c->chans;
+	if (c->chans)
+		c->chans->prev_open = ch;
+	c->chans = ch;
+}
+
+void tw__cuda_chan_unref(tw_cuda_chan *ch)
+{
+	if (--ch->refs == 0)
+		ch->cops->free(ch);
+}
+
+static void tw_cuda_chan_pump(void *arg)
+{
+	tw_cuda_chan *ch = arg;
+	ch->pump_queued = false;
+	ch->cops->pump(ch);
+	tw__cuda_chan_unref(ch);
+}
+
+void tw__cuda_chan_schedule(tw_cuda_chan *ch)
+{
+	if (ch->pump_queued)
+		return;
+	ch->pump_queued = true;
+	ch->refs++;
+	tw__loop_defer(ch->ctx->base.env->loop, &ch->pump_dfr, tw_cuda_chan_pump, ch);
+}
+
+void tw__cuda_chan_fail(tw_cuda_chan *ch, tw_status_t st, const char *detail)
+{
+	if (ch->failed != TW_OK)
+		return;
+	ch->failed = st;
+	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "%s channel: %s",
+	           ch->ctx->base.ops->kind, detail);
+	tw__cuda_chan_schedule(ch);
+}
+
+void tw__cuda_chan_close(tw_cuda_chan *ch)
+{
+	if (ch->prev_open)
+		ch->prev_open->next_open = ch->next_open;
+	else
+		ch->ctx->chans = ch->next_open;
+	if (ch->next_open)
+		ch->next_open->prev_open = ch->prev_open;
+	ch->open = false;
+	ch->failed = TW_OK; /* the close is what operations now hear */
+	tw__cuda_chan_fail(ch, TW_ERR_CLOSED, "closed");
+	tw__cuda_chan_unref(ch);
+}
+
+void tw__cuda_chan_wake(tw_cuda_ctx *c)
+{
+	for (tw_cuda_chan *o = c->chans; o; o = o->next_open)
+		tw__cuda_chan_schedule(o);
+}
+
+static void tw_cuda_op_call(void *arg)
+{
+	tw_cuda_op *op = arg;
+	tw_cuda_chan *ch = op->ch;
+	op->cb(&ch->base, op->status, op->status == TW_OK ? "" : op->detail, op->arg);
+	tw__free(op);
+	tw__cuda_chan_unref(ch);
+}
+
+void tw__cuda_chunk_end(tw_cuda_chunk *k, tw_status_t st, const char *detail)
+{
+	tw_cuda_op *op = k->op;
+	k->ended = true;
+	if (st != TW_OK && op->status == TW_OK) {
+		op->status = st;
+		tw__detail(op->detail, sizeof(op->detail), "%s", detail);
+	}
+	if (--op->chunks_left == 0)
+		tw_cuda_op_call(op);
+}
+
+void tw__cuda_chan_sweep(tw_cuda_chan *ch, int which, void (*free_chunk)(tw_cuda_chunk *k))
+{
+	for (tw_cuda_chunk **pp = &ch->q[which]; *pp;) {
+		tw_cuda_chunk *k = *pp;
+		if (!k->ended) {
+			pp = &k->next;
+			continue;
+		}
+		*pp = k->next;
+		if (free_chunk)
+			free_chunk(k);
+		tw__free(k);
+	}
+}
+
+tw_status_t tw__cuda_chan_queue(tw_cuda_chan *ch, const tw_buffer *buf, tw_channel_cb cb,
+                                void *arg, int which)
+{
+	tw_cuda_op *op = tw__calloc(1, sizeof(*op));
+	if (!op)
+		return TW_ERR_NOMEM;
+	op->ch = ch;
+	op->cb = cb;
+	op->arg = arg;
+	bool cuda = strcmp(buf->device.type, "cuda") == 0;
+	if (ch->failed != TW_OK) {
+		op->status = ch->failed;
+		tw__detail(op->detail, sizeof(op->detail), "%s", ch->fail_detail);
+	} else if (cuda) {
+		op->status = tw__cuda_check_buffer(ch->ctx, which ? "receive" : "send", buf, op->detail,
+		                                   sizeof(op->detail));
+	}
+	uint64_t size = ch->cops->chunk_bytes;
+	uint64_t nchunks = (buf->len + size - 1) / size;
+	if (op->status != TW_OK || nchunks == 0) {
+		/* nothing on the wire (spec 4.1), or refused: called back later */
+		ch->refs++;
+		tw__loop_defer(ch->ctx->base.env->loop, &op->dfr, tw_cuda_op_call, op);
+		return TW_OK;
+	}
+	tw_cuda_chunk *first = NULL, **tail = &first;
+	for (uint64_t i = 0; i < nchunks; i++) {
+		tw_cuda_chunk *k = tw__calloc(1, ch->cops->chunk_struct);
+		if (!k) {
+			while (first) {
+				tw_cuda_chunk *n = first->next;
+				tw__free(first);
+				first = n;
+			}
+			tw__free(op);
+			return TW_ERR_NOMEM;
+		}
+		uint64_t off = i * size;
+		k->op = op;
+		k->which = which;
+		k->ptr = (char *)buf->ptr + off;
+		k->n = buf->len - off < size ? buf->len - off : size;
+		k->dev = cuda ? buf->device.index : -1;
+		k->stream = buf->cuda_stream;
+		k->slot = -1;
+		*tail = k;
+		tail = &k->next;
+	}
+	op->chunks_left = (unsigned)nchunks;
+	ch->refs++; /* the operation */
+	tw_cuda_chunk **end = &ch->q[which];
+	while (*end)
+		end = &(*end)->next;
+	*end = first;
+	tw__cuda_chan_schedule(ch);
+	return TW_OK;
+}
+
+tw_status_t tw__cuda_chan_send(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	return tw__cuda_chan_queue((tw_cuda_chan *)ch, buf, cb, arg, 0);
+}
+
+tw_status_t tw__cuda_chan_recv(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
+{
+	return tw__cuda_chan_queue((tw_cuda_chan *)ch, buf, cb, arg, 1);
+}
+
+void tw__cuda_chan_close_op(tw_channel *ch)
+{
+	tw__cuda_chan_close((tw_cuda_chan *)ch);
+}
+
+uint64_t tw__cuda_chan_max_tensor(tw_channel *ch)
+{
+	return UINT64_MAX; /* chunked: any length */
+}

@@ -15,14 +15,18 @@
 
 #include "channel/channel.h"
 #include "platform/cuda.h"
+#include "platform/error.h"
 
 #define TW_CUDA_CTX_MAX_DEVICES 64
+
+typedef struct tw_cuda_chan tw_cuda_chan;
 
 typedef struct tw_cuda_ctx {
 	tw_channel_ctx base;
 	const tw_cuda *cu;
 	int num_cuda;
 	CUstream streams[TW_CUDA_CTX_MAX_DEVICES]; /* lazily, non-blocking */
+	tw_cuda_chan *chans; /* open chunked channels (tw__cuda_chan_wake) */
 } tw_cuda_ctx;
 
 /* A completion of queued GPU work, run on the loop thread: fill fn and arg,
@@ -64,5 +68,91 @@ TW_NODISCARD tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const
 /* Loop thread: a new event recorded now on `stream` (of cuda:dev). */
 TW_NODISCARD tw_status_t tw__cuda_record(tw_cuda_ctx *c, int dev, void *stream, CUevent *out,
                                          char *detail, size_t detail_len);
+
+/* ---- chunked channels (cuda_basic, cuda_ipc) --------------------------------------- */
+/*
+ * A chunked channel cuts each tensor in chunks of a fixed size, queued in
+ * order per direction, and moves them in a pump that runs in a later pass
+ * of the loop (so no callback runs inside send/recv). A tensor calls back
+ * once its last chunk ended, with the first failure any chunk met. The
+ * first failure of the channel (or its close) is kept; the pump then ends
+ * the chunks nothing is under way for, the others end when their copy or
+ * I/O calls back.
+ */
+
+/* one tensor */
+typedef struct tw_cuda_op {
+	tw_cuda_chan *ch;
+	tw_channel_cb cb;
+	void *arg;
+	unsigned chunks_left;
+	tw_status_t status;
+	char detail[TW_DETAIL_MAX];
+	tw_deferred dfr;
+} tw_cuda_op;
+
+/* What every chunk has; a channel's chunk type starts with it. */
+typedef struct tw_cuda_chunk {
+	tw_cuda_op *op;
+	struct tw_cuda_chunk *next;
+	int which;    /* 0 send, 1 receive */
+	char *ptr;    /* the user's buffer at this chunk */
+	uint64_t n;
+	int dev;      /* -1: host memory */
+	void *stream; /* the tensor's */
+	int slot;     /* the channel's staging slot, -1 none */
+	bool ended;
+	tw_cuda_done done;
+} tw_cuda_chunk;
+
+typedef struct tw_cuda_chan_ops {
+	void (*pump)(tw_cuda_chan *ch); /* moves chunks on, ends what is over */
+	void (*free)(tw_cuda_chan *ch); /* the last reference went */
+	size_t chunk_struct;            /* sizeof the channel's chunk type */
+	uint64_t chunk_bytes;           /* the longest chunk */
+} tw_cuda_chan_ops;
+
+struct tw_cuda_chan {
+	tw_channel base;
+	tw_cuda_ctx *ctx;
+	const tw_cuda_chan_ops *cops;
+	unsigned refs; /* 1 while open + one per callback or operation pending */
+	tw_status_t failed;
+	char fail_detail[TW_DETAIL_MAX];
+	tw_cuda_chunk *q[2]; /* [0] sends, [1] receives, in order */
+	bool pump_queued;
+	tw_deferred pump_dfr;
+	tw_cuda_chan *next_open, *prev_open;
+	bool open;
+};
+
+/* Loop thread: an opened channel (refs 1, on the context's open list). */
+void tw__cuda_chan_open(tw_cuda_chan *ch, tw_cuda_ctx *c, const tw_channel_instance_ops *ops,
+                        const tw_cuda_chan_ops *cops);
+void tw__cuda_chan_unref(tw_cuda_chan *ch);
+/* Runs the pump in a later pass (once, however often asked). */
+void tw__cuda_chan_schedule(tw_cuda_chan *ch);
+/* Keeps the first failure ("<kind> channel: detail") and schedules. */
+void tw__cuda_chan_fail(tw_cuda_chan *ch, tw_status_t st, const char *detail);
+/* close(): what is pending fails with TW_ERR_CLOSED. */
+void tw__cuda_chan_close(tw_cuda_chan *ch);
+/* A staging slot freed: every open channel of c looks again. */
+void tw__cuda_chan_wake(tw_cuda_ctx *c);
+/* send/recv: the tensor's chunks queued (or, zero-length or refused, its
+ * callback deferred). host_ok: cpu:0 buffers are served too. */
+TW_NODISCARD tw_status_t tw__cuda_chan_queue(tw_cuda_chan *ch, const tw_buffer *buf,
+                                             tw_channel_cb cb, void *arg, int which);
+/* Instance ops of every chunked channel (send, recv, close, max_tensor). */
+TW_NODISCARD tw_status_t tw__cuda_chan_send(tw_channel *ch, const tw_buffer *buf,
+                                            tw_channel_cb cb, void *arg);
+TW_NODISCARD tw_status_t tw__cuda_chan_recv(tw_channel *ch, const tw_buffer *buf,
+                                            tw_channel_cb cb, void *arg);
+void tw__cuda_chan_close_op(tw_channel *ch);
+uint64_t tw__cuda_chan_max_tensor(tw_channel *ch);
+/* A chunk is over, whatever its outcome; the pump unlinks it
+ * (tw__cuda_chan_sweep). Calls the tensor back after its last chunk. */
+void tw__cuda_chunk_end(tw_cuda_chunk *k, tw_status_t st, const char *detail);
+/* Unlinks and frees the ended chunks of one direction. */
+void tw__cuda_chan_sweep(tw_cuda_chan *ch, int which, void (*free_chunk)(tw_cuda_chunk *k));
 
 #endif /* TW_CHANNEL_CUDA_COMMON_H */

@@ -44,8 +44,6 @@
 #define CI_DESC_MAX 4096
 #define CI_UUID_LEN 36
 
-typedef struct ci_channel ci_channel;
-
 /* this process's staging area on one device */
 typedef struct ci_outbox {
 	bool made;
@@ -71,37 +69,21 @@ typedef struct ci_ctx {
 	char process[128]; /* "<pidns>_<pid>" */
 	ci_outbox out[TW_CUDA_CTX_MAX_DEVICES];
 	ci_remote *remotes;
-	ci_channel *chans; /* open channels: woken when a slot frees */
 } ci_ctx;
 
-/* one tensor */
-typedef struct ci_op {
-	ci_channel *ch;
-	tw_channel_cb cb;
-	void *arg;
-	unsigned chunks_left;
-	tw_status_t status;
-	char detail[TW_DETAIL_MAX];
-	tw_deferred dfr;
-} ci_op;
-
-enum ci_state { CI_WAIT, CI_COPYING, CI_DONE };
+enum ci_state {
+	CI_WAIT,    /* send: a slot; receive: its Descriptor */
+	CI_ARRIVED, /* receive: the Descriptor is in, the copy not queued yet */
+	CI_COPYING, /* the copy into or out of the slot is queued */
+};
 
 typedef struct ci_chunk {
-	ci_op *op;
-	int which;    /* 0 send, 1 receive */
-	char *ptr;    /* the user's buffer at this chunk */
-	uint64_t n;
-	int dev;
-	void *stream;
+	tw_cuda_chunk c;
 	enum ci_state state;
-	int slot;     /* send: the slot taken, -1 none */
-	bool io;      /* a read (of the descriptor or reply) is queued for it */
-	bool replied; /* send: the reply came; receive: the reply was written */
+	bool io;      /* a read (of the Descriptor or the reply) is queued for it */
+	bool replied; /* send: the reply came */
 	bool copied;
 	tw_wire_cuda_ipc_descriptor desc; /* receive: what arrived */
-	tw_cuda_done done;
-	struct ci_chunk *next;
 } ci_chunk;
 
 /* what a peer announced for one of its devices on this channel */
@@ -111,62 +93,15 @@ typedef struct ci_announce {
 	struct ci_announce *next;
 } ci_announce;
 
-struct ci_channel {
-	tw_channel base;
-	ci_ctx *ctx;
+typedef struct ci_channel {
+	tw_cuda_chan c;
 	tw_conn *conn[2];
-	unsigned refs;
-	tw_status_t failed;
-	char fail_detail[TW_DETAIL_MAX];
-	ci_chunk *q[2];
 	bool announced[TW_CUDA_CTX_MAX_DEVICES]; /* send: our outbox went out */
 	ci_announce *peer;                       /* receive */
-	bool pump_queued;
-	tw_deferred pump_dfr;
-	ci_channel *next_open, *prev_open;
-	bool open;
-};
+} ci_channel;
 
-static void ci_pump(ci_channel *ch);
-
-static void ci_unref(ci_channel *ch)
-{
-	if (--ch->refs > 0)
-		return;
-	while (ch->peer) {
-		ci_announce *a = ch->peer;
-		ch->peer = a->next;
-		tw__wire_cuda_ipc_descriptor_free(&a->info);
-		tw__free(a);
-	}
-	tw__free(ch);
-}
-
-static void ci_pump_deferred(void *arg)
-{
-	ci_channel *ch = arg;
-	ch->pump_queued = false;
-	ci_pump(ch);
-	ci_unref(ch);
-}
-
-static void ci_schedule(ci_channel *ch)
-{
-	if (ch->pump_queued)
-		return;
-	ch->pump_queued = true;
-	ch->refs++;
-	tw__loop_defer(ch->ctx->cc.base.env->loop, &ch->pump_dfr, ci_pump_deferred, ch);
-}
-
-static void ci_fail(ci_channel *ch, tw_status_t st, const char *detail)
-{
-	if (ch->failed != TW_OK)
-		return;
-	ch->failed = st;
-	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "cuda_ipc channel: %s", detail);
-	ci_schedule(ch);
-}
+#define CI_CTX(ch) ((ci_ctx *)(ch)->c.ctx)
+#define CI_CH(k) ((ci_channel *)(k)->c.op->ch)
 
 static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *detail,
                               size_t detail_len)
@@ -222,8 +157,7 @@ static int ci_slot_get(ci_ctx *c, int dev)
 static void ci_slot_put(ci_ctx *c, int dev, int slot)
 {
 	c->out[dev].used[slot] = false;
-	for (ci_channel *o = c->chans; o; o = o->next_open)
-		ci_schedule(o);
+	tw__cuda_chan_wake(&c->cc);
 }
 
 /* The peer's area for its device rdev as seen from our device ldev, opened
@@ -295,125 +229,110 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 	return TW_OK;
 }
 
-/* ---- operations ---------------------------------------------------------------------- */
-
-static void ci_op_call(void *arg)
-{
-	ci_op *op = arg;
-	ci_channel *ch = op->ch;
-	op->cb(&ch->base, op->status, op->status == TW_OK ? "" : op->detail, op->arg);
-	tw__free(op);
-	ci_unref(ch);
-}
+/* ---- callbacks ---------------------------------------------------------------------- */
 
 static void ci_chunk_end(ci_chunk *k, tw_status_t st, const char *detail)
 {
-	ci_op *op = k->op;
-	ci_channel *ch = op->ch;
-	if (k->which == 0 && k->slot >= 0) {
-		ci_slot_put(ch->ctx, k->dev, k->slot);
-		k->slot = -1;
+	if (k->c.which == 0 && k->c.slot >= 0) {
+		ci_slot_put(CI_CTX(CI_CH(k)), k->c.dev, k->c.slot);
+		k->c.slot = -1;
 	}
-	k->state = CI_DONE;
-	if (st != TW_OK && op->status == TW_OK) {
-		op->status = st;
-		tw__detail(op->detail, sizeof(op->detail), "%s", detail);
-	}
-	if (--op->chunks_left == 0)
-		ci_op_call(op);
+	tw__cuda_chunk_end(&k->c, st, detail);
 }
 
 static void ci_on_copied(void *arg)
 {
 	ci_chunk *k = arg;
-	ci_channel *ch = k->op->ch;
+	tw_cuda_chan *ch = &CI_CH(k)->c;
 	k->copied = true;
-	ci_schedule(ch);
-	ci_unref(ch);
+	tw__cuda_chan_schedule(ch);
+	tw__cuda_chan_unref(ch);
 }
 
 static void ci_on_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
 {
-	ci_channel *ch = arg;
+	tw_cuda_chan *ch = arg;
 	if (st != TW_OK)
-		ci_fail(ch, st, detail);
-	ci_unref(ch);
+		tw__cuda_chan_fail(ch, st, detail);
+	tw__cuda_chan_unref(ch);
 }
 
 static void ci_on_reply(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                         void *arg)
 {
 	ci_chunk *k = arg;
-	ci_channel *ch = k->op->ch;
+	tw_cuda_chan *ch = &CI_CH(k)->c;
 	k->io = false;
 	if (st != TW_OK)
-		ci_fail(ch, st, detail);
+		tw__cuda_chan_fail(ch, st, detail);
 	else
 		k->replied = true;
-	ci_schedule(ch);
-	ci_unref(ch);
+	tw__cuda_chan_schedule(ch);
+	tw__cuda_chan_unref(ch);
 }
 
 static void ci_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                        void *arg)
 {
 	ci_chunk *k = arg;
-	ci_channel *ch = k->op->ch;
+	tw_cuda_chan *ch = &CI_CH(k)->c;
 	char d[TW_DETAIL_MAX];
 	size_t used = 0;
 	k->io = false;
 	if (st != TW_OK) {
-		ci_fail(ch, st, detail);
+		tw__cuda_chan_fail(ch, st, detail);
 	} else if (tw__wire_decode_cuda_ipc_descriptor(buf, len, &k->desc, &used, d, sizeof(d)) !=
 	               TW_OK ||
 	           used != len) {
 		if (used && used != len)
 			tw__detail(d, sizeof(d), "CudaIpcDescriptor: %llu bytes after its end",
 			           (unsigned long long)(len - used));
-		ci_fail(ch, TW_ERR_PROTO, d);
+		tw__cuda_chan_fail(ch, TW_ERR_PROTO, d);
 	} else {
-		k->state = CI_COPYING; /* the descriptor is in: copy next (pump) */
-		k->copied = false;
-		k->slot = -2;          /* marks "descriptor arrived, copy not queued" */
+		k->state = CI_ARRIVED;
 	}
 	tw__free(buf);
-	ci_schedule(ch);
-	ci_unref(ch);
+	tw__cuda_chan_schedule(ch);
+	tw__cuda_chan_unref(ch);
 }
 
 /* ---- the pump ------------------------------------------------------------------------- */
 
-static bool ci_send_step(ci_channel *ch, ci_chunk *k)
+/* One send chunk as far as it goes; false: later chunks wait. */
+static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 {
-	ci_ctx *c = ch->ctx;
+	tw_cuda_chan *ch = &ich->c;
+	ci_ctx *c = CI_CTX(ich);
+	tw_cuda_chunk *kc = &k->c;
 	char d[TW_DETAIL_MAX];
-	if (k->state != CI_WAIT)
+	if (kc->ended || k->state != CI_WAIT)
 		return true;
-	tw_status_t st = ci_outbox_make(c, k->dev, d, sizeof(d));
+	tw_status_t st = ci_outbox_make(c, kc->dev, d, sizeof(d));
 	if (st != TW_OK) {
-		ci_fail(ch, st, d);
+		tw__cuda_chan_fail(ch, st, d);
 		return false;
 	}
-	k->slot = ci_slot_get(c, k->dev);
-	if (k->slot < 0)
+	kc->slot = ci_slot_get(c, kc->dev);
+	if (kc->slot < 0)
 		return false; /* later chunks wait for this one's slot */
-	ci_outbox *o = &c->out[k->dev];
-	CUevent slot_ev = o->events[k->slot];
-	k->done.fn = ci_on_copied;
-	k->done.arg = k;
-	st = tw__cuda_copy(&c->cc, k->dev, (void *)(uintptr_t)(o->base + k->slot * TW_CUDA_IPC_SLOT),
-	                   k->ptr, k->n, k->stream, slot_ev, slot_ev, &k->done, d, sizeof(d));
+	ci_outbox *o = &c->out[kc->dev];
+	CUevent slot_ev = o->events[kc->slot];
+	kc->done.fn = ci_on_copied;
+	kc->done.arg = k;
+	st = tw__cuda_copy(&c->cc, kc->dev,
+	                   (void *)(uintptr_t)(o->base + (uint64_t)kc->slot * TW_CUDA_IPC_SLOT),
+	                   kc->ptr, kc->n, kc->stream, slot_ev, slot_ev, &kc->done, d, sizeof(d));
 	if (st != TW_OK) {
-		ci_fail(ch, st, d);
+		tw__cuda_chan_fail(ch, st, d);
 		return false;
 	}
 	ch->refs++;
 	k->state = CI_COPYING;
-	/* the descriptor: the first one of this channel for the device
-	 * carries the staging area's handles */
-	tw_wire_cuda_ipc_descriptor v = { .device = k->dev, .slot = (uint64_t)k->slot };
+	/* the first descriptor of this channel for the device carries the
+	 * staging area's handles */
+	tw_wire_cuda_ipc_descriptor v = { .device = kc->dev, .slot = (uint64_t)kc->slot };
 	tw_wire_str evs[TW_CUDA_IPC_SLOTS];
-	if (!ch->announced[k->dev]) {
+	if (!ich->announced[kc->dev]) {
 		v.has_outbox = true;
 		v.process = (tw_wire_str){ c->process, strlen(c->process) };
 		v.mem_handle = (tw_wire_str){ o->mem.reserved, TW_CU_IPC_HANDLE_SIZE };
@@ -428,248 +347,191 @@ static bool ci_send_step(ci_channel *ch, ci_chunk *k)
 	tw_iov iov = { w.buf, w.len };
 	st = tw__nop_writer_finish(&w);
 	if (st == TW_OK)
-		st = ch->conn[0]->ops->write(ch->conn[0], &iov, 1, TW_WRITE_OBJECT, ci_on_written, ch);
+		st = ich->conn[0]->ops->write(ich->conn[0], &iov, 1, TW_WRITE_OBJECT, ci_on_written, ch);
 	tw__nop_writer_free(&w);
 	if (st == TW_OK) {
 		ch->refs++;
-		st = ch->conn[1]->ops->read_into(ch->conn[1], NULL, 0, ci_on_reply, k);
+		st = ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k);
 	}
 	if (st != TW_OK) {
-		ci_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor");
+		tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor");
 		return false;
 	}
 	ch->refs++;
 	k->io = true;
-	ch->announced[k->dev] = true;
+	ich->announced[kc->dev] = true;
 	return true;
 }
 
-static const tw_wire_cuda_ipc_descriptor *ci_announced(ci_channel *ch, int32_t rdev)
+static const tw_wire_cuda_ipc_descriptor *ci_announced(ci_channel *ich, int32_t rdev)
 {
-	for (ci_announce *a = ch->peer; a; a = a->next)
+	for (ci_announce *a = ich->peer; a; a = a->next)
 		if (a->rdev == rdev)
 			return &a->info;
 	return NULL;
 }
 
-static void ci_recv_step(ci_channel *ch, ci_chunk *k)
+/* Keeps what a descriptor announced about the peer's device (the strings
+ * move over). */
+static bool ci_remember(ci_channel *ich, tw_wire_cuda_ipc_descriptor *v)
 {
-	ci_ctx *c = ch->ctx;
+	if (!v->has_outbox || ci_announced(ich, v->device))
+		return true;
+	ci_announce *a = tw__calloc(1, sizeof(*a));
+	if (!a)
+		return false;
+	a->rdev = v->device;
+	a->info = *v;
+	memset(v, 0, sizeof(*v));
+	v->device = a->rdev;
+	v->slot = a->info.slot;
+	a->next = ich->peer;
+	ich->peer = a;
+	return true;
+}
+
+static void ci_recv_step(ci_channel *ich, ci_chunk *k)
+{
+	tw_cuda_chan *ch = &ich->c;
+	ci_ctx *c = CI_CTX(ich);
+	tw_cuda_chunk *kc = &k->c;
 	char d[TW_DETAIL_MAX];
+	if (kc->ended)
+		return;
 	if (k->state == CI_WAIT && !k->io) {
-		if (ch->conn[0]->ops->read_alloc(ch->conn[0], CI_DESC_MAX, ci_on_desc, k) != TW_OK) {
-			ci_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor read");
+		if (ich->conn[0]->ops->read_alloc(ich->conn[0], CI_DESC_MAX, ci_on_desc, k) != TW_OK) {
+			tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor read");
 			return;
 		}
 		ch->refs++;
 		k->io = true;
 		return;
 	}
-	if (k->state != CI_COPYING || k->slot != -2)
+	if (k->state != CI_ARRIVED)
 		return;
-	/* the descriptor arrived: remember an announcement, find the area */
 	tw_wire_cuda_ipc_descriptor *v = &k->desc;
-	if (v->has_outbox && !ci_announced(ch, v->device)) {
-		ci_announce *a = tw__calloc(1, sizeof(*a));
-		if (!a) {
-			ci_fail(ch, TW_ERR_NOMEM, "out of memory");
-			return;
-		}
-		a->rdev = v->device;
-		a->info = *v;
-		memset(v, 0, sizeof(*v));
-		a->info.has_outbox = true;
-		v->device = a->rdev;
-		v->slot = a->info.slot;
-		a->next = ch->peer;
-		ch->peer = a;
+	if (!ci_remember(ich, v)) {
+		tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory");
+		return;
 	}
-	const tw_wire_cuda_ipc_descriptor *info = ci_announced(ch, v->device);
+	const tw_wire_cuda_ipc_descriptor *info = ci_announced(ich, v->device);
 	if (!info) {
 		tw__detail(d, sizeof(d),
 		           "a Descriptor for device %d whose staging area was never announced",
 		           (int)v->device);
-		ci_fail(ch, TW_ERR_PROTO, d);
+		tw__cuda_chan_fail(ch, TW_ERR_PROTO, d);
 		return;
 	}
 	if (v->slot >= TW_CUDA_IPC_SLOTS) {
 		tw__detail(d, sizeof(d), "a Descriptor naming slot %llu of %d",
 		           (unsigned long long)v->slot, TW_CUDA_IPC_SLOTS);
-		ci_fail(ch, TW_ERR_PROTO, d);
+		tw__cuda_chan_fail(ch, TW_ERR_PROTO, d);
 		return;
 	}
 	ci_remote *r;
-	tw_status_t st = ci_remote_get(c, info, v->device, k->dev, &r, d, sizeof(d));
+	tw_status_t st = ci_remote_get(c, info, v->device, kc->dev, &r, d, sizeof(d));
 	if (st != TW_OK) {
-		ci_fail(ch, st, d);
+		tw__cuda_chan_fail(ch, st, d);
 		return;
 	}
 	CUevent slot_ev = r->events[v->slot];
-	k->done.fn = ci_on_copied;
-	k->done.arg = k;
-	st = tw__cuda_copy(&c->cc, k->dev, k->ptr,
-	                   (const void *)(uintptr_t)(r->base + v->slot * TW_CUDA_IPC_SLOT), k->n,
-	                   k->stream, slot_ev, slot_ev, &k->done, d, sizeof(d));
+	kc->done.fn = ci_on_copied;
+	kc->done.arg = k;
+	st = tw__cuda_copy(&c->cc, kc->dev, kc->ptr,
+	                   (const void *)(uintptr_t)(r->base + v->slot * TW_CUDA_IPC_SLOT), kc->n,
+	                   kc->stream, slot_ev, slot_ev, &kc->done, d, sizeof(d));
 	if (st != TW_OK) {
-		ci_fail(ch, st, d);
+		tw__cuda_chan_fail(ch, st, d);
 		return;
 	}
 	ch->refs++;
-	k->slot = -1;
+	k->state = CI_COPYING;
 }
 
-/* Ends what is over: sends with their reply and copy, receives whose bytes
- * are in (their replies written in order); on failure what nothing is
- * under way for. */
-static void ci_sweep(ci_channel *ch, int which)
+/* Ends what is over: sends answered and copied, receives whose bytes are
+ * in (their replies written in order); on failure what nothing is under
+ * way for. */
+static void ci_settle(ci_channel *ich, int which)
 {
+	tw_cuda_chan *ch = &ich->c;
 	bool in_order = true;
-	for (ci_chunk **pp = &ch->q[which]; *pp;) {
-		ci_chunk *k = *pp;
-		bool running = k->io || (k->state == CI_COPYING && !k->copied && k->slot != -2);
-		if (k->state != CI_DONE) {
-			if (which == 0 && k->replied && k->copied) {
+	for (tw_cuda_chunk *kc = ch->q[which]; kc; kc = kc->next) {
+		ci_chunk *k = (ci_chunk *)kc;
+		if (kc->ended)
+			continue;
+		bool running = k->io || (k->state == CI_COPYING && !k->copied);
+		if (which == 0 && k->replied && k->copied) {
+			ci_chunk_end(k, TW_OK, "");
+		} else if (which == 1 && k->copied && in_order && ch->failed == TW_OK) {
+			tw_iov none = { NULL, 0 };
+			if (ich->conn[1]->ops->write(ich->conn[1], &none, 1, 0, ci_on_written, ch) == TW_OK) {
+				ch->refs++;
 				ci_chunk_end(k, TW_OK, "");
-			} else if (which == 1 && k->copied && in_order && ch->failed == TW_OK) {
-				tw_iov none = { NULL, 0 };
-				if (ch->conn[1]->ops->write(ch->conn[1], &none, 1, 0, ci_on_written, ch) ==
-				    TW_OK) {
-					ch->refs++;
-					ci_chunk_end(k, TW_OK, "");
-				} else {
-					ci_fail(ch, TW_ERR_NOMEM, "out of memory queueing a reply");
-				}
-			} else if (ch->failed != TW_OK && !running) {
-				ci_chunk_end(k, ch->failed, ch->fail_detail);
+			} else {
+				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a reply");
 			}
+		} else if (ch->failed != TW_OK && !running) {
+			ci_chunk_end(k, ch->failed, ch->fail_detail);
 		}
-		if (k->state != CI_DONE)
+		if (!kc->ended)
 			in_order = false;
-		if (k->state == CI_DONE) {
-			*pp = k->next;
-			tw__wire_cuda_ipc_descriptor_free(&k->desc);
-			tw__free(k);
-		} else {
-			pp = &k->next;
-		}
 	}
 }
 
-static void ci_pump(ci_channel *ch)
+static void ci_free_chunk(tw_cuda_chunk *kc)
 {
+	tw__wire_cuda_ipc_descriptor_free(&((ci_chunk *)kc)->desc);
+}
+
+static void ci_pump(tw_cuda_chan *ch)
+{
+	ci_channel *ich = (ci_channel *)ch;
 	ch->refs++;
-	if (ch->failed == TW_OK && ch->open) {
-		for (ci_chunk *k = ch->q[0]; k; k = k->next)
-			if (!ci_send_step(ch, k))
-				break;
-	}
 	if (ch->failed == TW_OK && ch->open)
-		for (ci_chunk *k = ch->q[1]; k && ch->failed == TW_OK; k = k->next)
-			ci_recv_step(ch, k);
-	if (ch->failed != TW_OK) {
+		for (tw_cuda_chunk *kc = ch->q[0]; kc; kc = kc->next)
+			if (!ci_send_step(ich, (ci_chunk *)kc))
+				break;
+	if (ch->failed == TW_OK && ch->open)
+		for (tw_cuda_chunk *kc = ch->q[1]; kc && ch->failed == TW_OK; kc = kc->next)
+			ci_recv_step(ich, (ci_chunk *)kc);
+	if (ch->failed != TW_OK)
 		for (int i = 0; i < 2; i++)
-			if (ch->conn[i]) {
-				ch->conn[i]->ops->close(ch->conn[i]);
-				ch->conn[i] = NULL;
+			if (ich->conn[i]) {
+				ich->conn[i]->ops->close(ich->conn[i]);
+				ich->conn[i] = NULL;
 			}
+	ci_settle(ich, 0);
+	ci_settle(ich, 1);
+	tw__cuda_chan_sweep(ch, 0, ci_free_chunk);
+	tw__cuda_chan_sweep(ch, 1, ci_free_chunk);
+	tw__cuda_chan_unref(ch);
+}
+
+static void ci_free(tw_cuda_chan *ch)
+{
+	ci_channel *ich = (ci_channel *)ch;
+	while (ich->peer) {
+		ci_announce *a = ich->peer;
+		ich->peer = a->next;
+		tw__wire_cuda_ipc_descriptor_free(&a->info);
+		tw__free(a);
 	}
-	ci_sweep(ch, 0);
-	ci_sweep(ch, 1);
-	ci_unref(ch);
+	tw__free(ich);
 }
 
-static tw_status_t ci_queue(tw_channel *base, const tw_buffer *buf, tw_channel_cb cb, void *arg,
-                            int which)
-{
-	ci_channel *ch = (ci_channel *)base;
-	ci_op *op = tw__calloc(1, sizeof(*op));
-	if (!op)
-		return TW_ERR_NOMEM;
-	op->ch = ch;
-	op->cb = cb;
-	op->arg = arg;
-	if (ch->failed != TW_OK) {
-		op->status = ch->failed;
-		tw__detail(op->detail, sizeof(op->detail), "%s", ch->fail_detail);
-	} else {
-		op->status = tw__cuda_check_buffer(&ch->ctx->cc, which ? "receive" : "send", buf,
-		                                   op->detail, sizeof(op->detail));
-	}
-	uint64_t nchunks = (buf->len + TW_CUDA_IPC_SLOT - 1) / TW_CUDA_IPC_SLOT;
-	if (op->status != TW_OK || nchunks == 0) {
-		ch->refs++;
-		tw__loop_defer(ch->ctx->cc.base.env->loop, &op->dfr, ci_op_call, op);
-		return TW_OK;
-	}
-	ci_chunk *first = NULL, **tail = &first;
-	for (uint64_t i = 0; i < nchunks; i++) {
-		ci_chunk *k = tw__calloc(1, sizeof(*k));
-		if (!k) {
-			while (first) {
-				ci_chunk *n = first->next;
-				tw__free(first);
-				first = n;
-			}
-			tw__free(op);
-			return TW_ERR_NOMEM;
-		}
-		uint64_t off = i * TW_CUDA_IPC_SLOT;
-		k->op = op;
-		k->which = which;
-		k->ptr = (char *)buf->ptr + off;
-		k->n = buf->len - off < TW_CUDA_IPC_SLOT ? buf->len - off : TW_CUDA_IPC_SLOT;
-		k->dev = buf->device.index;
-		k->stream = buf->cuda_stream;
-		k->slot = -1;
-		*tail = k;
-		tail = &k->next;
-	}
-	op->chunks_left = (unsigned)nchunks;
-	ch->refs++;
-	ci_chunk **end = &ch->q[which];
-	while (*end)
-		end = &(*end)->next;
-	*end = first;
-	ci_schedule(ch);
-	return TW_OK;
-}
-
-static tw_status_t ci_send(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
-{
-	return ci_queue(ch, buf, cb, arg, 0);
-}
-
-static tw_status_t ci_recv(tw_channel *ch, const tw_buffer *buf, tw_channel_cb cb, void *arg)
-{
-	return ci_queue(ch, buf, cb, arg, 1);
-}
-
-static void ci_close(tw_channel *base)
-{
-	ci_channel *ch = (ci_channel *)base;
-	if (ch->prev_open)
-		ch->prev_open->next_open = ch->next_open;
-	else
-		ch->ctx->chans = ch->next_open;
-	if (ch->next_open)
-		ch->next_open->prev_open = ch->prev_open;
-	ch->open = false;
-	ch->failed = TW_OK;
-	ci_fail(ch, TW_ERR_CLOSED, "closed");
-	ci_unref(ch);
-}
-
-static uint64_t ci_max_tensor(tw_channel *base)
-{
-	return UINT64_MAX; /* chunked */
-}
+static const tw_cuda_chan_ops ci_chan_ops = {
+	.pump = ci_pump,
+	.free = ci_free,
+	.chunk_struct = sizeof(ci_chunk),
+	.chunk_bytes = TW_CUDA_IPC_SLOT,
+};
 
 static const tw_channel_instance_ops ci_instance_ops = {
-	.send = ci_send,
-	.recv = ci_recv,
-	.close = ci_close,
+	.send = tw__cuda_chan_send,
+	.recv = tw__cuda_chan_recv,
+	.close = tw__cuda_chan_close_op,
 	.acked_by_peer = true,
-	.max_tensor = ci_max_tensor,
+	.max_tensor = tw__cuda_chan_max_tensor,
 };
 
 static size_t ci_num_connections(tw_channel_ctx *c)
@@ -690,18 +552,10 @@ static tw_status_t ci_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn
 		                                              : "cuda_ipc channel: needs 2 connections");
 		return num_conns == 2 ? TW_ERR_NOMEM : TW_ERR_INVAL;
 	}
-	ch->base.ops = &ci_instance_ops;
-	ch->base.ctx = base;
-	ch->ctx = c;
 	ch->conn[0] = conns[0];
 	ch->conn[1] = conns[1];
-	ch->refs = 1;
-	ch->open = true;
-	ch->next_open = c->chans;
-	if (c->chans)
-		c->chans->prev_open = ch;
-	c->chans = ch;
-	*out = &ch->base;
+	tw__cuda_chan_open(&ch->c, &c->cc, &ci_instance_ops, &ci_chan_ops);
+	*out = &ch->c.base;
 	return TW_OK;
 }
 
