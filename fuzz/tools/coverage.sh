@@ -17,7 +17,7 @@ clang=$(command -v clang || command -v clang-14)
 profdata=$(command -v llvm-profdata || command -v llvm-profdata-14)
 cov=$(command -v llvm-cov || command -v llvm-cov-14)
 [ $# -gt 0 ] || set -- packet brochure brochure_answer descriptor descriptor_reply \
-  mpt_packet cma_descriptor xth_descriptor nop_value uv_frame ring_frame
+  mpt_packet cma_descriptor xth_descriptor cuda_xth_descriptor cuda_basic_device cuda_ipc_device cuda_ipc_descriptor nop_value uv_frame ring_frame
 sources=$(ls "$src"/ref/src/wire/*.c | grep -v '_test\.c$')
 files="$src/ref/src/wire/nop.c $src/ref/src/wire/packets.c $src/ref/src/wire/frame.c"
 profiles=""

@@ -1,0 +1,7 @@
+/*
+ * cuda_basic_device.c - fuzz target for the decoder of the cuda_basic channel's device descriptor (spec/wire.md 4.6.2):
+ * the checks of fuzz_target.h on every input. Corpus: fuzz/corpus/cuda_basic_device/.
+ */
+#include "fuzz_target.h"
+
+TW_FUZZ_PACKET_TARGET(cuda_basic_device)
