@@ -119,6 +119,12 @@ typedef struct tw_channel_instance_ops {
 	 * its completion). The pipe then counts a write whose last operation
 	 * completes after the peer said goodbye as delivered, which it is. */
 	bool acked_by_peer;
+	/* Loop thread, optional: a send calls back only once its bytes are in
+	 * the peer's memory (basic over ibv). With a transport whose writes land
+	 * the same way, a write whose last operation completes after the peer's
+	 * goodbye had been handed over in full before it, as a uv write that
+	 * completed earlier had: it counts as delivered too. NULL: no. */
+	bool (*sends_land)(tw_channel *ch);
 	/* Loop thread, never fails: the longest tensor one send can move (basic:
 	 * the frame limit of its connection's transport). NULL: no limit. The
 	 * pipe fails a message with a longer tensor before sending any of it. */

@@ -267,7 +267,8 @@ typedef struct tw_out_msg {
 	unsigned pending;       /* transport/channel operations in flight */
 	bool held;              /* an operation failed as the peer left: wait for the verdict */
 	bool peer_acked;        /* every non-empty tensor went through a channel whose send
-	                           completes on the peer's confirmation (acked_by_peer) */
+	                           completes on the peer's confirmation (acked_by_peer),
+	                           or every write of it completes once landed (ibv) */
 	bool done;
 	tw_status_t status;
 	char detail[TW_DETAIL_MAX];

@@ -280,9 +280,28 @@ void tw__pipe_try_end(tw_pipe *p)
 		tw__detail(p->wr_detail, sizeof(p->wr_detail), "%s: %s", p->label, what);
 		tw__pipe_out_check_all(p);
 	}
-	if ((p->d_ended && !tw__pipe_receiving(p)) || tw__pipe_read_broken(p) || p->d_stalled ||
-	    TW_MUTANT("data_dropped_at_end"))
+	if (((p->d_ended && !tw__pipe_receiving(p)) || tw__pipe_read_broken(p) || p->d_stalled ||
+	     TW_MUTANT("data_dropped_at_end")) &&
+	    !tw__pipe_writes_landing(p))
 		tw__pipe_fail(p, st, "%s", what);
+}
+
+/* Is a write still waiting for completions that will confirm its bytes
+ * reached the peer (a channel's acknowledgement, ibv's landing)? Failing
+ * the pipe now would close the connections under it and report as lost a
+ * write the peer has (the peer read it and said goodbye before the
+ * confirmation came back). The transport bounds the wait: a peer that is
+ * gone fails the operation. */
+bool tw__pipe_writes_landing(tw_pipe *p)
+{
+	tw_list *it;
+	for (it = p->out_msgs.next; it != &p->out_msgs; it = it->next) {
+		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
+		if (m->state == TW_OUT_SENDING && m->pending > 0 && m->peer_acked &&
+		    m->status == TW_OK && !m->held)
+			return true;
+	}
+	return false;
 }
 
 bool tw__status_is_end(tw_status_t st)

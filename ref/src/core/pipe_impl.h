@@ -25,6 +25,8 @@ void tw__pipe_timer_close(tw_pipe *p);
 void tw__pipe_timer_start(tw_pipe *p, uint64_t ms);
 void tw__pipe_send_goodbye(tw_pipe *p);
 void tw__pipe_try_end(tw_pipe *p);
+/* A write waits for confirmations from the peer's side (pipe_end.c). */
+bool tw__pipe_writes_landing(tw_pipe *p);
 /* Appended to a detail when the server dropped a client's connection unheard. */
 extern const char tw__pipe_dropped_hint[];
 bool tw__status_is_end(tw_status_t st);

@@ -101,6 +101,8 @@ static void tw__pipe_on_out_written(tw_conn *c, tw_status_t status, const char *
 	if (status != TW_OK)
 		tw__pipe_out_op_failed(m, c, status, "writing a Descriptor or payload", detail);
 	tw__pipe_out_check_all(p);
+	if (p->writes_dead)
+		tw__pipe_try_end(p); /* it may have waited for this completion */
 	tw__pipe_release(p);
 }
 
@@ -113,6 +115,8 @@ static void tw__pipe_on_tensor_sent(tw_channel *ch, tw_status_t status, const ch
 	if (status != TW_OK)
 		tw__pipe_out_op_failed(m, NULL, status, "sending a tensor", detail);
 	tw__pipe_out_check_all(p);
+	if (p->writes_dead)
+		tw__pipe_try_end(p); /* it may have waited for this completion */
 	tw__pipe_release(p);
 }
 
@@ -363,7 +367,16 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 {
 	char db1[40], db2[40];
 	m->state = TW_OUT_SENDING;
-	m->peer_acked = false;
+	/* Delivered even if its last completion comes after the peer's goodbye:
+	 * every tensor's channel is acked by the peer, or every write of the
+	 * message (Descriptor and payloads on the pipe's connection, tensors on
+	 * the channels) completes only once landed in the peer's memory. */
+	tw_transport_limits lim;
+	lim.writes_land = false;
+	if (p->r)
+		tw__transport_limits(p->r->transport, &lim);
+	bool all_land = lim.writes_land;
+	m->peer_acked = all_land;
 	bool all_acked = true;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		const tw_tensor *t = &m->tensors[i];
@@ -380,7 +393,8 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 		tw_buffer b = { t->data, t->length, t->source_device, t->cuda_stream };
 		tw_channel *ch = p->chans[pp->chan].ch;
 		all_acked = all_acked && ch->ops->acked_by_peer;
-		m->peer_acked = all_acked;
+		all_land = all_land && ch->ops->sends_land && ch->ops->sends_land(ch);
+		m->peer_acked = all_acked || all_land;
 		tw_status_t st = ch->ops->send(ch, &b, tw__pipe_on_tensor_sent, m);
 		if (st != TW_OK) {
 			tw__pipe_fail(p, st, "sending tensor %zu: out of memory", i);

@@ -112,6 +112,9 @@ typedef struct tw_conn_opts {
 typedef struct tw_transport_limits {
 	uint64_t max_frame;
 	uint64_t max_packet;
+	/* A write's callback runs only once its bytes are in the peer's memory
+	 * (ibv: the RDMA writes completed), not when they were handed over. */
+	bool writes_land;
 } tw_transport_limits;
 
 typedef void (*tw_conn_write_cb)(tw_conn *conn, tw_status_t status, const char *detail,
@@ -254,6 +257,7 @@ static inline void tw__transport_limits(tw_transport *t, tw_transport_limits *ou
 {
 	out->max_frame = UINT64_MAX;
 	out->max_packet = UINT64_MAX;
+	out->writes_land = false;
 	if (t->ops->limits)
 		t->ops->limits(t, out);
 }

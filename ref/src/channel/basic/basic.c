@@ -123,11 +123,23 @@ static uint64_t basic_max_tensor(tw_channel *base)
 	return lim.max_frame;
 }
 
+/* A frame's write completes as its connection's transport says. */
+static bool basic_sends_land(tw_channel *base)
+{
+	basic_channel *ch = (basic_channel *)base;
+	tw_transport_limits lim;
+	if (!ch->conn)
+		return false;
+	tw__transport_limits(ch->conn->transport, &lim);
+	return lim.writes_land;
+}
+
 static const tw_channel_instance_ops basic_instance_ops = {
 	.send = basic_send,
 	.recv = basic_recv,
 	.close = basic_close,
 	.max_tensor = basic_max_tensor,
+	.sends_land = basic_sends_land,
 };
 
 static tw_status_t basic_open(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *const *conns,

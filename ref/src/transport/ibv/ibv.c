@@ -1240,6 +1240,7 @@ static void ib_limits(tw_transport *base, tw_transport_limits *out)
 	(void)base;
 	out->max_frame = TW_RING_FRAME_MAX;
 	out->max_packet = IBV_CAP - 4;
+	out->writes_land = true;
 }
 
 static const char *ib_domain_descriptor(tw_transport *base)

@@ -744,7 +744,7 @@ static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport *
 		{ "max_frame", TW_OPT_U64, offsetof(tw_transport_limits, max_frame), 0, 1, UINT64_MAX },
 		{ "max_packet", TW_OPT_U64, offsetof(tw_transport_limits, max_packet), 0, 64, UINT64_MAX },
 	};
-	tw_transport_limits lim = { UINT64_MAX, UINT64_MAX };
+	tw_transport_limits lim = { UINT64_MAX, UINT64_MAX, false };
 	tw_status_t st = tw__options_parse("tcp transport", options, table, 2, &lim, NULL, 0, detail,
 	                                   detail_len);
 	if (st != TW_OK)
