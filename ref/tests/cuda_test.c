@@ -27,6 +27,11 @@
  *                 pipe picks cuda_ipc for device pairs, the sizes above and
  *                 a 20 MiB tensor (three staging slots' worth) go to the
  *                 other process and come back byte-exact
+ *   ipc_pidns     the same with the server as pid 1 of its own pid namespace
+ *                 and /proc (a container beside a host process): cuda_ipc
+ *   ipc_pidns_both both ends pid 1 of their own pid namespaces: equal pids,
+ *                 so (as stock decides) not cuda_ipc: cuda_basic, and the
+ *                 tensors arrive
  *   ipc_disjoint  two processes that see disjoint devices (as two
  *                 containers given different GPUs): neither offers cuda_ipc
  *                 for the other's device, the pipe takes cuda_basic
@@ -37,7 +42,12 @@
  *                 CUDA_VISIBLE_DEVICES=""), and a CPU pipe of the same
  *                 context still carries a message (field failure T08)
  */
+#define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "pair_util.h"
@@ -551,30 +561,39 @@ static void ipc_read(tw_pipe *p, uint64_t seed)
 	tu_once(&d), tu_once(&r);
 }
 
-/* Parent: server; child: client. Each sees the devices `visible` names
- * (NULL: all). The child writes, the parent reads and writes back, the
- * child reads. Both check the channel of (cuda:0, cuda:0). */
-static void ipc_round(const char *parent_visible, const char *child_visible, const char *want)
+/* One end of a two-process round: the server listens and hands its URL
+ * to the client through `fds`; the client writes, the server reads and
+ * writes back, the client reads. Each checks the channel of (cuda:0,
+ * cuda:0). */
+typedef struct ipc_end {
+	bool server;
+	int *fds;
+	const char *visible; /* CUDA_VISIBLE_DEVICES, NULL: all */
+	const char *want;    /* the channel it must pick */
+} ipc_end;
+
+static void ipc_run_end(const ipc_end *e)
 {
-	int fds[2];
+	const char *name = e->server ? "server" : "client";
 	char url[256];
-	pid_t pid = tu_fork_url_child(fds, url, sizeof(url));
-	const char *visible = pid == 0 ? child_visible : parent_visible;
-	if (visible)
-		setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+	if (e->visible)
+		setenv("CUDA_VISIBLE_DEVICES", e->visible, 1);
+	if (!e->server)
+		tu_url_recv(e->fds, url, sizeof(url));
 	cu_load();
 	tw_context *ctx;
-	ipc_ctx(&ctx, pid == 0 ? "child" : "parent");
+	ipc_ctx(&ctx, name);
 	tw_pipe *p;
 	tw_listener *l = NULL;
-	if (pid == 0) {
+	if (!e->server) {
 		CHECK_OK(tw_context_connect(ctx, url, &p));
 	} else {
 		l = tu_listen(ctx, "uv://127.0.0.1:0", url, sizeof(url));
 		tu_rec acc;
 		tu_rec_init(&acc);
 		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
-		tu_url_send(fds, url);
+		close(e->fds[0]);
+		tu_url_send(e->fds, url);
 		tu_expect(&acc, TW_OK, NULL);
 		p = acc.pipe;
 	}
@@ -585,12 +604,12 @@ static void ipc_round(const char *parent_visible, const char *child_visible, con
 	char ch[64];
 	tw_device d0 = cuda_dev(0);
 	CHECK_OK(tw_pipe_channel_for(p, &d0, &d0, ch, sizeof(ch)));
-	printf("# [%s] (cuda:0, cuda:0) goes over %s\n", pid == 0 ? "child" : "parent", ch);
-	if (strcmp(ch, want) != 0) {
-		fprintf(stderr, "want %s\n", want);
+	printf("# [%s, pid %d here] (cuda:0, cuda:0) goes over %s\n", name, (int)getpid(), ch);
+	if (strcmp(ch, e->want) != 0) {
+		fprintf(stderr, "[%s] want %s\n", name, e->want);
 		abort();
 	}
-	if (pid == 0) {
+	if (!e->server) {
 		ipc_write(p, 500);
 		ipc_read(p, 600);
 	} else {
@@ -602,18 +621,87 @@ static void ipc_round(const char *parent_visible, const char *child_visible, con
 		tw_listener_destroy(l);
 	CHECK_OK(tw_context_join(ctx));
 	tw_context_destroy(ctx);
-	if (pid == 0) {
-		fflush(NULL);
-		exit(0); /* simcuda's exit handler removes its names in /dev/shm */
+}
+
+/* Runs one end in a new process; with pidns as pid 1 of a new pid
+ * namespace with its own /proc, as in a container. Exits 77 (with the
+ * reason) where the namespace is refused. */
+static pid_t ipc_spawn(const ipc_end *e, bool pidns)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid > 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test killed at its timeout takes its ends along */
+	if (pidns) {
+		if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
+			printf("SKIP: unshare(CLONE_NEWPID | CLONE_NEWNS): %s (needs root)\n",
+			       strerror(errno));
+			fflush(NULL);
+			_exit(77);
+		}
+		pid_t g = fork();
+		CHECK(g >= 0);
+		if (g == 0)
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (g > 0) {
+			/* the URL pipe is the ends' alone: the client reads to its EOF */
+			close(e->fds[0]);
+			close(e->fds[1]);
+			int st;
+			CHECK(waitpid(g, &st, 0) == g);
+			_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+		}
+		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
+			printf("SKIP: mounting a /proc for the new pid namespace: %s\n", strerror(errno));
+			fflush(NULL);
+			_exit(77);
+		}
 	}
-	int st;
-	CHECK(waitpid(pid, &st, 0) == pid);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ipc_run_end(e);
+	fflush(NULL);
+	exit(0); /* simcuda's exit handler removes its names in /dev/shm */
+}
+
+static void ipc_round(const char *server_visible, const char *client_visible, bool server_pidns,
+                      bool client_pidns, const char *want)
+{
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	ipc_end s = { true, fds, server_visible, want }, c = { false, fds, client_visible, want };
+	pid_t sp = ipc_spawn(&s, server_pidns), cp = ipc_spawn(&c, client_pidns);
+	close(fds[0]);
+	close(fds[1]);
+	int ss, cs;
+	CHECK(waitpid(sp, &ss, 0) == sp && waitpid(cp, &cs, 0) == cp);
+	if ((WIFEXITED(ss) && WEXITSTATUS(ss) == 77) || (WIFEXITED(cs) && WEXITSTATUS(cs) == 77))
+		exit(77);
+	CHECK(WIFEXITED(ss) && WEXITSTATUS(ss) == 0);
+	CHECK(WIFEXITED(cs) && WEXITSTATUS(cs) == 0);
 }
 
 static void case_ipc_pair(void)
 {
-	ipc_round(NULL, NULL, "cuda_ipc");
+	ipc_round(NULL, NULL, false, false, "cuda_ipc");
+}
+
+/* The server is pid 1 of its own pid namespace (a container), the client
+ * is not: the pids differ, the GPU is shared, and IPC works there (as on
+ * the real driver, docs/gpu). */
+static void case_ipc_pidns(void)
+{
+	ipc_round(NULL, NULL, true, false, "cuda_ipc");
+}
+
+/* Both are pid 1 of their own pid namespaces: equal pids, which stock
+ * takes for "the same process" and so never selects cuda_ipc; ours
+ * decides alike (a different answer would fail the handshake) and falls
+ * back. */
+static void case_ipc_pidns_both(void)
+{
+	ipc_round(NULL, NULL, true, true, "cuda_basic");
 }
 
 /* How many devices the driver shows, asked in a child (the parent must not
@@ -640,7 +728,7 @@ static void case_ipc_disjoint(void)
 		       n);
 		exit(77);
 	}
-	ipc_round("0", "1", "cuda_basic");
+	ipc_round("0", "1", false, false, "cuda_basic");
 }
 
 static void case_unviable(void)
@@ -675,6 +763,7 @@ int main(int argc, char **argv)
 		{ "many", case_many },                 { "bad_buffer", case_bad_buffer },
 		{ "close_mid", case_close_mid },       { "unviable", case_unviable },
 		{ "ipc_pair", case_ipc_pair },         { "ipc_disjoint", case_ipc_disjoint },
+		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */

@@ -44,7 +44,7 @@ for ch in cuda_basic cuda_xth; do
   done
 done
 # cuda_ipc: two processes
-for c in ipc_pair ipc_disjoint; do
+for c in ipc_pair ipc_disjoint ipc_pidns ipc_pidns_both; do
   one_case cuda_ipc $c
 done
 rm -f "$out/case.txt"
