@@ -173,14 +173,6 @@ static void cb_on_moved(tw_channel *cpu, tw_status_t st, const char *detail, voi
 	tw__cuda_chan_unref(ch);
 }
 
-static void cb_on_rts_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
-{
-	tw_cuda_chan *ch = arg;
-	if (st != TW_OK)
-		tw__cuda_chan_fail(ch, st, detail);
-	tw__cuda_chan_unref(ch);
-}
-
 static void cb_on_rts(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                       void *arg)
 {
@@ -219,7 +211,7 @@ static void cb_pump_sends(cb_channel *bch)
 					break; /* later chunks wait for this one's slot */
 			}
 			tw_iov none = { NULL, 0 };
-			if (bch->ctl->ops->write(bch->ctl, &none, 1, 0, cb_on_rts_written, ch) != TW_OK) {
+			if (bch->ctl->ops->write(bch->ctl, &none, 1, 0, tw__cuda_chan_on_written, ch) != TW_OK) {
 				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a ready-to-send");
 				return;
 			}

@@ -366,3 +366,11 @@ uint64_t tw__cuda_chan_max_tensor(tw_channel *ch)
 {
 	return UINT64_MAX; /* chunked: any length */
 }
+
+void tw__cuda_chan_on_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
+{
+	tw_cuda_chan *ch = arg;
+	if (st != TW_OK)
+		tw__cuda_chan_fail(ch, st, detail);
+	tw__cuda_chan_unref(ch);
+}

@@ -142,6 +142,9 @@ void tw__cuda_chan_wake(tw_cuda_ctx *c);
  * callback deferred). host_ok: cpu:0 buffers are served too. */
 TW_NODISCARD tw_status_t tw__cuda_chan_queue(tw_cuda_chan *ch, const tw_buffer *buf,
                                              tw_channel_cb cb, void *arg, int which);
+/* A control frame's write callback (arg: the channel, one reference):
+ * a failure fails the channel. */
+void tw__cuda_chan_on_written(tw_conn *c, tw_status_t st, const char *detail, void *arg);
 /* Instance ops of every chunked channel (send, recv, close, max_tensor). */
 TW_NODISCARD tw_status_t tw__cuda_chan_send(tw_channel *ch, const tw_buffer *buf,
                                             tw_channel_cb cb, void *arg);

@@ -249,14 +249,6 @@ static void ci_on_copied(void *arg)
 	tw__cuda_chan_unref(ch);
 }
 
-static void ci_on_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
-{
-	tw_cuda_chan *ch = arg;
-	if (st != TW_OK)
-		tw__cuda_chan_fail(ch, st, detail);
-	tw__cuda_chan_unref(ch);
-}
-
 static void ci_on_reply(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                         void *arg)
 {
@@ -347,7 +339,7 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	tw_iov iov = { w.buf, w.len };
 	st = tw__nop_writer_finish(&w);
 	if (st == TW_OK)
-		st = ich->conn[0]->ops->write(ich->conn[0], &iov, 1, TW_WRITE_OBJECT, ci_on_written, ch);
+		st = ich->conn[0]->ops->write(ich->conn[0], &iov, 1, TW_WRITE_OBJECT, tw__cuda_chan_on_written, ch);
 	tw__nop_writer_free(&w);
 	if (st == TW_OK) {
 		ch->refs++;
@@ -464,7 +456,7 @@ static void ci_settle(ci_channel *ich, int which)
 			ci_chunk_end(k, TW_OK, "");
 		} else if (which == 1 && k->copied && in_order && ch->failed == TW_OK) {
 			tw_iov none = { NULL, 0 };
-			if (ich->conn[1]->ops->write(ich->conn[1], &none, 1, 0, ci_on_written, ch) == TW_OK) {
+			if (ich->conn[1]->ops->write(ich->conn[1], &none, 1, 0, tw__cuda_chan_on_written, ch) == TW_OK) {
 				ch->refs++;
 				ci_chunk_end(k, TW_OK, "");
 			} else {
