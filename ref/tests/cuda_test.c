@@ -36,6 +36,10 @@
  *                 containers given different GPUs): neither offers cuda_ipc
  *                 for the other's device, the pipe takes cuda_basic
  *                 instead, and the tensors arrive (stock throws there, T03)
+ *   churn         300 contexts that register the channel (viable or not)
+ *                 go down, joined or destroyed at once; where it is viable
+ *                 in one process, 20 pairs move a device tensor and are
+ *                 destroyed with their pipes open: no hang, no leak (T09)
  *   unviable      TW_TEST_EXPECT_UNVIABLE set: registering the channel
  *                 fails with TW_ERR_UNSUPPORTED whose detail holds that
  *                 text (no driver, a stub driver, no device,
@@ -731,6 +735,56 @@ static void case_ipc_disjoint(void)
 	ipc_round("0", "1", false, false, "cuda_basic");
 }
 
+/* T09: a CUDA channel, viable or not, never makes a context hang or leak
+ * on its way down: 300 contexts that register it and go (closed and joined
+ * first, or destroyed at once), then, where it is viable and one process
+ * can use it, 20 pairs that move a device tensor and are destroyed with
+ * their pipes open. */
+static void case_churn(void)
+{
+	int viable = 0;
+	for (int i = 0; i < 300; i++) {
+		tw_context *ctx;
+		CHECK_OK(tw_context_create("churn", &ctx));
+		CHECK_OK(tw_context_register_transport(ctx, "uv", NULL, 0, NULL));
+		tw_status_t st = tw_context_register_channel(ctx, channel(), NULL, 0, NULL);
+		CHECK(st == TW_OK || st == TW_ERR_UNSUPPORTED);
+		viable += st == TW_OK;
+		if (i % 2) {
+			tw_context_close(ctx);
+			CHECK_OK(tw_context_join(ctx));
+		}
+		tw_context_destroy(ctx);
+	}
+	printf("# 300 contexts up and down, the channel viable in %d\n", viable);
+	if (!viable || strcmp(channel(), "cuda_ipc") == 0)
+		return; /* cuda_ipc needs two processes: ref.cuda_ipc.* */
+	for (int i = 0; i < 20; i++) {
+		tu_pair p = { 0 };
+		open_pair(&p);
+		void *src = dev_alloc(0, 4096), *dst = dev_alloc(cu.ndev - 1, 4096);
+		tw_tensor t = { .data = src, .length = 4096, .source_device = cuda_dev(0),
+			        .has_target_device = true, .target_device = cuda_dev(cu.ndev - 1) };
+		tw_message m = { .num_tensors = 1, .tensors = &t };
+		tu_rec w, d, r;
+		tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+		CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+		CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+		tu_expect(&d, TW_OK, NULL);
+		tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(cu.ndev - 1) };
+		tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+		CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+		tu_expect(&r, TW_OK, NULL);
+		tu_expect(&w, TW_OK, NULL);
+		/* down with the pipes and listener still open */
+		tw_context_destroy(p.cctx);
+		tw_context_destroy(p.sctx);
+		dev_free(0, src);
+		dev_free(cu.ndev - 1, dst);
+	}
+	printf("# 20 pairs moved a device tensor and were destroyed with their pipes open\n");
+}
+
 static void case_unviable(void)
 {
 	const char *want = getenv("TW_TEST_EXPECT_UNVIABLE");
@@ -764,10 +818,12 @@ int main(int argc, char **argv)
 		{ "close_mid", case_close_mid },       { "unviable", case_unviable },
 		{ "ipc_pair", case_ipc_pair },         { "ipc_disjoint", case_ipc_disjoint },
 		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
+		{ "churn", case_churn },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */
-	if (argc == 2 && strcmp(argv[1], "unviable") != 0 && strncmp(argv[1], "ipc_", 4) != 0)
+	if (argc == 2 && strcmp(argv[1], "unviable") != 0 && strncmp(argv[1], "ipc_", 4) != 0 &&
+	    !(strcmp(argv[1], "churn") == 0 && getenv("TW_TEST_EXPECT_UNVIABLE")))
 		cu_load();
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 120);
 }
