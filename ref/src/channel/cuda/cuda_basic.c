@@ -471,14 +471,7 @@ static tw_status_t cb_create(const tw_channel_env *env, const char *options, tw_
 		tw__detail(detail, detail_len, "cuda_basic channel: out of memory");
 		return TW_ERR_NOMEM;
 	}
-	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_basic_channel_ops, env, 1, detail, detail_len);
-	if (st == TW_OK) {
-		size_t n = 1 + (size_t)c->cc.num_cuda;
-		tw__free(c->cc.base.devices);
-		c->cc.base.devices = tw__calloc(n, sizeof(tw_channel_device));
-		c->cc.base.num_devices = c->cc.base.devices ? n : 0;
-		st = c->cc.base.devices ? TW_OK : TW_ERR_NOMEM;
-	}
+	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_basic_channel_ops, env, true, detail, detail_len);
 	char d[TW_DETAIL_MAX];
 	if (st == TW_OK) {
 		st = tw__basic_channel_ops.create(env, NULL, &c->cpu, d, sizeof(d));
@@ -488,12 +481,6 @@ static tw_status_t cb_create(const tw_channel_env *env, const char *options, tw_
 	const char *cpu_desc = st == TW_OK ? c->cpu->devices[0].descriptor : "";
 	for (size_t i = 0; st == TW_OK && i < c->cc.base.num_devices; i++) {
 		tw_channel_device *dv = &c->cc.base.devices[i];
-		if (i == 0) {
-			dv->device = tw_device_cpu();
-		} else {
-			snprintf(dv->device.type, sizeof(dv->device.type), "cuda");
-			dv->device.index = (int32_t)(i - 1);
-		}
 		st = cb_descriptor(dv, i == 0 ? "cpu" : "cuda", cpu_desc);
 		if (st != TW_OK)
 			tw__detail(detail, detail_len, "cuda_basic channel: out of memory");

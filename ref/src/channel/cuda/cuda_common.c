@@ -10,7 +10,7 @@
 #include "platform/platform.h"
 
 tw_status_t tw__cuda_ctx_init(tw_cuda_ctx *c, const tw_channel_ops *ops,
-                              const tw_channel_env *env, size_t num_devices, char *detail,
+                              const tw_channel_env *env, bool with_cpu, char *detail,
                               size_t detail_len)
 {
 	char why[TW_DETAIL_MAX];
@@ -24,12 +24,22 @@ tw_status_t tw__cuda_ctx_init(tw_cuda_ctx *c, const tw_channel_ops *ops,
 		c->num_cuda = TW_CUDA_CTX_MAX_DEVICES;
 	c->base.ops = ops;
 	c->base.env = env;
-	c->base.devices = tw__calloc(num_devices, sizeof(tw_channel_device));
+	size_t n = (with_cpu ? 1 : 0) + (size_t)c->num_cuda;
+	c->base.devices = tw__calloc(n, sizeof(tw_channel_device));
 	if (!c->base.devices) {
 		tw__detail(detail, detail_len, "%s channel: out of memory", ops->kind);
 		return TW_ERR_NOMEM;
 	}
-	c->base.num_devices = num_devices;
+	c->base.num_devices = n;
+	for (size_t i = 0; i < n; i++) {
+		tw_channel_device *d = &c->base.devices[i];
+		if (with_cpu && i == 0) {
+			d->device = tw_device_cpu();
+		} else {
+			snprintf(d->device.type, sizeof(d->device.type), "cuda");
+			d->device.index = (int32_t)(i - (with_cpu ? 1 : 0));
+		}
+	}
 	return TW_OK;
 }
 

@@ -39,9 +39,10 @@ typedef struct tw_cuda_done {
 } tw_cuda_done;
 
 /* Loads the driver (TW_ERR_UNSUPPORTED with the reason: field failure T08)
- * and allocates num_devices device slots (filled by the caller). */
+ * and lists the devices: cpu:0 first if with_cpu, then cuda:0..N-1; the
+ * caller fills their descriptors. */
 TW_NODISCARD tw_status_t tw__cuda_ctx_init(tw_cuda_ctx *c, const tw_channel_ops *ops,
-                                           const tw_channel_env *env, size_t num_devices,
+                                           const tw_channel_env *env, bool with_cpu,
                                            char *detail, size_t detail_len);
 /* Frees the device list (after tw__cuda_ctx_drain). */
 void tw__cuda_ctx_fini(tw_cuda_ctx *c);
@@ -139,7 +140,7 @@ void tw__cuda_chan_close(tw_cuda_chan *ch);
 /* A staging slot freed: every open channel of c looks again. */
 void tw__cuda_chan_wake(tw_cuda_ctx *c);
 /* send/recv: the tensor's chunks queued (or, zero-length or refused, its
- * callback deferred). host_ok: cpu:0 buffers are served too. */
+ * callback deferred); cpu:0 buffers are chunks with dev -1. */
 TW_NODISCARD tw_status_t tw__cuda_chan_queue(tw_cuda_chan *ch, const tw_buffer *buf,
                                              tw_channel_cb cb, void *arg, int which);
 /* A control frame's write callback (arg: the channel, one reference):

@@ -667,8 +667,6 @@ static tw_status_t ci_descriptor(ci_ctx *c, int dev, const char *boot, tw_channe
 		st = TW_ERR_NOMEM;
 	out->descriptor_len = w.len;
 	tw__nop_writer_free(&w);
-	snprintf(out->device.type, sizeof(out->device.type), "cuda");
-	out->device.index = dev;
 	if (st != TW_OK)
 		tw__detail(detail, detail_len, "out of memory");
 	return st;
@@ -695,15 +693,7 @@ static tw_status_t ci_create(const tw_channel_env *env, const char *options, tw_
 		return TW_ERR_NOMEM;
 	}
 	snprintf(c->process, sizeof(c->process), "%s_%d", pidns, (int)getpid());
-	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_ipc_channel_ops, env, 1, detail, detail_len);
-	if (st == TW_OK) {
-		tw__free(c->cc.base.devices);
-		c->cc.base.devices = tw__calloc((size_t)c->cc.num_cuda, sizeof(tw_channel_device));
-		c->cc.base.num_devices = c->cc.base.devices ? (size_t)c->cc.num_cuda : 0;
-		st = c->cc.base.devices ? TW_OK : TW_ERR_NOMEM;
-		if (st != TW_OK)
-			tw__detail(detail, detail_len, "cuda_ipc channel: out of memory");
-	}
+	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_ipc_channel_ops, env, false, detail, detail_len);
 	for (int i = 0; st == TW_OK && i < c->cc.num_cuda; i++) {
 		st = ci_descriptor(c, i, boot, &c->cc.base.devices[i], d, sizeof(d));
 		if (st != TW_OK)

@@ -405,17 +405,9 @@ static tw_status_t cx_create(const tw_channel_env *env, const char *options, tw_
 		return TW_ERR_NOMEM;
 	}
 	tw_cuda_ctx *c = &cx->cc;
-	st = tw__cuda_ctx_init(c, &tw__cuda_xth_channel_ops, env, 1, detail, detail_len);
-	if (st == TW_OK) {
-		tw__free(c->base.devices);
-		c->base.devices = tw__calloc((size_t)c->num_cuda, sizeof(tw_channel_device));
-		c->base.num_devices = c->base.devices ? (size_t)c->num_cuda : 0;
-		st = c->base.devices ? TW_OK : TW_ERR_NOMEM;
-	}
+	st = tw__cuda_ctx_init(c, &tw__cuda_xth_channel_ops, env, false, detail, detail_len);
 	for (int i = 0; st == TW_OK && i < c->num_cuda; i++) {
 		tw_channel_device *dv = &c->base.devices[i];
-		snprintf(dv->device.type, sizeof(dv->device.type), "cuda");
-		dv->device.index = i;
 		dv->descriptor_len = strlen(ident);
 		if (!(dv->descriptor = tw__memdup_str(ident, dv->descriptor_len)))
 			st = TW_ERR_NOMEM;
