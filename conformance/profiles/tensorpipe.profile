@@ -46,6 +46,7 @@ wire.registration_timeout        XFAIL  no handshake timeout: a server pipe whos
 wire.client_unknown_transport  XFAIL  aborts the whole client process: std::invalid_argument "unsupported transport zz" thrown from getTransport  --  wire.md 3.7 (3.7.a), 5.7
 wire.client_bad_channels       XFAIL  aborts the whole client process: "Inconsistent channel selection" is an assertion, not a pipe error  --  wire.md 3.7 (3.7.d), 5.7
 wire.client_truncated_answer   XFAIL  aborts the whole client process: uncaught "Read Limit Reached" while decoding the BrochureAnswer  --  wire.md 5.2 (5.2.a)
+wire.client_write_waits_for_requested  XFAIL  its write reports success as soon as the Descriptor and payload are on the bootstrap connection, while the requested connections are still connecting: a writer that closes on that callback takes them down unsent, and the server never establishes the pipe (the message is lost)  --  wire.md 5.6 (5.6.e)
 
 # Found by the black-box wire fuzzer (conformance/wirefuzz, tensorwire issue 5):
 # one line per failure class F1..F21 of docs/stock-tensorpipe-findings.md, each

@@ -10,11 +10,13 @@
  * canonical encoding of spec/wire.md §1.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -166,6 +168,7 @@ typedef struct run {
 	twc_case_env *env;
 	twc_adapter *a;
 	int lfd, port;
+	int req_lfd, req_port; /* where the answer sends the requested connections (-1: lfd) */
 	int boot, reply, basic;
 	char pipe[32];
 	char why[TWC_REASON_MAX];
@@ -345,7 +348,7 @@ static int handshake(run *r, answer_kind kind, const twc_agent_msg *first, json_
 	    expect_brochure(r))
 		return -1;
 	buf ans = {.n = 0};
-	put_answer(&ans, kind, r->port);
+	put_answer(&ans, kind, r->req_lfd >= 0 ? r->req_port : r->port);
 	return send_frame(r, r->boot, ans.b, ans.n, "the BrochureAnswer");
 }
 
@@ -354,7 +357,8 @@ static int accept_requested(run *r)
 {
 	char err[512];
 	for (int k = 0; k < 2; k++) {
-		int fd = twc_raw_accept(r->lfd, r->env->wait_ms, err, sizeof(err));
+		int fd = twc_raw_accept(r->req_lfd >= 0 ? r->req_lfd : r->lfd, r->env->wait_ms, err,
+		                        sizeof(err));
 		if (fd < 0)
 			return failf(r, "requested connection %d of 2 never came: %s", k + 1, err);
 		unsigned char f[64], want_r[16], want_b[16];
@@ -495,6 +499,93 @@ static int client_handshake(run *r)
 done:
 	twc_msg_clear(&out);
 	twc_msg_clear(&in);
+	return rc;
+}
+
+/* "(5.6.e) A client's write callback MUST NOT report success before every
+ * handshake object the client wrote (each RequestedConnection, 3.7) has been
+ * handed to its transport" -- the answer sends the requested connections to
+ * a second listener whose accept queue is full, so the kernel drops their
+ * SYNs: the descriptor and payload go out on the bootstrap connection at
+ * once, but no RequestedConnection can leave until the harness makes room.
+ * A write that succeeds meanwhile would let a writer that closes on its
+ * callback take the unsent connections down, and the server could never
+ * establish its side (the message lost). Then the queue opens, the
+ * connections arrive (after the IUT's SYN retransmission, about 3 s) and
+ * the write must succeed. */
+enum { HELD_MS = 1500 };
+
+static int client_write_waits(run *r)
+{
+	twc_agent_msg out;
+	json_int_t wid;
+	int rc = -1, filler = -1;
+	char err[512];
+	if (shape(&out, 1, 0)) {
+		failf(r, "harness: out of memory");
+		goto done;
+	}
+	out.payloads[0].data = (twc_agent_buf){8, 41};
+	/* listen(fd, 0) holds one connection: the harness's own fills it */
+	if ((r->req_lfd = twc_raw_listen(&r->req_port, err, sizeof(err))) < 0 ||
+	    listen(r->req_lfd, 0) != 0) {
+		failf(r, "harness: second listener: %s", r->req_lfd < 0 ? err : strerror(errno));
+		goto done;
+	}
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", r->req_port);
+	if ((filler = twc_raw_connect(addr, r->env->wait_ms, err, sizeof(err))) < 0) {
+		failf(r, "harness: filling the second listener's queue: %s", err);
+		goto done;
+	}
+	if (handshake(r, ANSWER_GOOD, &out, &wid))
+		goto done;
+	buf d = {.n = 0};
+	put_descriptor(&d, &out);
+	unsigned char pay[8];
+	twc_agent_gen_fill(pay, sizeof(pay), 41);
+	if (expect_frame(r, r->boot, "the IUT's Descriptor (wire.md 3.10.a)", d.b, d.n) ||
+	    expect_frame(r, r->boot, "the IUT's payload frame (wire.md 3.10.b)", pay, sizeof(pay)))
+		goto done;
+	json_t *ev = twc_adapter_event(r->a, wid, "write", HELD_MS, err, sizeof(err));
+	if (ev) {
+		failf(r, "the IUT's write reported %s while its RequestedConnections could not be "
+		         "connected (the kernel dropped their SYNs for %d ms): a writer that closes "
+		         "on that callback loses the message (wire.md 5.6.e)",
+		      json_is_true(json_object_get(ev, "ok")) ? "success" : twc_event_error_text(ev),
+		      HELD_MS);
+		json_decref(ev);
+		goto done;
+	}
+	int st;
+	if (twc_adapter_exited(r->a, &st)) {
+		failf(r, "the IUT ended while its connections were held: %s", err);
+		goto done;
+	}
+	/* room in the queue: the IUT's next SYN gets through */
+	if (listen(r->req_lfd, 16) != 0) {
+		failf(r, "harness: listen: %s", strerror(errno));
+		goto done;
+	}
+	int served = twc_raw_accept(r->req_lfd, r->env->wait_ms, err, sizeof(err));
+	if (served >= 0)
+		close(served); /* the filler's own, first in the queue */
+	if (accept_requested(r))
+		goto done;
+	if (!(ev = event(r, wid, "write")))
+		goto done;
+	if (!json_is_true(json_object_get(ev, "ok"))) {
+		failf(r, "the IUT's write failed once its connections arrived: %s",
+		      twc_event_error_text(ev));
+		json_decref(ev);
+		goto done;
+	}
+	json_decref(ev);
+	rc = finish(r);
+done:
+	if (filler >= 0)
+		close(filler);
+	twc_msg_clear(&out);
 	return rc;
 }
 
@@ -736,7 +827,7 @@ out:
 
 static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 {
-	run r = {.env = env, .boot = -1, .reply = -1, .basic = -1};
+	run r = {.env = env, .boot = -1, .reply = -1, .basic = -1, .req_lfd = -1};
 	char err[1024];
 	if ((r.lfd = twc_raw_listen(&r.port, err, sizeof(err))) < 0)
 		return twc_case_result(env, TWC_ERROR, "%s", err);
@@ -752,6 +843,8 @@ static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 		rc = client_refuses(&r, ANSWER_UNKNOWN_TRANSPORT);
 	else if (!strcmp(which, "bad_channels"))
 		rc = client_refuses(&r, ANSWER_BAD_CHANNELS);
+	else if (!strcmp(which, "write_waits"))
+		rc = client_write_waits(&r);
 	else if (!strcmp(which, "proof_right") || !strcmp(which, "proof_wrong"))
 		rc = client_proof(&r, !strcmp(which, "proof_right"));
 	else
@@ -766,8 +859,8 @@ static twc_outcome_t run_client_case(const twc_case *c, twc_case_env *env)
 			printf("# the IUT ended: %s; stderr tail: %s\n", s, tl > 400 ? tail + tl - 400 : tail);
 		}
 	}
-	int fds[4] = {r.boot, r.reply, r.basic, r.lfd};
-	for (int i = 0; i < 4; i++)
+	int fds[5] = {r.boot, r.reply, r.basic, r.lfd, r.req_lfd};
+	for (int i = 0; i < 5; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	twc_adapter_destroy(r.a);
@@ -822,6 +915,15 @@ static const twc_case cases[] = {
 	                "the connection, or the pipe the connection belongs to, with a protocol "
 	                "error. (5.2.b) It MUST NOT terminate the process",
 	 .timeout_s = 60, .run = run_client_case, .arg = "truncated"},
+	{.id = "wire.client_write_waits_for_requested", .suite = "wire",
+	 .section = "wire.md 5.6 (5.6.e)", .level = TWC_MUST, .needs = "",
+	 .description = "raw server: the requested connections cannot connect for 1.5 s (a full "
+	                "accept queue drops their SYNs); the IUT's first write must not report "
+	                "success meanwhile, and must once they arrive",
+	 .requirement = "(5.6.e) A client's write callback MUST NOT report success before every "
+	                "handshake object the client wrote (each RequestedConnection, 3.7) has been "
+	                "handed to its transport as completely as a message's bytes would be.",
+	 .timeout_s = 60, .run = run_client_case, .arg = "write_waits"},
 	{.id = "wire.cma_proof_right_bytes", .suite = "wire", .section = "wire.md 8.3 (8.3.a)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "raw server: cma selected with proof; the IUT's probe is copied and checked, "

@@ -383,6 +383,12 @@ struct tw_pipe {
 	tw_status_t err;
 	char err_detail[TW_DETAIL_MAX];
 	unsigned inflight;
+	/* Handshake objects written and not yet completed. A client's
+	 * RequestedConnections may still be on their way (a connection still
+	 * connecting, an ibv set-up) when its first messages are written:
+	 * their callbacks wait until every one has reached the server, which
+	 * needs them all to establish its side (pipe_write.c). */
+	unsigned hs_writes;
 	tw_listener *listener;      /* server, until established or failed */
 	tw_transport_reg *boot_reg; /* transport of the bootstrap connection */
 	tw_transport_reg *reg;      /* chosen transport */

@@ -132,6 +132,8 @@ static void tw__pipe_on_obj_written(tw_conn *c, tw_status_t status, const char *
 	}
 	tw__nop_writer_free(&op->w);
 	tw__free(op);
+	if (--p->hs_writes == 0)
+		tw__pipe_out_check_all(p); /* writes held for the handshake may go */
 	tw__pipe_release(p);
 }
 
@@ -158,6 +160,7 @@ static tw_status_t tw__pipe_write_object(tw_pipe *p, tw_conn *c, tw_nop_writer *
 		return st;
 	}
 	p->inflight++;
+	p->hs_writes++;
 	return TW_OK;
 }
 

@@ -78,6 +78,13 @@ void tw__pipe_out_check_all(tw_pipe *p)
 		tw_out_msg *m = TW_CONTAINER_OF(p->out_msgs.next, tw_out_msg, link);
 		if (!m->done)
 			break;
+		/* TW_OK promises delivery to a peer that keeps reading, so it waits
+		 * for the handshake objects still being written: without every
+		 * RequestedConnection the server never establishes its side, and a
+		 * writer that closes right after its callbacks would lose what it
+		 * wrote (spec 5.6.e). */
+		if (m->status == TW_OK && p->hs_writes > 0 && !TW_MUTANT("write_ok_before_handshake"))
+			break;
 		tw__list_remove(&m->link);
 		p->inflight++;
 		tw__loop_defer(&p->ctx->loop, &m->dfr, tw__pipe_deliver_write, m);

@@ -52,6 +52,7 @@ static const char *const tw__mutants[] = {
 	"write_cb_never",
 	"write_cb_twice",
 	"write_error_swallowed",
+	"write_ok_before_handshake",
 	"zero_length_tensor_framed",
 	NULL,
 };
