@@ -107,8 +107,14 @@ typedef struct options {
 	twc_mutation_opts mut;
 } options;
 
+static const char *default_cmd(const char *compiled, char *buf, size_t len);
+static const char *installed_data(const char *what, char *buf, size_t len);
+
 static void usage(FILE *f)
 {
+	char ob[PATH_MAX], sb[PATH_MAX], pb[PATH_MAX], db[PATH_MAX];
+	const char *prof = installed_data("profiles", pb, sizeof(pb));
+	const char *spec = installed_data("spec", db, sizeof(db));
 	fprintf(f,
 	"tensorwire-conform - check implementations of the TensorPipe wire protocol\n"
 	"\n"
@@ -170,9 +176,13 @@ static void usage(FILE *f)
 	"  --junit FILE        JUnit XML, one <testsuite> per suite and IUT (or pair)\n"
 	"  --json FILE         JSON lines, one object per case run: id, suite, section,\n"
 	"                      level, outcome, reason, duration_s, iut and peer (name,\n"
-	"                      impl, version), transport, channel, required_failure\n"
+	"                      impl, version, adapter, protocol), transport, channel,\n"
+	"                      required_failure, runner (version, agent_protocol,\n"
+	"                      spec_revision)\n"
 	"  --verbose           show every case's log in the TAP stream, not only failures'\n"
 	"  --spec DIR          where spec/*.md live, for --uncovered (default %s)\n"
+	"  --version           the runner's version, agent protocol and spec revision (every\n"
+	"                      report carries them, with each IUT's and adapter's)\n"
 	"\n"
 	"mutation (the harness judged, tensorwire issue 17):\n"
 	"  --mutants FILE      run the selected suites against each seeded defect of FILE\n"
@@ -191,13 +201,16 @@ static void usage(FILE *f)
 	"SKIP with --strict) fails the run; SHOULD cases are reported but do not.\n"
 	"\n"
 	"exit status: 0 every required case passed (or is an XFAIL of the profile),\n"
-	"             1 a required case failed, 77 nothing could run, 2 usage error.\n"
+	"             1 a required case failed, 77 nothing could run, 2 usage error or\n"
+	"             an --iut adapter that does not answer hello or speaks another\n"
+	"             agent protocol.\n"
 	"\n"
 	"examples:\n"
 	"  tensorwire-conform                                   everything, ours and stock\n"
 	"  tensorwire-conform --suite wire --iut mine='python3 adapter.py' --junit out.xml\n"
 	"  tensorwire-conform --case 'interop.*' --iut ours=... --iut stock=...\n",
-	TW_IUT_OURS, TW_IUT_STOCK, TW_PROFILES_DIR, TW_SPEC_DIR);
+	default_cmd(TW_IUT_OURS, ob, sizeof(ob)), default_cmd(TW_IUT_STOCK, sb, sizeof(sb)),
+	prof ? prof : TW_PROFILES_DIR, spec ? spec : TW_SPEC_DIR);
 }
 
 /* ---- IUTs ------------------------------------------------------------------------------- */
@@ -326,6 +339,7 @@ static void probe_iut(twc_iut_info *i)
 	              : NULL;
 	if (!r) {
 		i->available = false;
+		i->broken = true;
 		snprintf(i->why, sizeof(i->why), "its adapter does not answer hello: %.400s", err);
 		snprintf(i->impl, sizeof(i->impl), "unknown");
 		snprintf(i->version, sizeof(i->version), "-");
@@ -335,8 +349,29 @@ static void probe_iut(twc_iut_info *i)
 		         json_string_value(json_object_get(r, "impl")) ?: "unknown");
 		snprintf(i->version, sizeof(i->version), "%s",
 		         json_string_value(json_object_get(r, "version")) ?: "unknown");
+		snprintf(i->adapter, sizeof(i->adapter), "%s",
+		         json_string_value(json_object_get(r, "adapter")) ?: "unnamed");
 		join_names(json_object_get(r, "transports"), i->transports, sizeof(i->transports));
 		join_names(json_object_get(r, "channels"), i->channels, sizeof(i->channels));
+		const json_t *pj = json_object_get(r, "protocol");
+		i->protocol = json_is_integer(pj) ? (int)json_integer_value(pj) : 0;
+		if (i->protocol != TWC_AGENT_PROTOCOL_VERSION) {
+			/* spec/agent.md 9: a mismatch is refused, never guessed at */
+			i->available = false;
+			i->broken = true;
+			if (json_is_integer(pj))
+				snprintf(i->why, sizeof(i->why),
+				         "its adapter speaks agent protocol %d; this runner (%s) speaks %d "
+				         "(spec/agent.md 9): use an adapter written for protocol %d, or a "
+				         "runner of its protocol",
+				         i->protocol, twc_runner_version(), TWC_AGENT_PROTOCOL_VERSION,
+				         TWC_AGENT_PROTOCOL_VERSION);
+			else
+				snprintf(i->why, sizeof(i->why),
+				         "its adapter's hello has no integer 'protocol' member; this runner "
+				         "(%s) speaks agent protocol %d (spec/agent.md 6.1, 9)",
+				         twc_runner_version(), TWC_AGENT_PROTOCOL_VERSION);
+		}
 		json_decref(r);
 	}
 	if (a)
@@ -344,24 +379,54 @@ static void probe_iut(twc_iut_info *i)
 	twc_adapter_destroy(a);
 }
 
-/* Resolves a built-in default: the compiled path, or the same file name next
- * to this executable (an installed runner). */
+/* The directory of this executable ("" if unknown). */
+static const char *self_dir(void)
+{
+	static char dir[PATH_MAX];
+	static bool done;
+	if (!done) {
+		done = true;
+		ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+		dir[n > 0 ? n : 0] = '\0';
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		else
+			dir[0] = '\0';
+	}
+	return dir;
+}
+
+/* An installed runner (cmake --install, the .deb) finds its data in
+ * <bindir>/../share/tensorwire/<what>: that is used whenever it exists, so
+ * that an installed runner never reads a build or source tree that happens
+ * to remain on the machine. NULL when this runner is not installed. */
+static const char *installed_data(const char *what, char *buf, size_t len)
+{
+	struct stat st;
+	if (!self_dir()[0])
+		return NULL;
+	int n = snprintf(buf, len, "%s/../share/tensorwire/%s", self_dir(), what);
+	char real[PATH_MAX];
+	if (n < 0 || (size_t)n >= len || stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+		return NULL;
+	if (realpath(buf, real) && strlen(real) < len)
+		memcpy(buf, real, strlen(real) + 1);
+	return buf;
+}
+
+/* Resolves a built-in adapter: for an installed runner the same file name
+ * next to it; else the compiled path. */
 static const char *default_cmd(const char *compiled, char *buf, size_t len)
 {
-	if (twc_cmd_unavailable(compiled, NULL) || access(compiled, X_OK) == 0)
-		return compiled;
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char probe[PATH_MAX];
 	const char *base = strrchr(compiled, '/');
-	if (n > 0 && base) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			snprintf(buf, len, "%s%s", self, base);
-			if (access(buf, X_OK) == 0)
-				return buf;
-		}
+	if (twc_cmd_unavailable(compiled, NULL) || !base)
+		return compiled;
+	if (installed_data("profiles", probe, sizeof(probe)) || access(compiled, X_OK) != 0) {
+		int n = snprintf(buf, len, "%s%s", self_dir(), base);
+		if (n > 0 && (size_t)n < len && access(buf, X_OK) == 0)
+			return buf;
 	}
 	return compiled;
 }
@@ -804,14 +869,21 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	const char *child_combo = NULL;
 	int child_wait = 60000;
 	static char mut_buf[PATH_MAX], ref_buf[PATH_MAX];
-	opt.profiles[opt.nprofiles++] = TW_PROFILES_DIR;
-	opt.spec = TW_SPEC_DIR;
+	static char prof_buf[PATH_MAX], spec_buf[PATH_MAX];
+	const char *inst_prof = installed_data("profiles", prof_buf, sizeof(prof_buf));
+	const char *inst_spec = installed_data("spec", spec_buf, sizeof(spec_buf));
+	opt.profiles[opt.nprofiles++] = inst_prof ? inst_prof : TW_PROFILES_DIR;
+	opt.spec = inst_spec ? inst_spec : TW_SPEC_DIR;
 	const char *ref_arg = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		bool has = i + 1 < argc;
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--version")) {
+			printf("tensorwire-conform %s\nagent protocol %d (spec/agent.md)\nspec revision %s\n",
+			       twc_runner_version(), TWC_AGENT_PROTOCOL_VERSION, twc_spec_revision());
 			return 0;
 		} else if (!strcmp(a, "--child") && has) {
 			child = argv[++i];
@@ -1025,10 +1097,23 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	}
 	for (int i = 0; i < nwho; i++) {
 		char err[512];
+		bool refused = false;
 		if (who[i]->available &&
 		    !(profiles[i] = twc_profile_load(opt.profiles, opt.nprofiles, who[i]->impl, err,
 		                                    sizeof(err)))) {
 			fprintf(stderr, "tensorwire-conform: %s\n", err);
+			refused = true;
+		} else if (who[i]->broken) {
+			/* An adapter that runs but cannot be talked to would otherwise
+			 * turn every case into a SKIP: a gate must not pass on that. */
+			fprintf(stderr, "tensorwire-conform: %s %s (%s): %s\n",
+			        i >= opt.niuts ? "reference" : "IUT", who[i]->name, who[i]->cmd, who[i]->why);
+			refused = true;
+		}
+		if (refused) {
+			for (int k = 0; k <= i; k++)
+				twc_profile_free(profiles[k]);
+			free(sel);
 			return 2;
 		}
 		snprintf(who[i]->profile, sizeof(who[i]->profile), "%s", twc_profile_sources(profiles[i]));
@@ -1058,9 +1143,13 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	twc_result *rs = rl.v;
 	int nruns = rl.n;
 	twc_tap_plan(stdout, nruns);
+	printf("# tensorwire-conform %s, agent protocol %d, spec revision %s\n", twc_runner_version(),
+	       TWC_AGENT_PROTOCOL_VERSION, twc_spec_revision());
 	for (int i = 0; i < nwho; i++)
-		printf("# %s %s: %s %s; profile: %s\n", i >= opt.niuts ? "reference" : "IUT",
-		       who[i]->name, who[i]->impl, who[i]->version, who[i]->profile);
+		printf("# %s %s: %s %s; adapter: %s (agent protocol %d); profile: %s\n",
+		       i >= opt.niuts ? "reference" : "IUT", who[i]->name, who[i]->impl,
+		       who[i]->version, who[i]->adapter[0] ? who[i]->adapter : "-", who[i]->protocol,
+		       who[i]->profile);
 	int ran = 0, required_failures = 0, fails_as_expected = 0;
 	run_ctx rctx = {.opt = &opt};
 	for (int i = 0; i < nruns; i++) {

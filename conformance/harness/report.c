@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "report.h"
 
+#include "agent.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +20,23 @@ void twc_result_target(const twc_result *r, char *buf, size_t len)
 		         other ? r->combo : "");
 	else
 		snprintf(buf, len, "%s%s%s", r->iut->name, other ? " " : "", other ? r->combo : "");
+}
+
+#ifndef TWC_RUNNER_VERSION
+#define TWC_RUNNER_VERSION "unknown"
+#endif
+#ifndef TWC_SPEC_REVISION
+#define TWC_SPEC_REVISION "unknown"
+#endif
+
+const char *twc_runner_version(void)
+{
+	return TWC_RUNNER_VERSION;
+}
+
+const char *twc_spec_revision(void)
+{
+	return TWC_SPEC_REVISION;
 }
 
 /* ---- TAP ---------------------------------------------------------------------------- */
@@ -168,10 +187,21 @@ int twc_junit_write(const char *path, const twc_result *rs, int n, char *err, si
 			xml_text(f, who[w]->impl);
 			fprintf(f, "\"/>\n      <property name=\"%s.version\" value=\"", role);
 			xml_text(f, who[w]->version);
+			fprintf(f, "\"/>\n      <property name=\"%s.adapter\" value=\"", role);
+			xml_text(f, who[w]->adapter);
+			fprintf(f, "\"/>\n      <property name=\"%s.protocol\" value=\"%d", role,
+			        who[w]->protocol);
 			fprintf(f, "\"/>\n      <property name=\"%s.profile\" value=\"", role);
 			xml_text(f, who[w]->profile);
 			fprintf(f, "\"/>\n");
 		}
+		fprintf(f, "      <property name=\"runner.version\" value=\"");
+		xml_text(f, twc_runner_version());
+		fprintf(f, "\"/>\n      <property name=\"runner.agent_protocol\" value=\"%d\"/>\n",
+		        TWC_AGENT_PROTOCOL_VERSION);
+		fprintf(f, "      <property name=\"spec.revision\" value=\"");
+		xml_text(f, twc_spec_revision());
+		fprintf(f, "\"/>\n");
 		fprintf(f, "    </properties>\n");
 		for (int j = i; j < n; j++) {
 			suite_key(&rs[j], k2, sizeof(k2));
@@ -236,8 +266,9 @@ static json_t *iut_json(const twc_iut_info *i)
 {
 	if (!i)
 		return json_null();
-	return json_pack("{s:s,s:s,s:s,s:s}", "name", i->name, "impl", i->impl, "version",
-	                 i->version, "profile", i->profile);
+	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:s}", "name", i->name, "command",
+	                 i->cmd ? i->cmd : "", "impl", i->impl, "version", i->version, "adapter",
+	                 i->adapter, "protocol", i->protocol, "profile", i->profile);
 }
 
 int twc_json_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen)
@@ -256,6 +287,11 @@ int twc_json_write(const char *path, const twc_result *rs, int n, char *err, siz
 		                      r->seconds, "iut", iut_json(r->iut), "peer", iut_json(r->peer),
 		                      "transport", r->transport, "channel", r->channel,
 		                      "required_failure", r->required_failure);
+		if (o)
+			json_object_set_new(o, "runner",
+			                    json_pack("{s:s,s:i,s:s}", "version", twc_runner_version(),
+			                              "agent_protocol", TWC_AGENT_PROTOCOL_VERSION,
+			                              "spec_revision", twc_spec_revision()));
 		char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		if (line)
 			fprintf(f, "%s\n", line);

@@ -17,6 +17,9 @@ typedef struct twc_iut_info {
 	const char *cmd;
 	char impl[64];      /* from hello ("tensorwire") */
 	char version[64];
+	char adapter[96];   /* the adapter's own name and version, from hello ("" if none) */
+	int protocol;       /* the agent protocol its hello named (0: none) */
+	bool broken;        /* a real adapter that failed hello or speaks another protocol */
 	char profile[2048]; /* the profile files it is judged with, or "none" */
 	bool available;
 	char why[512];      /* when not available */
@@ -41,6 +44,12 @@ typedef struct twc_result {
 /* "ours", or "ours->stock" for a pairwise run; a battery run on another
  * combination than uv+basic adds it: "ours->stock shm+cma". */
 void twc_result_target(const twc_result *r, char *buf, size_t len);
+
+/* Provenance, in every report: this runner's version and the revision of
+ * spec/ it was built from (the first 12 hex digits of the SHA-256 of
+ * spec/wire.md and spec/agent.md). */
+const char *twc_runner_version(void);
+const char *twc_spec_revision(void);
 
 void twc_tap_plan(FILE *f, int n);
 void twc_tap_result(FILE *f, int index, const twc_result *r, bool verbose);

@@ -228,8 +228,9 @@ struct Buffers {
 
 void cmd_hello(json_int_t id, const json_t *)
 {
-	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[sss],s:[ssss]}", "impl", "tensorpipe",
-	                                  "version", TW_STOCK_VERSION, "protocol",
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:i,s:[sss],s:[ssss]}", "impl", "tensorpipe",
+	                                  "version", TW_STOCK_VERSION, "adapter",
+	                                  "tw-iut-stock " TW_ADAPTER_VERSION, "protocol",
 	                                  TWC_AGENT_PROTOCOL_VERSION, "transports", "uv", "shm",
 	                                  "ibv", "channels", "basic", "cma", "xth", "mpt"));
 }

@@ -182,8 +182,9 @@ static void cmd_hello(json_int_t id)
 	snprintf(version, sizeof(version), "%s+mutant.%s", TW_VERSION_STRING,
 	         mut && *mut ? mut : "none");
 #endif
-	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:i,s:[s,s,s],s:[s,s,s]}", "impl",
-	                                  "tensorwire", "version", version, "protocol",
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:i,s:[s,s,s],s:[s,s,s]}", "impl",
+	                                  "tensorwire", "version", version, "adapter",
+	                                  "tw-iut-ours " TW_VERSION_STRING, "protocol",
 	                                  TWC_AGENT_PROTOCOL_VERSION, "transports", "uv", "shm",
 	                                  "ibv",
 	                                  "channels", "basic", "cma", "mpt"));
