@@ -70,7 +70,7 @@ fi
 runner=$prefix/bin/tensorwire-conform
 [ -x "$runner" ] || { echo "gate.sh: no tensorwire-conform in $prefix/bin" >&2; exit 2; }
 [ ${#suites[@]} -gt 0 ] || suites=(--suite wire --suite semantic)
-cmd=${iut//\{prefix\}/$prefix}
+cmd=${iut//\{prefix\}/"$prefix"}
 "$runner" --version | tee "$out/version.txt"
 rc=0
 "$runner" "${suites[@]}" "${cases[@]}" "${profiles[@]}" $strict --iut "$name=$cmd" \

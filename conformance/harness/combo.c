@@ -2,6 +2,7 @@
  * combo.c - the transport x channel axis (see combo.h).
  */
 #include "combo.h"
+#include "launch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -33,7 +34,7 @@ bool twc_combo_set_current(const char *spec)
 bool twc_combo_listen_url(const char *transport, char *out, size_t out_len)
 {
 	if (!strcmp(transport, "uv") || !strcmp(transport, "ibv")) {
-		snprintf(out, out_len, "%s://127.0.0.1:0", transport);
+		snprintf(out, out_len, "%s://%s:0", transport, twc_launch_address("server"));
 		return true;
 	}
 	if (!strcmp(transport, "shm")) {

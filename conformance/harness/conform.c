@@ -32,6 +32,7 @@
 
 #include "conform.h"
 #include "combo.h"
+#include "launch.h"
 #include "mutation.h"
 #include "profile.h"
 #include "report.h"
@@ -181,6 +182,14 @@ static void usage(FILE *f)
 	"                      spec_revision)\n"
 	"  --verbose           show every case's log in the TAP stream, not only failures'\n"
 	"  --spec DIR          where spec/*.md live, for --uncovered (default %s)\n"
+	"  --launch ROLE=TEMPLATE  run ROLE's adapter (server or client of a session) with\n"
+	"                      TEMPLATE: {cmd} the adapter command as one shell word,\n"
+	"                      {host} the role's --host, {role}; e.g. 'ssh {host} {cmd}',\n"
+	"                      'ip netns exec nsA sh -c {cmd}', 'srun -w {host} sh -c {cmd}',\n"
+	"                      'kubectl exec -i {host} -- sh -c {cmd}' (harness/launch.h)\n"
+	"  --host ROLE=NAME    what {host} is in ROLE's template\n"
+	"  --address ROLE=IP   the address ROLE's listeners bind and advertise (default\n"
+	"                      127.0.0.1; the server's is what the client connects to)\n"
 	"  --version           the runner's version, agent protocol and spec revision (every\n"
 	"                      report carries them, with each IUT's and adapter's)\n"
 	"\n"
@@ -881,6 +890,13 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;
+		} else if ((!strcmp(a, "--launch") || !strcmp(a, "--host") || !strcmp(a, "--address")) &&
+		           has) {
+			char err[512];
+			if (twc_launch_option(a, argv[++i], err, sizeof(err))) {
+				fprintf(stderr, "tensorwire-conform: %s\n", err);
+				return 2;
+			}
 		} else if (!strcmp(a, "--version")) {
 			printf("tensorwire-conform %s\nagent protocol %d (spec/agent.md)\nspec revision %s\n",
 			       twc_runner_version(), TWC_AGENT_PROTOCOL_VERSION, twc_spec_revision());
@@ -1145,6 +1161,8 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	twc_tap_plan(stdout, nruns);
 	printf("# tensorwire-conform %s, agent protocol %d, spec revision %s\n", twc_runner_version(),
 	       TWC_AGENT_PROTOCOL_VERSION, twc_spec_revision());
+	if (twc_launch_summary()[0])
+		printf("# adapters placed: %s\n", twc_launch_summary());
 	for (int i = 0; i < nwho; i++)
 		printf("# %s %s: %s %s; adapter: %s (agent protocol %d); profile: %s\n",
 		       i >= opt.niuts ? "reference" : "IUT", who[i]->name, who[i]->impl,

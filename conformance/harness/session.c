@@ -6,6 +6,7 @@
 #include "session.h"
 
 #include "combo.h"
+#include "launch.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -355,11 +356,20 @@ int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const 
 	s->wait_ms = wait_ms;
 	snprintf(s->cname, sizeof(s->cname), "%s", cname);
 	snprintf(s->sname, sizeof(s->sname), "%s", sname);
+	/* each role's adapter runs where its launch template says (launch.h) */
+	char *sl = twc_launch_command("server", scmd), *cl = twc_launch_command("client", ccmd);
+	if (!sl || !cl) {
+		free(sl);
+		free(cl);
+		return twc_session_fail(s, "harness: out of memory");
+	}
 	snprintf(label, sizeof(label), "server %s", sname);
-	if (!(s->server = twc_adapter_spawn(scmd, label, err, sizeof(err))))
-		return twc_session_fail(s, "%s", err);
+	s->server = twc_adapter_spawn(sl, label, err, sizeof(err));
 	snprintf(label, sizeof(label), "client %s", cname);
-	if (!(s->client = twc_adapter_spawn(ccmd, label, err, sizeof(err))))
+	s->client = s->server ? twc_adapter_spawn(cl, label, err, sizeof(err)) : NULL;
+	free(sl);
+	free(cl);
+	if (!s->server || !s->client)
 		return twc_session_fail(s, "%s", err);
 	if (hello(s, s->server, 0) || hello(s, s->client, 1) ||
 	    make_context(s, s->server, "server", ctx) || make_context(s, s->client, "client", ctx))
