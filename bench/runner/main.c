@@ -22,6 +22,7 @@
 #define G_TP "TensorPipe (Debian libtensorpipe0)"
 #define G_TW "tensorwire (ours)"
 #define G_NNG "nng (Debian libnng1) pair0"
+#define G_TORCH "torch.distributed.rpc (Debian python3-torch, its libtensorpipe0)"
 
 const twr_system twr_systems[] = {
 	{"memcpy", "memcpy 1 copy", G_LIM, "twb-limits", "memcpy", true, false, true, NULL, NULL},
@@ -55,6 +56,12 @@ const twr_system twr_systems[] = {
 	 true, false, NULL, NULL},
 	{"tw-ibv-basic", "tensorwire ibv+basic", G_TW, "twb-tw", "ibv-basic", false, true, false,
 	 "tp-ibv-basic", NULL},
+	{"torchrpc-uv-basic", "torch RPC over TP uv+basic", G_TORCH, "twb-torchrpc", "uv-basic",
+	 false, true, false, "tp-uv-basic", "raw-tcp"},
+	{"torchrpc-shm-basic", "torch RPC over TP shm+basic", G_TORCH, "twb-torchrpc", "shm-basic",
+	 false, false, false, "tp-shm-basic", "shm-flag"},
+	{"torchrpc-shm-cma", "torch RPC over TP shm+cma", G_TORCH, "twb-torchrpc", "shm-cma", false,
+	 false, false, "tp-shm-cma", "shm-flag"},
 	{"nng-tcp", "nng-TCP", G_NNG, "twb-nng", "tcp", false, true, true, "tp-uv-basic", "raw-tcp"},
 	{"nng-ipc", "nng-IPC (unix socket)", G_NNG, "twb-nng", "ipc", false, false, true,
 	 "tp-shm-basic", "raw-unix"},
