@@ -179,6 +179,9 @@ static void twr_usage(FILE *f)
 	fprintf(f,
 	        "usage: tensorwire-bench [options]          run, write table, JSON and plots\n"
 	        "       tensorwire-bench check DIR          check an output folder (smoke test)\n"
+	        "       tensorwire-bench compare BASE.json... -- NEW.json...\n"
+	        "                                           flag rows and sizes whose median got\n"
+	        "                                           worse than the baselines' spread\n"
 	        "       tensorwire-bench --list             list the systems\n"
 	        "options:\n"
 	        "  --full            published sizes 1.25 KB .. 1.25 GB (default)\n"
@@ -232,6 +235,8 @@ int main(int argc, char **argv)
 	memset(&env, 0, sizeof(env));
 	env.outdir = "bench-results";
 	env.timeout_s = 900;
+	if (argc >= 2 && !strcmp(argv[1], "compare"))
+		return twr_compare_main(argc - 1, argv + 1);
 	if (argc == 3 && !strcmp(argv[1], "check")) {
 		int problems = twr_check(argv[2], false);
 		printf("check: %d problem(s)\n", problems);

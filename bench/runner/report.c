@@ -501,6 +501,7 @@ static int twr__write_json(const twr_report *rep, const twr_host *h, char plots[
 			json_object_set_new(js, "min_ms", json_real(st->min_ms));
 			json_object_set_new(js, "median_ms", json_real(st->median_ms));
 			json_object_set_new(js, "p99_ms", json_real(st->p99_ms));
+			json_object_set_new(js, "p999_ms", json_real(st->p999_ms));
 			json_object_set_new(js, "mean_ms", json_real(st->mean_ms));
 			json_object_set_new(js, "ratio_stock", twr__num_or_null(st->ratio_stock));
 			json_object_set_new(js, "ratio_limit", twr__num_or_null(st->ratio_limit));

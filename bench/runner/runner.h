@@ -49,7 +49,7 @@ typedef enum twr_status {
 typedef struct twr_stat {
 	uint64_t size;
 	uint32_t iters;
-	double min_ms, median_ms, p99_ms, mean_ms; /* one-way */
+	double min_ms, median_ms, p99_ms, p999_ms, mean_ms; /* one-way */
 	uint64_t wrong_bytes;
 	uint64_t messages_checked;
 	double ratio_stock; /* median / stock's median, 0 if none */
@@ -126,5 +126,11 @@ int twr_report_write(const twr_report *rep);
  * show exactly one wrong byte. Prints each problem; returns the number of
  * problems (0 = pass). */
 int twr_check(const char *outdir, bool expect_damage);
+
+/* tensorwire-bench compare (issue 16 item 4, compare.c): reads results.json
+ * files of a baseline and of a candidate and flags every row and size whose
+ * median got worse by more than the baseline's run-to-run spread. Returns
+ * the exit status (0 nothing worse, 1 something worse, 2 usage error). */
+int twr_compare_main(int argc, char **argv);
 
 #endif /* TWR_RUNNER_H */

@@ -298,6 +298,7 @@ static int twr__parse_results(const char *path, twr_run *run, const twb_schedule
 		st->min_ms = (double)v[0] * scale;
 		st->median_ms = (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) * scale;
 		st->p99_ms = (double)v[(size_t)ceil(0.99 * (double)n) - 1] * scale; /* nearest rank */
+		st->p999_ms = (double)v[(size_t)ceil(0.999 * (double)n) - 1] * scale;
 		st->mean_ms = sum / (double)n * scale;
 		free(v);
 	}
