@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compare_test.sh BENCH OUT - tensorwire-bench compare (issue 16 item 4):
 # two baseline runs on this machine; a candidate equal to one of them is
-# not flagged (exit 0); a candidate whose tw-uv-basic medians are ten times
+# not flagged (exit 0); a candidate whose tw-uv-basic medians are made ten times
+# larger is
 # flagged WORSE on exactly those rows (exit 1); a single baseline says that
 # its spread could not be measured.
 set -euo pipefail
