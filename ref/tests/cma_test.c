@@ -100,15 +100,9 @@ static void case_copy_denied(void)
 	tu_fill_at(data, sizeof(data), 7);
 	tw_tensor t = { .data = data, .length = sizeof(data), .source_device = tw_device_cpu(),
 		        .has_target_device = true, .target_device = tw_device_cpu() };
-	tw_message m = { .num_tensors = 1, .tensors = &t };
-	tu_rec w, d, r;
-	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
-	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
 	tw_tensor_allocation ta = { .data = got, .device = tw_device_cpu() };
-	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
-	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+	tu_rec w, d, r;
+	tu_move_tensor(p.c, p.s, &t, &ta, &w, &d, &r);
 	tu_wait(&r.w, 1);
 	CHECK(r.status != TW_OK);
 	CHECK(strstr(r.detail, "cma channel") && strstr(r.detail, "process_vm_readv") &&

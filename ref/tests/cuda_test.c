@@ -765,15 +765,9 @@ static void case_churn(void)
 		void *src = dev_alloc(0, 4096), *dst = dev_alloc(cu.ndev - 1, 4096);
 		tw_tensor t = { .data = src, .length = 4096, .source_device = cuda_dev(0),
 			        .has_target_device = true, .target_device = cuda_dev(cu.ndev - 1) };
-		tw_message m = { .num_tensors = 1, .tensors = &t };
-		tu_rec w, d, r;
-		tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
-		CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
-		CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
-		tu_expect(&d, TW_OK, NULL);
 		tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(cu.ndev - 1) };
-		tw_allocation a = { .num_tensors = 1, .tensors = &ta };
-		CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+		tu_rec w, d, r;
+		tu_move_tensor(p.c, p.s, &t, &ta, &w, &d, &r);
 		tu_expect(&r, TW_OK, NULL);
 		tu_expect(&w, TW_OK, NULL);
 		/* down with the pipes and listener still open */

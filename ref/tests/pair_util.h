@@ -95,6 +95,22 @@ static inline void tu_send_text(tw_pipe *p, const char *text)
 	tu_once(&w);
 }
 
+/* Moves one tensor from c to s: writes a message carrying `t`, reads its
+ * descriptor on s (which must succeed) and reads it into `ta`. Returns with
+ * the write (w) and the read (r) issued, not waited for: the caller checks
+ * how they end. The recs are initialised here. */
+static inline void tu_move_tensor(tw_pipe *c, tw_pipe *s, const tw_tensor *t,
+                                  const tw_tensor_allocation *ta, tu_rec *w, tu_rec *d, tu_rec *r)
+{
+	tw_message m = { .num_tensors = 1, .tensors = t };
+	tw_allocation a = { .num_tensors = 1, .tensors = ta };
+	tu_rec_init(w), tu_rec_init(d), tu_rec_init(r);
+	CHECK_OK(tw_pipe_write(c, &m, tu_on_status, w));
+	CHECK_OK(tw_pipe_read_descriptor(s, tu_on_desc, d));
+	tu_expect(d, TW_OK, NULL);
+	CHECK_OK(tw_pipe_read(s, &a, tu_on_status, r));
+}
+
 /* Reads the next message and checks it is a metadata-only `text`. */
 static inline void tu_expect_text(tw_pipe *p, const char *text)
 {
