@@ -137,9 +137,10 @@ static void tw__pipe_on_obj_written(tw_conn *c, tw_status_t status, const char *
 	tw__pipe_release(p);
 }
 
-/* Writes an encoded nop object (the writer's buffer is taken over). */
+/* Writes an encoded nop object (the writer's buffer is taken over); flags
+ * as for tw_conn_ops.write, with TW_WRITE_OBJECT added. */
 static tw_status_t tw__pipe_write_object(tw_pipe *p, tw_conn *c, tw_nop_writer *w,
-                                         const char *what)
+                                         unsigned flags, const char *what)
 {
 	tw_obj_write *op = tw__calloc(1, sizeof(*op));
 	if (!op) {
@@ -152,7 +153,8 @@ static tw_status_t tw__pipe_write_object(tw_pipe *p, tw_conn *c, tw_nop_writer *
 	op->what = what;
 	tw__nop_writer_init(w);
 	tw_iov iov = { op->w.buf, op->w.len };
-	tw_status_t st = c->ops->write(c, &iov, 1, TW_WRITE_OBJECT, tw__pipe_on_obj_written, op);
+	tw_status_t st =
+		c->ops->write(c, &iov, 1, TW_WRITE_OBJECT | flags, tw__pipe_on_obj_written, op);
 	if (st != TW_OK) {
 		tw__nop_writer_free(&op->w);
 		tw__free(op);
@@ -164,8 +166,10 @@ static tw_status_t tw__pipe_write_object(tw_pipe *p, tw_conn *c, tw_nop_writer *
 	return TW_OK;
 }
 
-static tw_status_t tw__pipe_write_packet(tw_pipe *p, tw_conn *c, const tw_wire_packet *pkt,
-                                         const char *what)
+/* Writes the hello of a connection this client opened (spec 3.3): the
+ * transport gets it out even if the connection is closed first (3.3.g). */
+static tw_status_t tw__pipe_write_hello(tw_pipe *p, tw_conn *c, const tw_wire_packet *pkt,
+                                        const char *what)
 {
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
@@ -175,7 +179,7 @@ static tw_status_t tw__pipe_write_packet(tw_pipe *p, tw_conn *c, const tw_wire_p
 		tw__pipe_fail(p, TW_ERR_NOMEM, "encoding the %s: out of memory", what);
 		return TW_ERR_NOMEM;
 	}
-	return tw__pipe_write_object(p, c, &w, what);
+	return tw__pipe_write_object(p, c, &w, TW_WRITE_HELLO, what);
 }
 
 /* Connects a new connection of the chosen transport to the server and sends
@@ -197,7 +201,7 @@ static tw_status_t tw__pipe_connect_requested(tw_pipe *p, const char *address, u
 	memset(&pkt, 0, sizeof(pkt));
 	pkt.kind = TW_PACKET_REQUESTED;
 	pkt.registration_id = id;
-	return tw__pipe_write_packet(p, *out, &pkt, "RequestedConnection");
+	return tw__pipe_write_hello(p, *out, &pkt, "RequestedConnection");
 }
 
 static tw_status_t tw__pipe_open_channels(tw_pipe *p, tw_endpoint_t endpoint)
@@ -312,7 +316,7 @@ static void tw__pipe_client_attempt(tw_pipe *p)
 	hello.kind = TW_PACKET_SPONTANEOUS;
 	hello.context_name.s = ctx->name;
 	hello.context_name.n = ctx->name_len;
-	if (tw__pipe_write_packet(p, p->boot, &hello, "hello") != TW_OK)
+	if (tw__pipe_write_hello(p, p->boot, &hello, "hello") != TW_OK)
 		return;
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
@@ -321,7 +325,7 @@ static void tw__pipe_client_attempt(tw_pipe *p)
 		tw__pipe_fail(p, TW_ERR_NOMEM, "encoding the Brochure: out of memory");
 		return;
 	}
-	if (tw__pipe_write_object(p, p->boot, &w, "Brochure") != TW_OK)
+	if (tw__pipe_write_object(p, p->boot, &w, 0, "Brochure") != TW_OK)
 		return;
 	st = p->boot->ops->read_alloc(p->boot, ctx->max_object, tw__pipe_on_answer, p);
 	if (st != TW_OK) {
@@ -485,7 +489,7 @@ static void tw__pipe_on_brochure(tw_conn *c, tw_status_t status, const char *det
 		tw__pipe_fail(p, st, "%s", dd);
 		goto out;
 	}
-	if (tw__pipe_write_object(p, p->boot, &w, "BrochureAnswer") != TW_OK)
+	if (tw__pipe_write_object(p, p->boot, &w, 0, "BrochureAnswer") != TW_OK)
 		goto out;
 	p->state = TW_PIPE_SERVER_CONNS;
 out:

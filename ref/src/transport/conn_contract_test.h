@@ -21,6 +21,10 @@
  *   close_at_once   a connection closed in the call that made it (before
  *                   any set-up could finish), and the listener's end of
  *                   it: each fails or ends once, nothing else is hurt
+ *   hello_at_close  the same, with a TW_WRITE_HELLO frame queued first: the
+ *                   write's callback says TW_ERR_CLOSED once, yet the
+ *                   listener's end reads that frame intact, then the end
+ *                   (wire.md 3.3.g; only transports that linger run it)
  *
  * Every case also checks that descriptors 0, 1 and 2 are still open at the
  * end: a transport closes only what it owns (a zeroed struct's "fd 0" is
@@ -406,19 +410,67 @@ static void cc_do_connect_close(void *arg)
 	c->ops->close(c);
 }
 
+/* The client's hello for hello_at_close, and its write's record. */
+static const char cc_hello[] = "a hello that must get out";
+static cc_rec cc_hello_w;
+
+static void cc_do_connect_hello_close(void *arg)
+{
+	(void)arg;
+	char d[512];
+	tw_conn_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	tw_conn *c = NULL;
+	if (CC.t->ops->connect(CC.t, CC.l->ops->address(CC.l), &opts, &c, d, sizeof(d)) != TW_OK) {
+		fprintf(stderr, "not ok - connect: %s\n", d);
+		exit(1);
+	}
+	/* on the caller's stack: the transport must copy what it keeps */
+	char copy[sizeof(cc_hello)];
+	memcpy(copy, cc_hello, sizeof(copy));
+	tw_iov iov[2] = { { copy, 5 }, { copy + 5, sizeof(copy) - 6 } };
+	if (c->ops->write(c, iov, 2, TW_WRITE_OBJECT | TW_WRITE_HELLO, cc_on_write, &cc_hello_w) !=
+	    TW_OK) {
+		fprintf(stderr, "not ok - write: out of memory\n");
+		exit(1);
+	}
+	c->ops->close(c);
+	memset(copy, 'x', sizeof(copy));
+}
+
+static void cc_wait_accepts(int n)
+{
+	for (int i = 0; i < 1000 && cc_calls(&cc_acc) < n; i++)
+		usleep(2000);
+}
+
+static void cc_case_hello_at_close(void)
+{
+	cc_on_loop(cc_do_connect_hello_close, NULL);
+	cc_wait_accepts(2);
+	CC_CHECK(cc_calls(&cc_acc) == 2 && cc_acc.status == TW_OK && CC.extra);
+	CC_CHECK(cc_wait(&cc_hello_w) && cc_hello_w.status == TW_ERR_CLOSED);
+	if (!CC.extra)
+		return;
+	cc_rec r = { 0 }, end = { 0 };
+	cc_read(&CC.extra, NULL, 100, true, &r);
+	CC_CHECK(cc_wait(&r) && r.status == TW_OK && r.len == sizeof(cc_hello) - 1 &&
+	         !memcmp(r.buf, cc_hello, sizeof(cc_hello) - 1));
+	if (r.status != TW_OK)
+		fprintf(stderr, "# the listener's end: %s\n", r.detail);
+	tw__free(r.buf);
+	cc_watch(&CC.extra, &end);
+	CC_CHECK(cc_wait(&end) && end.status == TW_ERR_EOF);
+	cc_settle();
+	CC_CHECK(cc_calls(&cc_hello_w) == 1 && cc_calls(&r) == 1 && cc_calls(&end) == 1);
+}
+
 static void cc_case_close_at_once(void)
 {
 	cc_on_loop(cc_do_connect_close, NULL);
 	/* The listener accepts the second connection (CC.extra); whatever it
 	 * heard of the client's close, it is closed at teardown. */
-	for (int i = 0; i < 1000; i++) {
-		pthread_mutex_lock(&CC.mu);
-		int calls = cc_acc.calls;
-		pthread_mutex_unlock(&CC.mu);
-		if (calls >= 2)
-			break;
-		usleep(2000);
-	}
+	cc_wait_accepts(2);
 	CC_CHECK(cc_calls(&cc_acc) == 2 && cc_acc.status == TW_OK);
 	cc_settle();
 	/* The first pair still works. */
@@ -434,7 +486,7 @@ static int tw_conn_contract_main(const tw_conn_fixture *fx, int argc, char **arg
 		{ "exchange", cc_case_exchange },         { "length_mismatch", cc_case_length_mismatch },
 		{ "alloc_limit", cc_case_alloc_limit },   { "close_pending", cc_case_close_pending },
 		{ "peer_end", cc_case_peer_end },         { "hangup", cc_case_hangup },
-		{ "close_at_once", cc_case_close_at_once },
+		{ "close_at_once", cc_case_close_at_once }, { "hello_at_close", cc_case_hello_at_close },
 	};
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s <case>\n", argv[0]);

@@ -38,6 +38,16 @@
  *     lower limit of its own (shm/ibv rings: a nop object must fit the 2 MiB
  *     ring): fail the read with TW_ERR_PROTO, or the write with
  *     TW_ERR_UNSUPPORTED, through the callback and with a detail.
+ *   - TW_WRITE_HELLO marks the first frame of a connection this side
+ *     opened with connect() (its hello, spec 3.3). A stock TensorPipe
+ *     listener fails its next pending accept when a connection ends before
+ *     its hello (wire.md 3.3.f, 3.3.g), so a connection closed while that frame is
+ *     not yet out lingers: the transport keeps a private copy of what is
+ *     left of it, finishes the connect, writes it and only then closes the
+ *     socket, within TW_HELLO_LINGER_MS (a connect still pending then is
+ *     abandoned). To its owner the close is the same as any other: the
+ *     write's callback reports TW_ERR_CLOSED and nothing else is heard.
+ *     Transports that cannot linger (today the rings: shm, ibv) ignore it.
  *   - Several connections to the same peer are independent: the core opens
  *     one per descriptor, reply and channel connection (spec 3.1), and a
  *     channel with lanes (mpt) opens more through its own transport instances.
@@ -82,7 +92,10 @@ typedef struct tw_iov {
 	uint64_t len;
 } tw_iov;
 
-enum { TW_WRITE_OBJECT = 1u << 0 };
+enum { TW_WRITE_OBJECT = 1u << 0, TW_WRITE_HELLO = 1u << 1 };
+
+/* How long a closed connection may linger to get its hello out (above). */
+#define TW_HELLO_LINGER_MS 1000
 
 /* The context's bounds on a connection (tensorwire.h), handed to connect()
  * and listen(); 0 means no bound of that kind. A transport that cannot

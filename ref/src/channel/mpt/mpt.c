@@ -516,7 +516,7 @@ static tw_status_t mpt_connect_lane(mpt_channel *ch, size_t i, const tw_wire_lan
 	tw__nop_writer_free(&w);
 	tw_iov iov = { ch->client_hello[i], ch->client_hello_len[i] };
 	ch->refs++;
-	st = ch->lanes[i]->ops->write(ch->lanes[i], &iov, 1, TW_WRITE_OBJECT,
+	st = ch->lanes[i]->ops->write(ch->lanes[i], &iov, 1, TW_WRITE_OBJECT | TW_WRITE_HELLO,
 	                              mpt_on_client_hello_written, ch);
 	if (st != TW_OK) {
 		ch->refs--;

@@ -93,6 +93,7 @@ typedef struct tcp_op {
 	tw_iov *iov;
 	size_t cur;
 	uint64_t off;
+	bool hello; /* TW_WRITE_HELLO */
 	/* read */
 	uint8_t *buf;
 	uint64_t len;
@@ -120,6 +121,11 @@ struct tcp_conn {
 	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
 	tw_conn_opts opts;
 	bool connected;       /* the connect completed (accepted: always) */
+	/* Closed with its hello not yet out (TW_WRITE_HELLO): what is left of
+	 * that frame, written before the socket is closed. */
+	uint8_t *linger;
+	size_t linger_len, linger_off;
+	uv_timer_t linger_timer;
 };
 
 typedef struct tcp_transport {
@@ -197,14 +203,123 @@ static void tcp_on_poll_closed(uv_handle_t *h)
 	tw__conn_core_unref(&c->core);
 }
 
-static void tcp_conn_close(tw_conn *base)
+/* Closes the socket's handles for good (the poll handle's close callback
+ * closes the descriptor). */
+static void tcp_close_handles(tcp_conn *c)
 {
-	tcp_conn *c = (tcp_conn *)base;
-	if (!tw__conn_close_ops(&c->core))
-		return;
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, tcp_on_poll_closed);
+}
+
+/* ---- lingering for the hello (TW_WRITE_HELLO, transport.h) ---------------- */
+
+static void tcp_on_linger_timer_closed(uv_handle_t *h)
+{
+	tw__conn_core_unref(&((tcp_conn *)h->data)->core);
+}
+
+/* The hello is out, or cannot get out, or the bound passed: close. */
+static void tcp_linger_end(tcp_conn *c)
+{
+	if (!c->linger)
+		return;
+	tw__free(c->linger);
+	c->linger = NULL;
+	uv_close((uv_handle_t *)&c->linger_timer, tcp_on_linger_timer_closed);
+	tcp_close_handles(c);
+}
+
+static void tcp_on_linger_timer(uv_timer_t *t)
+{
+	tcp_linger_end(t->data);
+}
+
+static void tcp_on_linger_poll(uv_poll_t *h, int status, int events)
+{
+	(void)events;
+	tcp_conn *c = h->data;
+	if (status < 0) {
+		tcp_linger_end(c);
+		return;
+	}
+	if (!c->connected) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+			err = errno;
+		if (err == EINPROGRESS || err == EALREADY)
+			return;
+		if (err != 0) {
+			tcp_linger_end(c);
+			return;
+		}
+		c->connected = true;
+	}
+	while (c->linger_off < c->linger_len) {
+		struct iovec iov = { c->linger + c->linger_off, c->linger_len - c->linger_off };
+		ssize_t w = tw__sys_writev(c->fd, &iov, 1);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (w < 0)
+			break;
+		c->linger_off += (size_t)w;
+	}
+	tcp_linger_end(c);
+}
+
+/* Copies what is left of a hello at the head of the write queue; false if
+ * there is none (or no memory: then the connection closes as any other). */
+static bool tcp_linger_take(tcp_conn *c)
+{
+	tcp_op *op = (tcp_op *)c->core.wq_head;
+	if (!op || !op->hello || c->fd < 0 ||
+	    (c->core.phase != TW_CONN_SETUP && c->core.phase != TW_CONN_OPEN))
+		return false;
+	size_t left = 0;
+	for (size_t i = op->cur; i < op->num_iov; i++)
+		left += (size_t)(op->iov[i].len - (i == op->cur ? op->off : 0));
+	if (left == 0 || !(c->linger = tw__malloc(left)))
+		return false;
+	for (size_t i = op->cur; i < op->num_iov; i++) {
+		uint64_t skip = i == op->cur ? op->off : 0;
+		memcpy(c->linger + c->linger_len, (uint8_t *)op->iov[i].base + skip,
+		       (size_t)(op->iov[i].len - skip));
+		c->linger_len += (size_t)(op->iov[i].len - skip);
+	}
+	return true;
+}
+
+/* Starts lingering; false if it cannot (the connection closes at once). */
+static bool tcp_linger_start(tcp_conn *c)
+{
+	uv_loop_t *uv = &c->core.base.transport->loop->uv;
+	if (uv_timer_init(uv, &c->linger_timer) != 0)
+		return false;
+	c->linger_timer.data = c;
+	c->core.refs++; /* the timer handle's */
+	uv_timer_start(&c->linger_timer, tcp_on_linger_timer, TW_HELLO_LINGER_MS, 0);
+	c->poll_events = UV_WRITABLE;
+	if (uv_poll_start(&c->poll, UV_WRITABLE, tcp_on_linger_poll) != 0) {
+		tcp_linger_end(c);
+		return true; /* ended: the handles are closing */
+	}
+	return true;
+}
+
+static void tcp_conn_close(tw_conn *base)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	bool linger = c->core.phase != TW_CONN_CLOSED && tcp_linger_take(c);
+	if (!tw__conn_close_ops(&c->core))
+		return;
+	if (linger && tcp_linger_start(c))
+		return;
+	tw__free(c->linger);
+	c->linger = NULL;
+	tcp_close_handles(c);
 }
 
 static const char *tcp_conn_peer(tw_conn *base)
@@ -319,6 +434,7 @@ static tw_status_t tcp_conn_write(tw_conn *base, const tw_iov *iov, size_t num_i
 	op->iov[0].len = TCP_HEADER;
 	op->num_iov = num_iov + 1;
 	op->kind = TCP_OP_WRITE;
+	op->hello = (flags & TW_WRITE_HELLO) != 0;
 	op->op.wcb = cb;
 	op->op.arg = arg;
 	if (tw__conn_queue(&c->core, &op->op, true))
