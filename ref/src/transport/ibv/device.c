@@ -89,6 +89,46 @@ static int ibv_gid_rank(const struct ibv_gid_entry *e)
 	return 2;
 }
 
+tw_ibv_gid_family tw__ibv_gid_family(const union ibv_gid *g)
+{
+	return ibv_gid_zero(g)         ? TW_IBV_GID_ZERO
+	       : ibv_gid_link_local(g) ? TW_IBV_GID_LINK_LOCAL
+	       : ibv_gid_v4_mapped(g)  ? TW_IBV_GID_V4
+	                               : TW_IBV_GID_V6;
+}
+
+const char *tw__ibv_gid_family_name(tw_ibv_gid_family f)
+{
+	static const char *const names[] = { "zero", "link-local IPv6", "IPv4-mapped",
+		                             "IPv6" };
+	return names[f];
+}
+
+bool tw__ibv_match_gid(const tw_ibv_choice *ch, const union ibv_gid *peer, int *index,
+                       union ibv_gid *gid)
+{
+	*index = ch->gid_index;
+	*gid = ch->gid;
+	tw_ibv_gid_family want = tw__ibv_gid_family(peer);
+	if (ch->lid != 0 || ch->gid_forced || want == TW_IBV_GID_ZERO ||
+	    tw__ibv_gid_family(&ch->gid) == want)
+		return true;
+	struct ibv_port_attr pa;
+	if (ibv_query_port(ch->ctx, ch->port, &pa) != 0)
+		return false;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		struct ibv_gid_entry e;
+		if (ibv_query_gid_ex(ch->ctx, ch->port, (uint32_t)i, &e, 0) != 0)
+			continue; /* a hole, or an entry that fails: the search goes on */
+		if (tw__ibv_gid_family(&e.gid) == want) {
+			*index = i;
+			*gid = e.gid;
+			return true;
+		}
+	}
+	return false;
+}
+
 static const char *ibv_gid_kind(uint32_t type)
 {
 	return type == IBV_GID_TYPE_ROCE_V2   ? "RoCE v2"
@@ -236,6 +276,13 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 	ibv_free_device_list(list);
 	out->port = best.port;
 	out->gid_index = best.gid_index;
+	out->gid_forced = gid_index >= 0;
+	if (!best.lid && !out->gid_forced) {
+		struct ibv_gid_entry e0;
+		out->stock_gid_differs =
+		        ibv_query_gid_ex(out->ctx, best.port, 0, &e0, 0) == 0 &&
+		        tw__ibv_gid_family(&e0.gid) != tw__ibv_gid_family(&best.gid);
+	}
 	out->gid_kind = ibv_gid_kind(best.gid_type);
 	out->gid = best.gid;
 	out->lid = best.lid;

@@ -41,6 +41,10 @@ typedef struct tw_ibv_choice {
 	char dev_name[IBV_SYSFS_NAME_MAX];
 	uint8_t port;
 	int gid_index;
+	bool gid_forced; /* TW_IB_GID_INDEX: never changed towards a peer */
+	/* stock TensorPipe's GID on this port (index 0) is of another family
+	 * than ours: a stock peer must be answered in its family (ibv.c) */
+	bool stock_gid_differs;
 	const char *gid_kind; /* "IB", "RoCE v1", "RoCE v2" */
 	union ibv_gid gid;
 	uint16_t lid;       /* 0 on RoCE */
@@ -55,6 +59,28 @@ typedef struct tw_ibv_choice {
  * open context in out->ctx; TW_ERR_UNSUPPORTED with every reason in why. */
 TW_NODISCARD tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out,
                                         char *why, size_t why_len);
+
+/* The address family of a RoCE GID, for matching the peer's: a packet from
+ * a GID of one family cannot reach a GID of another (an IPv4-mapped source
+ * builds an IPv4 packet; a link-local one is routed by IPv6 on its link). */
+typedef enum tw_ibv_gid_family {
+	TW_IBV_GID_ZERO,
+	TW_IBV_GID_LINK_LOCAL, /* fe80::/10 */
+	TW_IBV_GID_V4,         /* ::ffff:a.b.c.d */
+	TW_IBV_GID_V6,         /* any other IPv6 address */
+} tw_ibv_gid_family;
+
+tw_ibv_gid_family tw__ibv_gid_family(const union ibv_gid *g);
+const char *tw__ibv_gid_family_name(tw_ibv_gid_family f);
+
+/* The GID of ch's port to use towards a peer whose set-up record names
+ * `peer` (spec 2.4.5): ch's own when it is of the peer's family (or forced,
+ * or the port is InfiniBand), else the lowest index of the peer's family
+ * (stock TensorPipe always uses index 0: a link-local peer is most likely
+ * stock, and the lowest link-local index is the entry it would use).
+ * False, with *index and *gid left as ch's, when the port has none. */
+bool tw__ibv_match_gid(const tw_ibv_choice *ch, const union ibv_gid *peer, int *index,
+                       union ibv_gid *gid);
 
 /* Makes registered memory safe across fork (rdma-core's ibv_fork_init),
  * unless the kernel makes it unneeded (ibv_is_fork_initialized says

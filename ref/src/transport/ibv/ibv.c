@@ -3,9 +3,18 @@
  * wire-compatible with stock TensorPipe's.
  *
  * A connection starts as a TCP socket (tcp/socket.h: the same addresses,
- * listener and options as uv). Right after connect/accept each side writes
- * one raw 56-byte set-up record (its LID, GID, QP number, MTU, and the
- * address and rkey of its 2 MiB inbox) and reads the peer's; then its RC
+ * listener and options as uv). Each side writes one raw 56-byte set-up
+ * record (its LID, GID, QP number, MTU, and the address and rkey of its
+ * 2 MiB inbox) and reads the peer's. Stock writes its record at once; a
+ * RoCE GID only reaches GIDs of its own family (IPv4-mapped, link-local,
+ * other IPv6), and stock always uses GID index 0 (link-local on most RoCE
+ * ports) where we prefer a routable one. So the side that connects reads
+ * the peer's record first and answers with a GID of the peer's family
+ * (device.h, tw__ibv_match_gid); the side that accepts waits up to
+ * TW_IB_ANSWER_WAIT_MS for the peer's record (a stock client's comes at
+ * once) and answers it the same way, or sends its own first when none came
+ * (a tensorwire client waits for it). Records whose GIDs still differ in
+ * family fail the connection, saying so. Then its RC
  * queue pair goes to RTR and RTS towards the peer's, and the socket carries
  * nothing more: it is watched only to learn that the peer is gone.
  *
@@ -77,6 +86,13 @@
 
 #define IBV_WHO TW_IBV_WHO
 #define IBV_RECORD_LEN 56
+/* How long the accepting side waits for the peer's set-up record before
+ * sending its own (option answer_wait_ms, TW_IB_ANSWER_WAIT_MS; 0: never
+ * waits), where the port's GID 0 (stock's) is of another family than ours.
+ * Paid once per connection between two tensorwire peers there; a stock
+ * record later than that (a loaded or emulated host) meets a GID it cannot
+ * reach, and the connection fails saying so. */
+#define TW_IB_ANSWER_WAIT_MS 100
 #define IBV_DEPTH 1024 /* send, receive and shared receive queue depth, at most */
 #define IBV_CAP TW_RING_INBOX_CAPACITY
 /* wr_id: a receive, a credit send, or (n << 1) | 1 for an RDMA write of n bytes */
@@ -101,7 +117,16 @@ struct ib_conn {
 	bool sock_connected;
 	bool connected;
 	tw_conn_opts opts;
-	/* the set-up records */
+	/* the set-up records (2.4.5): the connecting side answers: it reads
+	 * the peer's first and takes a GID of the peer's family. The accepting
+	 * side waits for the peer's for up to answer_wait_ms (await_peer: a
+	 * stock client sends at once, and is answered in its family), then
+	 * sends its own (an answering peer, ours, waits for it). */
+	bool answers;
+	bool await_peer;
+	uint64_t deadline; /* the connect deadline (loop ms), 0: none */
+	int gid_index;
+	union ibv_gid gid;
 	uint8_t rec_out[IBV_RECORD_LEN];
 	size_t out_done;
 	uint8_t rec_in[IBV_RECORD_LEN];
@@ -141,6 +166,7 @@ struct ib_transport {
 	bool chan_poll_on;
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
+	uint64_t answer_wait_ms;
 	char describe[TW_DETAIL_MAX];
 	tw_list lingering; /* closed connections whose writes are landing */
 };
@@ -607,7 +633,7 @@ static void ib_record_fill(ib_conn *c)
 	const tw_ibv_choice *ch = &c->t->ch;
 	memset(c->rec_out, 0, sizeof(c->rec_out));
 	ib_put32(c->rec_out + 0, ch->lid);
-	memcpy(c->rec_out + 8, ch->gid.raw, 16);
+	memcpy(c->rec_out + 8, c->gid.raw, 16);
 	ib_put32(c->rec_out + 24, c->qp->qp_num);
 	ib_put32(c->rec_out + 28, (uint32_t)ch->mtu);
 	ib_put32(c->rec_out + 32, ch->max_msg_sz);
@@ -631,6 +657,22 @@ static void ib_connect_qp(ib_conn *c)
 		        c->core.peer, qpn, mtu, lid);
 		return;
 	}
+	union ibv_gid peer_gid;
+	memcpy(peer_gid.raw, r + 8, 16);
+	tw_ibv_gid_family pf = tw__ibv_gid_family(&peer_gid), of = tw__ibv_gid_family(&c->gid);
+	if (lid == 0 && ch->lid == 0 && pf != of && pf != TW_IBV_GID_ZERO) {
+		char pa[INET6_ADDRSTRLEN] = "?", oa[INET6_ADDRSTRLEN] = "?";
+		(void)inet_ntop(AF_INET6, peer_gid.raw, pa, sizeof(pa));
+		(void)inet_ntop(AF_INET6, c->gid.raw, oa, sizeof(oa));
+		ib_fail(c, TW_ERR_UNSUPPORTED,
+		        IBV_WHO ": peer %s uses GID %s (%s) and this side GID %d, %s (%s) on %s: RoCE "
+		        "packets between addresses of two families go nowhere (spec 2.4.5). A peer "
+		        "with a link-local GID is likely stock TensorPipe, which always uses GID "
+		        "index 0: set TW_IB_GID_INDEX to an index of that family here",
+		        c->core.peer, pa, tw__ibv_gid_family_name(pf), c->gid_index, oa,
+		        tw__ibv_gid_family_name(of), ch->dev_name);
+		return;
+	}
 	c->peer_addr = (uint64_t)ib_get32(r + 40) | (uint64_t)ib_get32(r + 44) << 32;
 	c->peer_rkey = ib_get32(r + 48);
 	struct ibv_qp_attr a;
@@ -647,7 +689,7 @@ static void ib_connect_qp(ib_conn *c)
 	} else {
 		a.ah_attr.is_global = 1;
 		memcpy(a.ah_attr.grh.dgid.raw, r + 8, 16);
-		a.ah_attr.grh.sgid_index = (uint8_t)ch->gid_index;
+		a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
 		a.ah_attr.grh.hop_limit = 64;
 	}
 	int rc = ibv_modify_qp(c->qp, &a,
@@ -684,8 +726,58 @@ static void ib_connect_qp(ib_conn *c)
 	tw__tcp_set_liveness(c->fd, c->opts.liveness_ms);
 }
 
+/* Reads what is left of the peer's record: true once it is all in. */
+static bool ib_read_record(ib_conn *c)
+{
+	while (c->in_done < IBV_RECORD_LEN) {
+		/* exactly the record: anything after it is the end (2.4) */
+		struct iovec iov = { c->rec_in + c->in_done, IBV_RECORD_LEN - c->in_done };
+		ssize_t n = tw__sys_readv(c->fd, &iov, 1);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return false;
+		if (n < 0) {
+			ib_fail_errno(c, "receiving the set-up record from", errno);
+			return false;
+		}
+		if (n == 0) {
+			ib_fail(c, TW_ERR_EOF,
+			        IBV_WHO ": connection closed by peer %s after %zu of the %d bytes of its "
+			        "set-up record",
+			        c->core.peer, c->in_done, IBV_RECORD_LEN);
+			return false;
+		}
+		c->in_done += (size_t)n;
+		if (c->in_done == IBV_RECORD_LEN && c->out_done == 0) {
+			/* our record is not sent yet: take a GID the peer can reach */
+			union ibv_gid peer;
+			memcpy(peer.raw, c->rec_in + 8, 16);
+			if (tw__ibv_match_gid(&c->t->ch, &peer, &c->gid_index, &c->gid))
+				ib_record_fill(c);
+		}
+	}
+	return true;
+}
+
+static void ib_on_timer(uv_timer_t *h);
+
+/* The accepting side's wait for the peer's record is over: the timer goes
+ * back to the connect deadline. */
+static void ib_end_await(ib_conn *c)
+{
+	c->await_peer = false;
+	uv_timer_stop(&c->timer);
+	if (c->deadline) {
+		uint64_t now = uv_now(&c->t->base.loop->uv);
+		uv_timer_start(&c->timer, ib_on_timer, c->deadline > now ? c->deadline - now : 0, 0);
+	}
+}
+
 static void ib_exchange(ib_conn *c)
 {
+	if ((c->answers || c->await_peer) && !ib_read_record(c))
+		return;
+	if (c->await_peer)
+		ib_end_await(c);
 	while (c->out_done < IBV_RECORD_LEN) {
 		struct iovec iov = { c->rec_out + c->out_done, IBV_RECORD_LEN - c->out_done };
 		ssize_t n = tw__sys_writev(c->fd, &iov, 1);
@@ -697,25 +789,8 @@ static void ib_exchange(ib_conn *c)
 		}
 		c->out_done += (size_t)n;
 	}
-	while (c->in_done < IBV_RECORD_LEN) {
-		/* exactly the record: anything after it is the end (2.4) */
-		struct iovec iov = { c->rec_in + c->in_done, IBV_RECORD_LEN - c->in_done };
-		ssize_t n = tw__sys_readv(c->fd, &iov, 1);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-			return;
-		if (n < 0) {
-			ib_fail_errno(c, "receiving the set-up record from", errno);
-			return;
-		}
-		if (n == 0) {
-			ib_fail(c, TW_ERR_EOF,
-			        IBV_WHO ": connection closed by peer %s after %zu of the %d bytes of its "
-			        "set-up record",
-			        c->core.peer, c->in_done, IBV_RECORD_LEN);
-			return;
-		}
-		c->in_done += (size_t)n;
-	}
+	if (!ib_read_record(c))
+		return;
 	ib_connect_qp(c);
 }
 
@@ -743,7 +818,10 @@ static void ib_update_poll(ib_conn *c)
 		return;
 	int want = 0;
 	if ((c->core.phase == TW_CONN_SETUP || c->lingering) && !c->qp_ready)
-		want = !c->sock_connected || c->out_done < IBV_RECORD_LEN ? UV_WRITABLE : UV_READABLE;
+		want = !c->sock_connected                                            ? UV_WRITABLE
+		       : (c->answers || c->await_peer) && c->in_done < IBV_RECORD_LEN ? UV_READABLE
+		       : c->out_done < IBV_RECORD_LEN                      ? UV_WRITABLE
+		                                                           : UV_READABLE;
 	else if (c->core.phase == TW_CONN_OPEN && !c->peer_gone)
 		want = UV_READABLE; /* only the end can come this way */
 	tw__conn_poll(&c->core, &c->poll, &c->poll_events, want, ib_on_poll);
@@ -832,6 +910,11 @@ static void ib_on_poll(uv_poll_t *h, int status, int events)
 static void ib_on_timer(uv_timer_t *h)
 {
 	ib_conn *c = h->data;
+	if (c->await_peer) { /* no record came: ours first (an answering peer's turn next) */
+		ib_end_await(c);
+		ib_drive(c);
+		return;
+	}
 	if (c->core.phase == TW_CONN_SETUP)
 		ib_fail(c, TW_ERR_TIMEDOUT,
 		        IBV_WHO ": connect %s: not connected (socket and set-up record) within the "
@@ -1000,6 +1083,10 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 	c->opts = *opts;
 	c->sock_connected = accepted;
 	c->connected = accepted; /* accepted: always (transport.h) */
+	c->answers = !accepted;
+	c->await_peer = accepted && t->answer_wait_ms > 0 && t->ch.stock_gid_differs;
+	c->gid_index = t->ch.gid_index;
+	c->gid = t->ch.gid;
 	tw__ring_none(&c->inbox);
 	tw__ring_none(&c->outbox);
 	tw_status_t st = ib_watch_channel(t, detail, detail_len);
@@ -1018,9 +1105,12 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 	c->poll.data = c;
 	uv_timer_init(&t->base.loop->uv, &c->timer);
 	c->timer.data = c;
-	if (opts->connect_timeout_ms) {
+	if (opts->connect_timeout_ms)
+		c->deadline = uv_now(&t->base.loop->uv) + opts->connect_timeout_ms;
+	if (c->await_peer)
+		uv_timer_start(&c->timer, ib_on_timer, t->answer_wait_ms, 0);
+	else if (opts->connect_timeout_ms)
 		uv_timer_start(&c->timer, ib_on_timer, opts->connect_timeout_ms, 0);
-	}
 	return c;
 }
 
@@ -1087,6 +1177,7 @@ static tw_status_t ib_listen(tw_transport *base, const char *address, const tw_c
 typedef struct ib_opts {
 	char hca[128];
 	uint64_t gid_index; /* UINT64_MAX: choose */
+	uint64_t answer_wait_ms;
 	bool srq;
 	bool fork_safe;
 } ib_opts;
@@ -1100,11 +1191,13 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 		{ "gid_index", TW_OPT_U64, offsetof(ib_opts, gid_index), 0, 0, 65535 },
 		{ "srq", TW_OPT_BOOL, offsetof(ib_opts, srq), 0, 0, 0 },
 		{ "fork_safe", TW_OPT_BOOL, offsetof(ib_opts, fork_safe), 0, 0, 0 },
+		{ "answer_wait_ms", TW_OPT_U64, offsetof(ib_opts, answer_wait_ms), 0, 0, 60000 },
 	};
 	memset(o, 0, sizeof(*o));
 	o->gid_index = UINT64_MAX;
 	o->srq = true;
 	o->fork_safe = true;
+	o->answer_wait_ms = TW_IB_ANSWER_WAIT_MS;
 	const char *e = getenv("TW_IB_HCA");
 	if (e)
 		snprintf(o->hca, sizeof(o->hca), "%s", e);
@@ -1122,6 +1215,17 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	e = getenv("TW_IB_FORK_SAFE");
 	if (e && !strcmp(e, "0"))
 		o->fork_safe = false;
+	e = getenv("TW_IB_ANSWER_WAIT_MS");
+	if (e && *e) {
+		char *end = NULL;
+		unsigned long long v = strtoull(e, &end, 10);
+		if (*end || v > 60000) {
+			tw__detail(detail, detail_len,
+			           IBV_WHO ": TW_IB_ANSWER_WAIT_MS='%s' is not a wait (0 to 60000 ms)", e);
+			return TW_ERR_INVAL;
+		}
+		o->answer_wait_ms = v;
+	}
 	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
 	                         detail, detail_len);
 }
@@ -1144,6 +1248,7 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	}
 	t->base.ops = &tw__ibv_transport_ops;
 	t->base.loop = loop;
+	t->answer_wait_ms = o.answer_wait_ms;
 	tw__list_init(&t->lingering);
 	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,
 	                    detail_len);
