@@ -1161,6 +1161,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	twc_tap_plan(stdout, nruns);
 	printf("# tensorwire-conform %s, agent protocol %d, spec revision %s\n", twc_runner_version(),
 	       TWC_AGENT_PROTOCOL_VERSION, twc_spec_revision());
+	printf("# rdma provider: %s\n", twc_rdma_provider());
 	if (twc_launch_summary()[0])
 		printf("# adapters placed: %s\n", twc_launch_summary());
 	for (int i = 0; i < nwho; i++)

@@ -39,6 +39,12 @@ const char *twc_spec_revision(void)
 	return TWC_SPEC_REVISION;
 }
 
+const char *twc_rdma_provider(void)
+{
+	const char *p = getenv("TW_RDMA_PROVIDER");
+	return p && *p ? p : "system";
+}
+
 /* ---- TAP ---------------------------------------------------------------------------- */
 
 void twc_tap_plan(FILE *f, int n)
@@ -201,6 +207,8 @@ int twc_junit_write(const char *path, const twc_result *rs, int n, char *err, si
 		        TWC_AGENT_PROTOCOL_VERSION);
 		fprintf(f, "      <property name=\"spec.revision\" value=\"");
 		xml_text(f, twc_spec_revision());
+		fprintf(f, "\"/>\n      <property name=\"rdma.provider\" value=\"");
+		xml_text(f, twc_rdma_provider());
 		fprintf(f, "\"/>\n");
 		fprintf(f, "    </properties>\n");
 		for (int j = i; j < n; j++) {
@@ -287,6 +295,8 @@ int twc_json_write(const char *path, const twc_result *rs, int n, char *err, siz
 		                      r->seconds, "iut", iut_json(r->iut), "peer", iut_json(r->peer),
 		                      "transport", r->transport, "channel", r->channel,
 		                      "required_failure", r->required_failure);
+		if (o)
+			json_object_set_new(o, "rdma_provider", json_string(twc_rdma_provider()));
 		if (o)
 			json_object_set_new(o, "runner",
 			                    json_pack("{s:s,s:i,s:s}", "version", twc_runner_version(),

@@ -50,6 +50,10 @@ void twc_result_target(const twc_result *r, char *buf, size_t len);
  * spec/wire.md and spec/agent.md). */
 const char *twc_runner_version(void);
 const char *twc_spec_revision(void);
+/* Which verbs provider served the run's RDMA: TW_RDMA_PROVIDER as
+ * simverbs-run (simverbs) or softroce/softroce.sh (rxe-host, rxe-guest,
+ * hardware) set it; "system" (whatever libibverbs finds) when unset. */
+const char *twc_rdma_provider(void);
 
 void twc_tap_plan(FILE *f, int n);
 void twc_tap_result(FILE *f, int index, const twc_result *r, bool verbose);
