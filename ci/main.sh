@@ -13,10 +13,20 @@
 # Reports go to out/: conformance.tap, conformance.junit.xml, conformance.json,
 # mutation.tap, mutation.md, mutation-ibv.tap, mutation-ibv.md.
 # Extra arguments go to tensorwire-conform (e.g. --large, --strict, --case GLOB).
+# --softroce (first) adds the rows on real soft-RoCE (softroce/softroce.sh:
+# the host's rxe or hardware, or a QEMU guest booting Debian's kernel): the
+# rdma suite and the ibv interop matrix, ours and stock, and the two-device
+# case (T24(a)); reports out/softroce*.{tap,junit.xml,json}, each case
+# naming its provider.
 # Exit status: the runner's (0 = every required case passed or is a profiled
 # exception of that implementation; 1 = a required case failed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+softroce=0
+if [ "${1:-}" = --softroce ]; then
+  softroce=1
+  shift
+fi
 bash ci/install-deps.sh
 jobs=$(nproc)
 cmake --preset release
@@ -51,11 +61,32 @@ irc=${PIPESTATUS[0]}
 if [ "$mrc" -eq 0 ] || [ "$mrc" -eq 77 ]; then
   mrc=$irc
 fi
+src=0
+if [ "$softroce" = 1 ]; then
+  sr=(softroce/softroce.sh --dir build/release/softroce)
+  conform=build/release/conformance/tensorwire-conform
+  "${sr[@]}" -- "$conform" --suite rdma --suite interop --combo ibv+basic \
+    --junit out/softroce.junit.xml --json out/softroce.json "$@" | tee out/softroce.tap
+  src=${PIPESTATUS[0]}
+  "${sr[@]}" --layout two_hca -- "$conform" --case rdma.first_port_down \
+    --junit out/softroce-two-hca.junit.xml --json out/softroce-two-hca.json "$@" |
+    tee out/softroce-two-hca.tap
+  s2=${PIPESTATUS[0]}
+  if [ "$src" -eq 0 ]; then
+    src=$s2
+  fi
+fi
 set -e
 grep -h "mutation score" out/mutation.tap out/mutation-ibv.tap || true
 echo "main.sh: reports in out/ (TAP, JUnit, JSON, mutation.md); runner exit status $rc," \
      "mutation suite $mrc"
 if [ "$rc" -eq 0 ] && [ "$mrc" -ne 0 ] && [ "$mrc" -ne 77 ]; then
   rc=$mrc
+fi
+if [ "$softroce" = 1 ]; then
+  echo "main.sh: soft-RoCE rows: exit status $src (77: no soft-RoCE here, see out/softroce.tap)"
+  if [ "$rc" -eq 0 ] && [ "$src" -ne 0 ] && [ "$src" -ne 77 ]; then
+    rc=$src
+  fi
 fi
 exit "$rc"

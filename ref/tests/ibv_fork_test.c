@@ -9,7 +9,9 @@
  *   order    a context with ibv leaves fork handling enabled in the verbs
  *            library (ibv_is_fork_initialized: ENABLED), so its first
  *            registration came after ibv_fork_init, or the call would have
- *            failed and ibv would not have been offered
+ *            failed and ibv would not have been offered; on a real kernel
+ *            (softroce.sh) UNNEEDED is right too: the kernel keeps
+ *            registered pages with the parent by itself
  *   late     memory registered by someone else before the first context:
  *            ibv_fork_init can no longer help, and ibv is refused with a
  *            reason naming it (not offered silently unsafe)
@@ -40,8 +42,15 @@ static void case_order(void)
 	CHECK_OK(tw_context_create("fork-order", &ctx));
 	CHECK_OK(tw_context_register_transport(ctx, "ibv", NULL, 0, NULL));
 	enum ibv_fork_status fs = ibv_is_fork_initialized();
-	printf("   ibv_is_fork_initialized: %d (want %d, enabled)\n", (int)fs, (int)IBV_FORK_ENABLED);
-	CHECK(fs == IBV_FORK_ENABLED);
+	/* On a real kernel (softroce.sh sets TW_RDMA_PROVIDER) from 5.13 on,
+	 * registered pages stay with the parent across fork by themselves and
+	 * the library says UNNEEDED; simverbs' strict model is the older
+	 * kernel, where only ENABLED is safe. */
+	const char *prov = getenv("TW_RDMA_PROVIDER");
+	bool real = prov && strcmp(prov, "simverbs") != 0;
+	printf("   ibv_is_fork_initialized: %d (want %d, enabled%s)\n", (int)fs, (int)IBV_FORK_ENABLED,
+	       real ? ", or 2, unneeded: a real kernel" : "");
+	CHECK(fs == IBV_FORK_ENABLED || (real && fs == IBV_FORK_UNNEEDED));
 	tw_context_destroy(ctx);
 }
 
