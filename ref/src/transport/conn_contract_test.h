@@ -396,17 +396,36 @@ static void cc_case_hangup(void)
 	CC_CHECK(cc_calls(&cc_hup) == 1 && cc_calls(&end) == 1 && cc_calls(&r) == 1);
 }
 
-static void cc_do_connect_close(void *arg)
+/* A new connection to `address` (loop thread); stops the test if the
+ * transport refuses to start one. */
+static tw_conn *cc_connect_to(const char *address)
 {
-	(void)arg;
 	char d[512];
 	tw_conn_opts opts;
 	memset(&opts, 0, sizeof(opts));
 	tw_conn *c = NULL;
-	if (CC.t->ops->connect(CC.t, CC.l->ops->address(CC.l), &opts, &c, d, sizeof(d)) != TW_OK) {
+	if (CC.t->ops->connect(CC.t, address, &opts, &c, d, sizeof(d)) != TW_OK) {
 		fprintf(stderr, "not ok - connect: %s\n", d);
 		exit(1);
 	}
+	return c;
+}
+
+/* Queues `len` bytes at `buf` as a hello (TW_WRITE_HELLO) on c, in two
+ * pieces, recording its callback in rec (loop thread). */
+static void cc_write_hello(tw_conn *c, const char *buf, size_t len, cc_rec *rec)
+{
+	tw_iov iov[2] = { { buf, len / 2 }, { buf + len / 2, len - len / 2 } };
+	if (c->ops->write(c, iov, 2, TW_WRITE_OBJECT | TW_WRITE_HELLO, cc_on_write, rec) != TW_OK) {
+		fprintf(stderr, "not ok - write: out of memory\n");
+		exit(1);
+	}
+}
+
+static void cc_do_connect_close(void *arg)
+{
+	(void)arg;
+	tw_conn *c = cc_connect_to(CC.l->ops->address(CC.l));
 	c->ops->close(c);
 }
 
@@ -417,23 +436,11 @@ static cc_rec cc_hello_w;
 static void cc_do_connect_hello_close(void *arg)
 {
 	(void)arg;
-	char d[512];
-	tw_conn_opts opts;
-	memset(&opts, 0, sizeof(opts));
-	tw_conn *c = NULL;
-	if (CC.t->ops->connect(CC.t, CC.l->ops->address(CC.l), &opts, &c, d, sizeof(d)) != TW_OK) {
-		fprintf(stderr, "not ok - connect: %s\n", d);
-		exit(1);
-	}
+	tw_conn *c = cc_connect_to(CC.l->ops->address(CC.l));
 	/* on the caller's stack: the transport must copy what it keeps */
 	char copy[sizeof(cc_hello)];
 	memcpy(copy, cc_hello, sizeof(copy));
-	tw_iov iov[2] = { { copy, 5 }, { copy + 5, sizeof(copy) - 6 } };
-	if (c->ops->write(c, iov, 2, TW_WRITE_OBJECT | TW_WRITE_HELLO, cc_on_write, &cc_hello_w) !=
-	    TW_OK) {
-		fprintf(stderr, "not ok - write: out of memory\n");
-		exit(1);
-	}
+	cc_write_hello(c, copy, sizeof(copy) - 1, &cc_hello_w);
 	c->ops->close(c);
 	memset(copy, 'x', sizeof(copy));
 }

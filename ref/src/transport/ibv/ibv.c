@@ -855,11 +855,8 @@ static void ib_notice_end(ib_conn *c)
 
 static void ib_finish_connect(ib_conn *c)
 {
-	int err = 0;
-	socklen_t len = sizeof(err);
-	if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-		err = errno;
-	if (err == EINPROGRESS || err == EALREADY)
+	int err = tw__tcp_connect_result(c->fd);
+	if (err == EINPROGRESS)
 		return;
 	if (err != 0) {
 		ib_fail_errno(c, "connect", err);

@@ -98,6 +98,15 @@ void tw__tcp_answer_address(int boot_fd, const char *advertised, char *out, size
 	tw__tcp_addr_format((struct sockaddr *)p6, out, out_len);
 }
 
+int tw__tcp_connect_result(int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (tw__sys_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		err = errno;
+	return err == EALREADY ? EINPROGRESS : err;
+}
+
 int tw__tcp_connect_start(const char *who, const char *address, const tw_conn_opts *opts,
                           char *peer, size_t peer_len, int *err_out, char *detail,
                           size_t detail_len)

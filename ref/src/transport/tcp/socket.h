@@ -43,6 +43,10 @@ void tw__tcp_answer_address(int boot_fd, const char *advertised, char *out, size
 int tw__tcp_connect_start(const char *who, const char *address, const tw_conn_opts *opts,
                           char *peer, size_t peer_len, int *err_out, char *detail,
                           size_t detail_len);
+/* How a non-blocking connect on fd went, once the socket is writable: 0
+ * connected, EINPROGRESS still going (EALREADY reads the same), or the
+ * connect's errno. */
+int tw__tcp_connect_result(int fd);
 
 /* Listens on `address` ("A.B.C.D:port", "[v6]:port") for transport `who`
  * ("tcp transport"): a tw_stream_listener (stream/listener.h) whose make

@@ -244,11 +244,8 @@ static void tcp_on_linger_poll(uv_poll_t *h, int status, int events)
 		return;
 	}
 	if (!c->connected) {
-		int err = 0;
-		socklen_t len = sizeof(err);
-		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-			err = errno;
-		if (err == EINPROGRESS || err == EALREADY)
+		int err = tw__tcp_connect_result(c->fd);
+		if (err == EINPROGRESS)
 			return;
 		if (err != 0) {
 			tcp_linger_end(c);
@@ -698,11 +695,8 @@ static void tcp_update_poll(tcp_conn *c)
 
 static void tcp_finish_connect(tcp_conn *c)
 {
-	int err = 0;
-	socklen_t len = sizeof(err);
-	if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-		err = errno;
-	if (err == EINPROGRESS || err == EALREADY)
+	int err = tw__tcp_connect_result(c->fd);
+	if (err == EINPROGRESS)
 		return;
 	if (err != 0) {
 		tcp_fail_errno(c, "connect", err);

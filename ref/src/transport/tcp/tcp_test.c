@@ -38,20 +38,8 @@ static cc_rec bound_w;
 static void do_connect_hello_close(void *arg)
 {
 	(void)arg;
-	char d[512];
-	tw_conn_opts opts;
-	memset(&opts, 0, sizeof(opts));
-	tw_conn *c = NULL;
-	if (CC.t->ops->connect(CC.t, full_address, &opts, &c, d, sizeof(d)) != TW_OK) {
-		fprintf(stderr, "not ok - connect: %s\n", d);
-		exit(1);
-	}
-	tw_iov iov = { "hello", 5 };
-	if (c->ops->write(c, &iov, 1, TW_WRITE_OBJECT | TW_WRITE_HELLO, cc_on_write, &bound_w) !=
-	    TW_OK) {
-		fprintf(stderr, "not ok - write: out of memory\n");
-		exit(1);
-	}
+	tw_conn *c = cc_connect_to(full_address);
+	cc_write_hello(c, "hello", 5, &bound_w);
 	c->ops->close(c);
 }
 
