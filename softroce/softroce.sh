@@ -12,8 +12,10 @@
 #            CMD runs in it
 #   guest    qemu-system-x86_64 exists: a QEMU guest (TCG) boots Debian's
 #            kernel (guest/build.sh, cached in DIR), mounts this host's root
-#            read-only over 9p, makes the layout's devices there and runs CMD
-#            in it; it has no network card, so nothing leaves it
+#            read-only over 9p (the working folder read-write, so that
+#            reports written there come back), makes the layout's devices
+#            there and runs CMD in it; it has no network card, so nothing
+#            leaves it
 # None works: exit 77 (CTest's SKIP) with the reason. TW_SOFTROCE_PATH
 # forces one (host, netns or guest).
 #
@@ -183,15 +185,23 @@ try_guest() {
   chmod +x "$run/guest.sh"
   say "path guest: rxe-guest, $(cat "$dir/guest/kernel.txt"), QEMU $accel, layout $layout"
   local to=${TW_SOFTROCE_TIMEOUT:-900}
+  # the working folder is shared read-write, so that reports CMD writes
+  # there (relative paths: --junit out/x.xml) reach this host; never "/"
+  local cwd_share=() cwd_arg=""
+  if [ "$PWD" != / ] && [[ $PWD != *[[:space:]]* ]]; then
+    cwd_share=(-virtfs "local,path=$PWD,mount_tag=cwd,security_model=none,multidevs=remap")
+    cwd_arg=" tw.cwd=$PWD"
+  fi
   set +e
   setpriv --pdeathsig KILL -- timeout -s KILL "$to" \
     setpriv --pdeathsig KILL -- qemu-system-x86_64 -accel "$accel" -cpu "$cpu" \
       -smp "${TW_SOFTROCE_SMP:-2}" -m "${TW_SOFTROCE_MEM:-2048}" \
       -nodefaults -no-user-config -nographic -serial stdio -no-reboot -nic none \
       -kernel "$dir/guest/vmlinux" -initrd "$dir/guest/initrd.cpio" \
-      -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init idle=poll tw.run=$run" \
+      -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init idle=poll tw.run=$run$cwd_arg" \
       -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
       -virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
+      "${cwd_share[@]}" \
       < /dev/null 2>&1 | tr -d '\r' | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g'
   local q=${PIPESTATUS[0]}
   set -e
