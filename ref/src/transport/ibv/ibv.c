@@ -726,6 +726,12 @@ static void ib_connect_qp(ib_conn *c)
 	tw__tcp_set_liveness(c->fd, c->opts.liveness_ms);
 }
 
+/* Whether this side reads the peer's record before sending its own. */
+static bool ib_reads_first(const ib_conn *c)
+{
+	return c->answers || c->await_peer;
+}
+
 /* Reads what is left of the peer's record: true once it is all in. */
 static bool ib_read_record(ib_conn *c)
 {
@@ -774,7 +780,7 @@ static void ib_end_await(ib_conn *c)
 
 static void ib_exchange(ib_conn *c)
 {
-	if ((c->answers || c->await_peer) && !ib_read_record(c))
+	if (ib_reads_first(c) && !ib_read_record(c))
 		return;
 	if (c->await_peer)
 		ib_end_await(c);
@@ -818,10 +824,10 @@ static void ib_update_poll(ib_conn *c)
 		return;
 	int want = 0;
 	if ((c->core.phase == TW_CONN_SETUP || c->lingering) && !c->qp_ready)
-		want = !c->sock_connected                                            ? UV_WRITABLE
-		       : (c->answers || c->await_peer) && c->in_done < IBV_RECORD_LEN ? UV_READABLE
-		       : c->out_done < IBV_RECORD_LEN                      ? UV_WRITABLE
-		                                                           : UV_READABLE;
+		want = !c->sock_connected                            ? UV_WRITABLE
+		       : ib_reads_first(c) && c->in_done < IBV_RECORD_LEN ? UV_READABLE
+		       : c->out_done < IBV_RECORD_LEN                  ? UV_WRITABLE
+		                                                       : UV_READABLE;
 	else if (c->core.phase == TW_CONN_OPEN && !c->peer_gone)
 		want = UV_READABLE; /* only the end can come this way */
 	tw__conn_poll(&c->core, &c->poll, &c->poll_events, want, ib_on_poll);
@@ -1179,6 +1185,24 @@ typedef struct ib_opts {
 	bool fork_safe;
 } ib_opts;
 
+/* A decimal environment variable up to max into *out (left as it is when
+ * unset or empty); TW_ERR_INVAL with a detail naming it otherwise. */
+static tw_status_t ib_env_u64(const char *name, uint64_t max, const char *what, uint64_t *out,
+                              char *detail, size_t detail_len)
+{
+	const char *e = getenv(name);
+	if (!e || !*e)
+		return TW_OK;
+	char *end = NULL;
+	unsigned long long v = strtoull(e, &end, 10);
+	if (*end || v > max) {
+		tw__detail(detail, detail_len, IBV_WHO ": %s='%s' is not %s", name, e, what);
+		return TW_ERR_INVAL;
+	}
+	*out = v;
+	return TW_OK;
+}
+
 /* Options, then the environment where an option was not given. */
 static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detail,
                                     size_t detail_len)
@@ -1198,31 +1222,14 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	const char *e = getenv("TW_IB_HCA");
 	if (e)
 		snprintf(o->hca, sizeof(o->hca), "%s", e);
-	e = getenv("TW_IB_GID_INDEX");
-	if (e && *e) {
-		char *end = NULL;
-		unsigned long v = strtoul(e, &end, 10);
-		if (*end || v > 65535) {
-			tw__detail(detail, detail_len,
-			           IBV_WHO ": TW_IB_GID_INDEX='%s' is not a GID index (0 to 65535)", e);
-			return TW_ERR_INVAL;
-		}
-		o->gid_index = v;
-	}
+	if (ib_env_u64("TW_IB_GID_INDEX", 65535, "a GID index (0 to 65535)", &o->gid_index,
+	               detail, detail_len) != TW_OK ||
+	    ib_env_u64("TW_IB_ANSWER_WAIT_MS", 60000, "a wait (0 to 60000 ms)", &o->answer_wait_ms,
+	               detail, detail_len) != TW_OK)
+		return TW_ERR_INVAL;
 	e = getenv("TW_IB_FORK_SAFE");
 	if (e && !strcmp(e, "0"))
 		o->fork_safe = false;
-	e = getenv("TW_IB_ANSWER_WAIT_MS");
-	if (e && *e) {
-		char *end = NULL;
-		unsigned long long v = strtoull(e, &end, 10);
-		if (*end || v > 60000) {
-			tw__detail(detail, detail_len,
-			           IBV_WHO ": TW_IB_ANSWER_WAIT_MS='%s' is not a wait (0 to 60000 ms)", e);
-			return TW_ERR_INVAL;
-		}
-		o->answer_wait_ms = v;
-	}
 	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
 	                         detail, detail_len);
 }

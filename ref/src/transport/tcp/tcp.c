@@ -309,7 +309,7 @@ static bool tcp_linger_start(tcp_conn *c)
 static void tcp_conn_close(tw_conn *base)
 {
 	tcp_conn *c = (tcp_conn *)base;
-	bool linger = c->core.phase != TW_CONN_CLOSED && tcp_linger_take(c);
+	bool linger = tcp_linger_take(c); /* only while SETUP or OPEN */
 	if (!tw__conn_close_ops(&c->core))
 		return;
 	if (linger && tcp_linger_start(c))
