@@ -892,6 +892,245 @@ static twc_outcome_t run_listener_out_of_fds(const twc_case *c, twc_case_env *en
 	return from_session(&s, env, rc);
 }
 
+/* TcpExt ListenOverflows of this network namespace (the adapters listen on
+ * loopback here): connections the kernel dropped from a full listen queue,
+ * each costing its client a SYN retransmission (1 s or more). -1 when the
+ * counter cannot be read. */
+static long long listen_overflows(void)
+{
+	FILE *f = fopen("/proc/net/netstat", "r");
+	if (!f)
+		return -1;
+	static char names[8192], values[8192];
+	long long v = -1;
+	while (v < 0 && fgets(names, sizeof(names), f) && fgets(values, sizeof(values), f)) {
+		if (strncmp(names, "TcpExt:", 7) != 0)
+			continue;
+		char *sn, *sv;
+		char *n = strtok_r(names, " \n", &sn), *x = strtok_r(values, " \n", &sv);
+		for (; n && x; n = strtok_r(NULL, " \n", &sn), x = strtok_r(NULL, " \n", &sv))
+			if (strcmp(n, "ListenOverflows") == 0)
+				v = atoll(x);
+	}
+	fclose(f);
+	return v;
+}
+
+/* Message i of the storm: its metadata length (1 + i) names the client pipe
+ * it came from, whichever accepted pipe it arrives on. */
+static int shape_storm(int i, twc_agent_msg *m)
+{
+	if (parts(m, 1, 0))
+		return -1;
+	m->metadata.len = 1 + (uint64_t)i;
+	m->payloads[0].data.len = 64;
+	return 0;
+}
+
+/* Pumps the adapters until every event of ids[0..n) has arrived on `a` or
+ * the deadline passes; returns how many arrived. */
+static int await_events(twc_adapter *a, const json_int_t *ids, int n, long long deadline)
+{
+	for (;;) {
+		int seen = 0;
+		for (int i = 0; i < n; i++)
+			seen += ids[i] >= 0 && twc_adapter_events_seen(a, ids[i]) > 0;
+		if (seen == n || twc_now_ms() >= deadline)
+			return seen;
+		twc_adapter_pump(50);
+	}
+}
+
+enum { STORM = 200, STORM_MS = 60000, PROMPT_MS = 1000 };
+
+/* Waits for the storm's accepts until all have arrived, the deadline
+ * passes, or every client write has ended (succeeded or failed) and no
+ * accept came for 2 s (the rest are lost: their clients gave up). Returns
+ * the accepts seen. */
+static int await_storm(twc_session *s, const json_int_t *acc, const json_int_t *wr,
+                       long long deadline)
+{
+	int last = -1;
+	long long since = twc_now_ms();
+	for (;;) {
+		int accepted = 0, ended = 0;
+		for (int i = 0; i < STORM; i++) {
+			accepted += twc_adapter_events_seen(s->server, acc[i]) > 0;
+			ended += wr[i] >= 0 && twc_adapter_events_seen(s->client, wr[i]) > 0;
+		}
+		long long now = twc_now_ms();
+		if (accepted != last)
+			last = accepted, since = now;
+		if (accepted == STORM || now >= deadline || (ended == STORM && now - since >= 2000))
+			return accepted;
+		twc_adapter_pump(20);
+	}
+}
+
+/* "(5.8.f) A listener MUST NOT lose a pipe to a burst of clients." STORM
+ * client pipes are connected at once (every connect request is sent before
+ * the first answer is read, and each pipe's write is queued before its
+ * handshake can have completed) while the server has STORM accepts armed.
+ * Every pipe must be accepted and deliver its message intact; a pipe whose
+ * accept never comes, whose write fails or whose message does not arrive
+ * within STORM_MS is lost. The listen-queue overflows seen meanwhile are
+ * printed (a figure, not a verdict: each costs a client a SYN
+ * retransmission, not its pipe). With arg "prompt" (5.8.f's SHOULD) the
+ * accepts must also all arrive within PROMPT_MS of the first connect, that
+ * is before the kernel's first SYN retransmission (1 s). */
+static twc_outcome_t run_connect_storm(const twc_case *c, twc_case_env *env)
+{
+	twc_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	json_int_t *acc = malloc(STORM * sizeof(*acc)), *wr = malloc(STORM * sizeof(*wr));
+	json_int_t *req = malloc(STORM * sizeof(*req));
+	json_int_t *rd = malloc(STORM * sizeof(*rd)), *rdd = malloc(STORM * sizeof(*rdd));
+	char(*spipe)[64] = calloc(STORM, sizeof(*spipe));
+	twc_agent_msg *msgs = calloc(STORM, sizeof(*msgs));
+	bool *got = calloc(STORM, sizeof(*got));
+	if (!acc || !wr || !req || !rd || !rdd || !spipe || !msgs || !got)
+		rc = rc ? rc : twc_session_fail(&s, "harness: out of memory");
+	for (int i = 0; i < STORM && acc && wr && req && rd && rdd; i++)
+		acc[i] = wr[i] = req[i] = rd[i] = rdd[i] = -1;
+	for (int i = 0; rc == 0 && i < STORM; i++) {
+		if (shape_storm(i, &msgs[i]))
+			rc = twc_session_fail(&s, "harness: out of memory");
+		twc_msg_assign_seeds(&msgs[i], 15000000 + (uint64_t)i * 10);
+	}
+	for (int i = 0; rc == 0 && i < STORM; i++) {
+		acc[i] = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "accept",
+		                                                "listener", s.lid));
+		rc = acc[i] < 0 ? -1 : 0;
+	}
+	long long ov0 = listen_overflows(), t0 = twc_now_ms();
+	char err[512];
+	for (int i = 0; rc == 0 && i < STORM; i++) {
+		req[i] = twc_adapter_send(s.client, json_pack("{s:s,s:s}", "cmd", "connect", "url",
+		                                             s.url), err, sizeof(err));
+		if (req[i] < 0)
+			rc = twc_session_fail(&s, "connect %d: %s", i, err);
+	}
+	for (int i = 0; rc == 0 && i < STORM; i++) {
+		json_t *r = twc_adapter_response(s.client, req[i], s.wait_ms, err, sizeof(err));
+		const char *p = json_string_value(json_object_get(r, "pipe"));
+		if (!r || !json_is_true(json_object_get(r, "ok")) || !p)
+			rc = twc_session_fail(&s, "connect %d was refused at once: %s", i,
+			                     r ? twc_event_error_text(r) : err);
+		else
+			wr[i] = twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
+			                                               "pipe", p, "message",
+			                                               twc_msg_json(&msgs[i])));
+		rc = rc || wr[i] < 0 ? -1 : 0;
+		json_decref(r);
+	}
+	long long deadline = t0 + STORM_MS;
+	bool prompt = c->arg && !strcmp(c->arg, "prompt");
+	int accepted = rc ? 0 : await_storm(&s, acc, wr, prompt ? t0 + PROMPT_MS : deadline);
+	long long t_acc = twc_now_ms() - t0;
+	if (rc == 0 && prompt && accepted < STORM)
+		rc = twc_session_fail(&s, "the server had accepted %d of %d client pipes connected at "
+		                         "once %lld ms after the first connect: the others wait for a "
+		                         "SYN retransmission at best (listen-queue overflows "
+		                         "meanwhile: %lld)",
+		                     accepted, STORM, t_acc, ov0 >= 0 ? listen_overflows() - ov0 : -1);
+	/* every accepted pipe: which client it is, and its message intact */
+	int delivered = 0, lost_writes = 0;
+	char first_loss[1024] = "";
+	for (int j = 0; rc == 0 && j < STORM; j++) {
+		json_t *ev = NULL;
+		if (!twc_adapter_events_seen(s.server, acc[j]))
+			continue;
+		if (twc_session_event(&s, s.server, acc[j], "accept", &ev))
+			break;
+		const char *p = json_string_value(json_object_get(ev, "pipe"));
+		if (json_is_true(json_object_get(ev, "ok")) && p) {
+			snprintf(spipe[j], sizeof(spipe[j]), "%s", p);
+			rd[j] = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+			                                               "read_descriptor", "pipe", p));
+			rc = rd[j] < 0 ? -1 : 0;
+		} else if (!first_loss[0]) {
+			snprintf(first_loss, sizeof(first_loss), "an accept failed: %s (%s)",
+			         twc_event_error_text(ev), twc_event_error_kind(ev) ?: "?");
+		}
+		json_decref(ev);
+	}
+	if (rc == 0)
+		(void)await_events(s.server, rd, STORM, deadline);
+	for (int j = 0; rc == 0 && j < STORM; j++) {
+		json_t *ev = NULL;
+		char why[1024];
+		if (rd[j] < 0 || !twc_adapter_events_seen(s.server, rd[j]))
+			continue;
+		if (twc_session_event(&s, s.server, rd[j], "read_descriptor", &ev))
+			break;
+		const json_t *md = json_object_get(json_object_get(ev, "descriptor"), "metadata");
+		json_int_t i = json_integer_value(json_object_get(md, "len")) - 1;
+		if (!json_is_true(json_object_get(ev, "ok"))) {
+			if (!first_loss[0])
+				snprintf(first_loss, sizeof(first_loss), "an accepted pipe's read_descriptor "
+				         "failed: %s (%s)", twc_event_error_text(ev),
+				         twc_event_error_kind(ev) ?: "?");
+		} else if (i < 0 || i >= STORM || got[i]) {
+			rc = twc_session_fail(&s, "an accepted pipe carried metadata of length %" JSON_INTEGER_FORMAT
+			                     ": no client (or a second pipe of one) sent it", i + 1);
+		} else if (twc_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
+		                                    sizeof(why))) {
+			rc = twc_session_fail(&s, "client pipe %" JSON_INTEGER_FORMAT ": %s", i, why);
+		} else {
+			json_t *rv = NULL;
+			rdd[j] = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read",
+			                                                "pipe", spipe[j]));
+			rc = rdd[j] < 0 || twc_session_ok_event(&s, s.server, rdd[j], "read", &rv) ? -1 : 0;
+			if (rc == 0 && twc_msg_check_read(&msgs[i], rv, why, sizeof(why)))
+				rc = twc_session_fail(&s, "client pipe %" JSON_INTEGER_FORMAT ": %s", i, why);
+			json_decref(rv);
+			got[i] = rc == 0;
+			delivered += rc == 0;
+		}
+		json_decref(ev);
+	}
+	for (int i = 0; rc == 0 && i < STORM; i++) {
+		json_t *ev = NULL;
+		if (!twc_adapter_events_seen(s.client, wr[i]) && got[i])
+			(void)await_events(s.client, &wr[i], 1, twc_now_ms() + s.wait_ms);
+		if (!twc_adapter_events_seen(s.client, wr[i])) {
+			lost_writes++;
+			continue;
+		}
+		if (twc_session_event(&s, s.client, wr[i], "write", &ev))
+			break;
+		if (!json_is_true(json_object_get(ev, "ok"))) {
+			lost_writes++;
+			if (!first_loss[0])
+				snprintf(first_loss, sizeof(first_loss), "client pipe %d's write failed: %s "
+				         "(%s)", i, twc_event_error_text(ev), twc_event_error_kind(ev) ?: "?");
+		}
+		json_decref(ev);
+	}
+	long long ov1 = listen_overflows();
+	if (rc == 0) {
+		printf("# %d client pipes at once: %d accepted in %lld ms, %d delivered their message, "
+		       "%d writes failed or pending; listen-queue overflows meanwhile: ",
+		       STORM, accepted, t_acc, delivered, lost_writes);
+		if (ov0 >= 0 && ov1 >= 0)
+			printf("%lld\n", ov1 - ov0);
+		else
+			printf("unknown (/proc/net/netstat unreadable)\n");
+	}
+	if (rc == 0 && (delivered != STORM || lost_writes))
+		rc = twc_session_fail(&s, "%d of %d pipes connected at once were lost (%d accepted, %d "
+		                         "delivered their message, %d writes failed or pending after %d "
+		                         "ms)%s%s",
+		                     STORM - delivered, STORM, accepted, delivered, lost_writes,
+		                     STORM_MS, first_loss[0] ? "; first: " : "", first_loss);
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	for (int i = 0; msgs && i < STORM; i++)
+		twc_msg_clear(&msgs[i]);
+	free(got), free(msgs), free(spipe), free(acc), free(wr), free(req), free(rd), free(rdd);
+	return from_session(&s, env, rc);
+}
+
 /* ---- declarations ---------------------------------------------------------------------- */
 
 static const twc_case cases[] = {
@@ -1006,6 +1245,21 @@ static const twc_case cases[] = {
 	                "descriptor SHOULD refuse it promptly [...] and MUST keep serving the pipes "
 	                "it has and accept again once descriptors are free.",
 	 .timeout_s = 120, .run = run_listener_out_of_fds, .cross = true},
+	{.id = "semantic.connect_storm", .suite = "semantic",
+	 .section = "wire.md 5.8 (5.8.f)", .level = TWC_MUST, .needs = "",
+	 .description = "200 client pipes connect at once, each with a write queued before its "
+	                "handshake: all are accepted and every message arrives intact",
+	 .requirement = "(5.8.f) A listener MUST NOT lose a pipe to a burst of clients connecting "
+	                "at once: each gets a working pipe, late at worst.",
+	 .timeout_s = 180, .run = run_connect_storm, .cross = true},
+	{.id = "semantic.connect_storm_prompt", .suite = "semantic",
+	 .section = "wire.md 5.8 (5.8.f)", .level = TWC_SHOULD, .needs = "",
+	 .description = "200 client pipes connect at once: all are accepted within 1 s, before any "
+	                "client needs a SYN retransmission",
+	 .requirement = "(5.8.f) It SHOULD take connections as fast as they arrive [...] and ask for "
+	                "a backlog as large as the system allows, since each connection the kernel "
+	                "drops from a full queue costs its client a SYN retransmission (1 s or more).",
+	 .timeout_s = 180, .run = run_connect_storm, .cross = true, .arg = "prompt"},
 	{.id = "semantic.channel_priority", .suite = "semantic", .section = "wire.md 3.5 (3.5.a)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "with channels basic (0) and basic_hi (10) on both ends, basic_hi is chosen",

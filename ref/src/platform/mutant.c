@@ -35,6 +35,7 @@ static const char *const tw__mutants[] = {
 	"ibv_record_unchecked",
 	"ibv_srq_assumed",
 	"ibv_writes_unsplit",
+	"listen_backlog_small",
 	"listener_dies_on_bad_hello",
 	"metadata_truncated_at_nul",
 	"operation_timeout_ignored",

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "platform/error.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 #define TW_ACCEPTOR_LABEL_MAX 128
@@ -170,7 +171,7 @@ tw_status_t tw__acceptor_open(tw_loop *loop, const char *who, const char *label,
 		           tw__strerror(errno, eb, sizeof(eb)));
 		goto err_fd;
 	}
-	if (tw__sys_listen(fd, TW_ACCEPT_BACKLOG) != 0) {
+	if (tw__sys_listen(fd, TW_MUTANT("listen_backlog_small") ? 8 : TW_ACCEPT_BACKLOG) != 0) {
 		tw__detail(detail, detail_len, "%s: listen on %s: %s", who, label,
 		           tw__strerror(errno, eb, sizeof(eb)));
 		goto err_fd;
