@@ -3,6 +3,7 @@
  */
 #include "platform/loop.h"
 
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -32,7 +33,7 @@ static void tw__loop_run_deferred(tw_loop *l)
 
 static void tw__loop_check(tw_loop *l)
 {
-	if (l->def_head == NULL && l->idle_active) {
+	if (l->def_head == NULL && !l->posted_here && l->idle_active) {
 		uv_idle_stop(&l->idle);
 		l->idle_active = false;
 	}
@@ -40,16 +41,11 @@ static void tw__loop_check(tw_loop *l)
 		l->idle_check(l->idle_check_arg);
 }
 
-static void tw__loop_on_idle(uv_idle_t *h)
+/* Runs the posted queue until it is empty (work posted by what runs here
+ * is taken in the same pass, after what was posted before it). */
+static void tw__loop_run_posted(tw_loop *l)
 {
-	tw_loop *l = h->data;
-	tw__loop_run_deferred(l);
-	tw__loop_check(l);
-}
-
-static void tw__loop_on_async(uv_async_t *h)
-{
-	tw_loop *l = h->data;
+	l->posted_here = false;
 	for (;;) {
 		pthread_mutex_lock(&l->mu);
 		tw_deferred *d = l->posted_head;
@@ -64,7 +60,38 @@ static void tw__loop_on_async(uv_async_t *h)
 			d = next;
 		}
 	}
+}
+
+static void tw__loop_on_idle(uv_idle_t *h)
+{
+	tw_loop *l = h->data;
+	if (l->posted_here)
+		tw__loop_run_posted(l);
+	tw__loop_run_deferred(l);
 	tw__loop_check(l);
+}
+
+static void tw__loop_on_async(uv_async_t *h)
+{
+	tw_loop *l = h->data;
+	tw__loop_run_posted(l);
+	tw__loop_check(l);
+}
+
+/* Forks this process has made since the library was loaded (a child sees
+ * its parent's count plus one): asked on every post, where getpid(2)
+ * would be a system call each time. */
+static atomic_uint fork_generation;
+static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
+
+static void tw__loop_on_fork_child(void)
+{
+	atomic_fetch_add(&fork_generation, 1);
+}
+
+static void tw__loop_watch_forks(void)
+{
+	(void)pthread_atfork(NULL, NULL, tw__loop_on_fork_child);
 }
 
 /* The loop this thread runs, if any. */
@@ -103,6 +130,8 @@ tw_status_t tw__loop_start(tw_loop *l, void (*idle_check)(void *), void *arg, ch
 	l->accepting = true;
 	l->idle_check = idle_check;
 	l->idle_check_arg = arg;
+	(void)pthread_once(&fork_watch, tw__loop_watch_forks);
+	l->fork_generation = atomic_load(&fork_generation);
 	l->pid = getpid();
 	rc = pthread_create(&l->thread, NULL, tw__loop_thread, l);
 	if (rc != 0) {
@@ -123,13 +152,14 @@ err_loop:
 
 bool tw__loop_forked(const tw_loop *l)
 {
-	return l->pid != 0 && getpid() != l->pid;
+	return l->pid != 0 && atomic_load(&fork_generation) != l->fork_generation;
 }
 
 bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 {
 	if (tw__loop_forked(l))
 		return false;
+	bool here = tw__loop_on_thread(l);
 	d->next = NULL;
 	d->fn = fn;
 	d->arg = arg;
@@ -144,9 +174,21 @@ bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 		l->posted_head = d;
 	l->posted_tail = d;
 	/* uv_async_send is async-signal-safe and thread-safe; calling it under
-	 * the lock keeps the handle alive (finish closes it under the lock). */
-	uv_async_send(&l->async);
+	 * the lock keeps the handle alive (finish closes it under the lock).
+	 * The loop thread itself needs no wake-up (an eventfd write, then an
+	 * epoll_wait and a read to take it): its idle handle makes the loop
+	 * take the queue on its next pass without sleeping. One queue either
+	 * way, so work runs in the order it was posted, whoever posted it. */
+	if (!here)
+		uv_async_send(&l->async);
 	pthread_mutex_unlock(&l->mu);
+	if (here) {
+		l->posted_here = true;
+		if (!l->idle_active) {
+			uv_idle_start(&l->idle, tw__loop_on_idle);
+			l->idle_active = true;
+		}
+	}
 	return true;
 }
 

@@ -3,8 +3,10 @@
  * queues every other part of the library relies on:
  *
  *   - posted work (tw__loop_post): any thread hands a function to the loop
- *     thread; a locked queue drained after a uv_async wake-up. This is how
- *     public API calls are marshalled onto the loop.
+ *     thread; a locked queue drained after a uv_async wake-up (or, when the
+ *     loop thread posts, on the loop's next pass through its idle handle,
+ *     without a wake-up). This is how public API calls are marshalled onto
+ *     the loop.
  *   - deferred work (tw__loop_defer): loop-thread only; the function runs in
  *     a later pass of the loop, never inside the caller's stack. This is how
  *     every callback (ours to the application, and transports/channels to the
@@ -46,10 +48,12 @@ typedef struct tw_loop {
 	tw_deferred *def_head;      /* loop thread only */
 	tw_deferred *def_tail;
 	bool idle_active;
+	bool posted_here;           /* loop thread: it posted work since the queue was last run */
 	bool finishing;
 	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
 	void *idle_check_arg;
 	pid_t pid; /* the process whose thread runs the loop */
+	unsigned fork_generation; /* tw__loop_forked: the process's forks seen at start */
 } tw_loop;
 
 /* Initialises the loop and starts its thread. */
@@ -71,7 +75,9 @@ void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
 
 /* True on the loop's own thread. */
 bool tw__loop_on_thread(tw_loop *l);
-/* True in a forked child of the process that started the loop. */
+/* True in a forked child of the process that started the loop (a child
+ * made by fork(2) through libc, whose pthread_atfork handlers run; no
+ * system call is made, so every post can ask). */
 bool tw__loop_forked(const tw_loop *l);
 
 /* Loop thread: if no posted or deferred work is waiting, stops accepting
