@@ -32,15 +32,22 @@ struct Config {
   std::string transport;  // "uv", "shm" or "ibv"
   std::string channel;    // "basic", "cma" or "mpt"
   int lanes = 2;          // mpt only
+  bool target = false;    // "-td": every tensor names its target device (cpu:0)
 };
 
 Config parseSystem(const char* system) {
   std::string s(system);
+  Config c;
+  // "-td": the sender names each tensor's target device, so the receiver
+  // sends no DescriptorReply and the tensor leaves with its Descriptor
+  if (s.size() > 3 && s.compare(s.size() - 3, 3, "-td") == 0) {
+    c.target = true;
+    s.resize(s.size() - 3);
+  }
   auto dash = s.find('-');
   if (dash == std::string::npos)
     twb_die(2, "unknown --system '%s' (uv-basic, shm-basic, shm-cma, uv-mpt, ibv-basic)",
             system);
-  Config c;
   c.transport = s.substr(0, dash);
   c.channel = s.substr(dash + 1);
   if ((c.transport != "uv" && c.transport != "shm" && c.transport != "ibv") ||
@@ -114,6 +121,7 @@ struct Done {
 
 struct Server {
   const twb_args* a = nullptr;
+  bool target = false;  // Config::target
   std::shared_ptr<tp::Pipe> pipe;
   unsigned char* buf = nullptr;  // reused policy
   uint64_t total = 0;
@@ -155,6 +163,8 @@ struct Server {
         m.tensors.resize(1);
         m.tensors[0].buffer = tp::CpuBuffer{b};
         m.tensors[0].length = len;
+        if (target)
+          m.tensors[0].targetDevice = tp::Device{tp::kCpuDeviceType, 0};
         pipe->write(std::move(m), [this, b](const tp::Error& werr) {
           if (b != buf)
             free(b);
@@ -173,6 +183,7 @@ struct Server {
 int runServer(const twb_args& a, const Config& c) {
   Server s;
   s.a = &a;
+  s.target = c.target;
   s.total = twb_schedule_total(&a.sched);
   if (a.policy == TWB_POLICY_REUSED)
     s.buf = static_cast<unsigned char*>(twb_alloc_prefaulted(twb_schedule_max(&a.sched)));
@@ -202,6 +213,7 @@ int runServer(const twb_args& a, const Config& c) {
 // ---- client ---------------------------------------------------------------
 
 struct Client {
+  bool target = false;  // Config::target
   const twb_args* a = nullptr;
   std::shared_ptr<tp::Pipe> pipe;
   twb_results res;
@@ -248,6 +260,8 @@ struct Client {
     m.tensors.resize(1);
     m.tensors[0].buffer = tp::CpuBuffer{sbuf};
     m.tensors[0].length = len;
+    if (target)
+      m.tensors[0].targetDevice = tp::Device{tp::kCpuDeviceType, 0};
     t0 = twb_now_ns();
     pipe->write(std::move(m), [this](const tp::Error& err) {
       if (err) {
@@ -269,6 +283,7 @@ struct Client {
 int runClient(const twb_args& a, const Config& c) {
   Client cl;
   cl.a = &a;
+  cl.target = c.target;
   uint64_t max = twb_schedule_max(&a.sched);
   cl.sbuf = static_cast<unsigned char*>(twb_alloc_prefaulted(max));
   if (a.policy == TWB_POLICY_REUSED)
@@ -284,8 +299,9 @@ int runClient(const twb_args& a, const Config& c) {
   if (!err.empty())
     twb_die(1, "%s", err.c_str());
   std::string info = "stock TensorPipe " + c.transport + "+" + c.channel +
-                     ", one CPU tensor per message, callback-chained; t1 in the client's "
-                     "read callback";
+                     ", one CPU tensor per message" +
+                     (c.target ? " naming its target device (no DescriptorReply)" : "") +
+                     ", callback-chained; t1 in the client's read callback";
   twb_results_write(&cl.res, &a, info.c_str());
   twb_results_free(&cl.res);
   free(cl.sbuf);

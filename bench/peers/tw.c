@@ -56,14 +56,33 @@ static void twd_check(tw_status_t st, const char *what)
 		twb_die(1, "%s: %s: %s", what, tw_status_name(st), tw_last_error());
 }
 
+/* The sender names each tensor's target device (cpu:0), so the receiver
+ * sends no DescriptorReply and the tensor leaves right behind its
+ * Descriptor (spec 3.11). */
+static bool twd_target;
+
+static void twd_tensor(tw_tensor *t, void *data, uint64_t len)
+{
+	memset(t, 0, sizeof(*t));
+	t->data = data;
+	t->length = len;
+	t->source_device = tw_device_cpu();
+	t->has_target_device = twd_target;
+	t->target_device = tw_device_cpu();
+}
+
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
-	/* "<transport>-<channel>[-spin]": -spin asks shm to busy-poll for
-	 * 100 ms after the last activity (option busy_poll_us), as stock spins */
+	/* "<transport>-<channel>[-spin][-td]": -spin asks shm to busy-poll for
+	 * 100 ms after the last activity (option busy_poll_us), as stock spins;
+	 * -td: every tensor names its target device (twd_target) */
 	char sys[64], channel[32];
 	snprintf(sys, sizeof(sys), "%s", a->system);
 	size_t sl = strlen(sys);
+	twd_target = sl > 3 && !strcmp(sys + sl - 3, "-td");
+	if (twd_target)
+		sys[sl -= 3] = '\0';
 	bool spin = sl > 5 && !strcmp(sys + sl - 5, "-spin");
 	if (spin)
 		sys[sl - 5] = '\0';
@@ -138,10 +157,7 @@ static void twd_server_read(tw_pipe *pipe, tw_status_t st, const char *detail, v
 	}
 	s->received++;
 	twb_fault_apply(e->b, e->len);
-	memset(&t, 0, sizeof(t));
-	t.data = e->b;
-	t.length = e->len;
-	t.source_device = tw_device_cpu();
+	twd_tensor(&t, e->b, e->len);
 	memset(&m, 0, sizeof(m));
 	m.num_tensors = 1;
 	m.tensors = &t;
@@ -344,10 +360,7 @@ static void twd_client_round(struct twd_client *c)
 		twd_finish(&c->done, "client tw_pipe_read_descriptor", st, tw_last_error());
 		return;
 	}
-	memset(&t, 0, sizeof(t));
-	t.data = c->sbuf;
-	t.length = len;
-	t.source_device = tw_device_cpu();
+	twd_tensor(&t, c->sbuf, len);
 	memset(&m, 0, sizeof(m));
 	m.num_tensors = 1;
 	m.tensors = &t;
@@ -381,8 +394,9 @@ static int twd_client_run(const twb_args *a)
 	twd_close(ctx);
 	if (c.done.error[0])
 		twb_die(1, "%s", c.done.error);
-	snprintf(info, sizeof(info), "tensorwire %s, one CPU tensor per message, callback-chained; "
-	         "t1 in the client's read callback", a->system);
+	snprintf(info, sizeof(info), "tensorwire %s, one CPU tensor per message%s, callback-chained; "
+	         "t1 in the client's read callback", a->system,
+	         twd_target ? " naming its target device (no DescriptorReply)" : "");
 	twb_results_write(&c.res, a, info);
 	twb_results_free(&c.res);
 	free(c.sbuf);
