@@ -223,6 +223,10 @@ static void tw__shm_reactor_on_spin(uv_idle_t *h)
 		r->last_ns = now;
 	} else if (now - r->last_ns > r->busy_ns) {
 		tw__shm_reactor_unspin(r);
+	} else {
+		/* nothing this pass: let another thread of this CPU run first (the
+		 * peer may share it; tw__loop_on_idle does the same) */
+		sched_yield();
 	}
 }
 
