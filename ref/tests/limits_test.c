@@ -138,7 +138,9 @@ static void test_options(void)
 	expect_refused("uv", "max_packet=10", "option 'max_packet=10': must be a number from 64");
 	expect_refused("uv", "max_frame=99999999999999999999", "must be a number");
 	expect_refused("uv", "bogus=1", "tcp transport: unknown option 'bogus=1' (it takes: "
-	                                "max_frame, max_packet)");
+	                                "max_frame, max_packet, busy_poll_us)");
+	expect_refused("uv", "busy_poll_us=20000000",
+	               "tcp transport: option 'busy_poll_us=20000000': must be a number from 0");
 	expect_refused("uv", "max_frame", "expected key=value, got 'max_frame'");
 	expect_refused("uv", "max_object_bytes=0", "option 'max_object_bytes=0'");
 	expect_refused("basic", "x=1", "basic channel: unknown option 'x=1' (it takes: none)");

@@ -3,6 +3,7 @@
  */
 #include "platform/loop.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,12 +18,20 @@ struct tw_sync_call {
 	bool done;
 };
 
+/* Set by any thread (a transport's options), read by the loop thread. */
+static uint64_t tw__loop_spin_ns(const tw_loop *l)
+{
+	return __atomic_load_n(&l->spin_ns, __ATOMIC_RELAXED);
+}
+
 static void tw__loop_run_deferred(tw_loop *l)
 {
 	/* Run only what was queued before this pass: work deferred by these
 	 * functions runs in the next pass, so nothing can starve the loop. */
 	tw_deferred *d = l->def_head;
 	l->def_head = l->def_tail = NULL;
+	if (d && tw__loop_spin_ns(l))
+		l->last_work_ns = uv_hrtime();
 	while (d) {
 		tw_deferred *next = d->next;
 		d->next = NULL;
@@ -31,11 +40,18 @@ static void tw__loop_run_deferred(tw_loop *l)
 	}
 }
 
+static void tw__loop_on_idle(uv_idle_t *h);
+
 static void tw__loop_check(tw_loop *l)
 {
-	if (l->def_head == NULL && !l->posted_here && l->idle_active) {
+	uint64_t spin_ns = tw__loop_spin_ns(l);
+	bool spin = spin_ns && !l->finishing && uv_hrtime() - l->last_work_ns < spin_ns;
+	if (l->def_head == NULL && !l->posted_here && !spin && l->idle_active) {
 		uv_idle_stop(&l->idle);
 		l->idle_active = false;
+	} else if (spin && !l->idle_active) {
+		uv_idle_start(&l->idle, tw__loop_on_idle);
+		l->idle_active = true;
 	}
 	if (!l->finishing && l->idle_check)
 		l->idle_check(l->idle_check_arg);
@@ -53,6 +69,8 @@ static void tw__loop_run_posted(tw_loop *l)
 		pthread_mutex_unlock(&l->mu);
 		if (!d)
 			break;
+		if (tw__loop_spin_ns(l))
+			l->last_work_ns = uv_hrtime();
 		while (d) {
 			tw_deferred *next = d->next;
 			d->next = NULL;
@@ -65,10 +83,17 @@ static void tw__loop_run_posted(tw_loop *l)
 static void tw__loop_on_idle(uv_idle_t *h)
 {
 	tw_loop *l = h->data;
+	bool work = l->posted_here || l->def_head;
 	if (l->posted_here)
 		tw__loop_run_posted(l);
 	tw__loop_run_deferred(l);
 	tw__loop_check(l);
+	/* A pass of busy polling that found nothing to do lets another thread
+	 * of this CPU run first (the peer we wait for may share it: without
+	 * this, two polling peers pinned to one CPU hand over once per
+	 * scheduler tick, milliseconds per message). */
+	if (!work && l->idle_active)
+		sched_yield();
 }
 
 static void tw__loop_on_async(uv_async_t *h)
@@ -231,6 +256,15 @@ void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 	if (!l->idle_active) {
 		uv_idle_start(&l->idle, tw__loop_on_idle);
 		l->idle_active = true;
+	}
+}
+
+void tw__loop_set_spin(tw_loop *l, uint64_t us)
+{
+	uint64_t want = us * 1000, have = tw__loop_spin_ns(l);
+	while (want > have &&
+	       !__atomic_compare_exchange_n(&l->spin_ns, &have, want, false, __ATOMIC_RELAXED,
+	                                    __ATOMIC_RELAXED)) {
 	}
 }
 

@@ -49,6 +49,8 @@ typedef struct tw_loop {
 	tw_deferred *def_tail;
 	bool idle_active;
 	bool posted_here;           /* loop thread: it posted work since the queue was last run */
+	uint64_t spin_ns;           /* busy polling after work (0: off); atomic: set by any thread */
+	uint64_t last_work_ns;      /* loop thread: uv_hrtime() when work last ran */
 	bool finishing;
 	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
 	void *idle_check_arg;
@@ -72,6 +74,13 @@ TW_NODISCARD bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg);
 
 /* Loop thread: runs fn(arg) in a later pass of the loop. */
 void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
+
+/* Any thread: after any posted or deferred work has run, the loop keeps
+ * polling (epoll_wait with no timeout, through its idle handle) for `us`
+ * microseconds instead of sleeping, so that what arrives meanwhile is taken
+ * without a wake-up; the longest bound asked for wins. It costs that thread's
+ * CPU while it polls: opt-in (option busy_poll_us of the uv transport). */
+void tw__loop_set_spin(tw_loop *l, uint64_t us);
 
 /* True on the loop's own thread. */
 bool tw__loop_on_thread(tw_loop *l);

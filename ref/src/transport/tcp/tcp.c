@@ -850,15 +850,23 @@ static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport *
 {
 	/* TCP carries any frame (u64 lengths); these only cap what this
 	 * context sends, to rehearse a ring transport's limits over uv. */
+	/* busy_poll_us: how long the loop thread keeps polling its sockets
+	 * after work instead of sleeping (tw__loop_set_spin); 0: off. */
+	typedef struct tcp_opts {
+		tw_transport_limits lim;
+		uint64_t busy_poll_us;
+	} tcp_opts;
 	static const tw_option table[] = {
-		{ "max_frame", TW_OPT_U64, offsetof(tw_transport_limits, max_frame), 0, 1, UINT64_MAX },
-		{ "max_packet", TW_OPT_U64, offsetof(tw_transport_limits, max_packet), 0, 64, UINT64_MAX },
+		{ "max_frame", TW_OPT_U64, offsetof(tcp_opts, lim.max_frame), 0, 1, UINT64_MAX },
+		{ "max_packet", TW_OPT_U64, offsetof(tcp_opts, lim.max_packet), 0, 64, UINT64_MAX },
+		{ "busy_poll_us", TW_OPT_U64, offsetof(tcp_opts, busy_poll_us), 0, 0, 10000000 },
 	};
-	tw_transport_limits lim = { UINT64_MAX, UINT64_MAX, false };
-	tw_status_t st = tw__options_parse("tcp transport", options, table, 2, &lim, NULL, 0, detail,
+	tcp_opts o = { { UINT64_MAX, UINT64_MAX, false }, 0 };
+	tw_status_t st = tw__options_parse("tcp transport", options, table, 3, &o, NULL, 0, detail,
 	                                   detail_len);
 	if (st != TW_OK)
 		return st;
+	tw_transport_limits lim = o.lim;
 	tcp_transport *t = tw__calloc(1, sizeof(*t));
 	if (!t) {
 		tw__detail(detail, detail_len, "tcp transport: out of memory");
@@ -867,6 +875,7 @@ static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport *
 	t->base.ops = &tw__tcp_transport_ops;
 	t->base.loop = loop;
 	t->limits = lim;
+	tw__loop_set_spin(loop, o.busy_poll_us);
 	*out = &t->base;
 	return TW_OK;
 }

@@ -1,0 +1,222 @@
+/*
+ * loop_test.c - the loop thread's queues (loop.h) against what the rest of
+ * the library relies on:
+ *
+ *   order   work posted from the loop thread and from another thread runs in
+ *           the order it was posted (one FIFO queue, whoever posts), and
+ *           work the loop thread posts never runs inside the caller
+ *   spin    with busy polling asked for, the loop thread polls (uses CPU)
+ *           for about the bound after work, then sleeps again; without it,
+ *           it sleeps at once
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "platform/loop.h"
+
+#define CHECK(c)                                                                          \
+	do {                                                                              \
+		if (!(c)) {                                                               \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+			exit(1);                                                          \
+		}                                                                         \
+	} while (0)
+
+static void idle_check(void *arg)
+{
+	(void)arg;
+}
+
+static void start(tw_loop *l)
+{
+	char d[256];
+	CHECK(tw__loop_start(l, idle_check, NULL, d, sizeof(d)) == TW_OK);
+}
+
+static void finish_cb(void *arg)
+{
+	CHECK(tw__loop_finish(arg));
+}
+
+static void stop(tw_loop *l)
+{
+	CHECK(tw__loop_call_sync(l, finish_cb, l));
+	tw__loop_join(l);
+	tw__loop_free(l);
+}
+
+/* ---- order ------------------------------------------------------------------------- */
+
+enum { ROUNDS = 2000 };
+
+struct order {
+	tw_loop loop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int log[2 * ROUNDS + 8];
+	int n;
+	bool in_caller;     /* set while the loop-thread poster is still running */
+	bool inline_seen;   /* a posted function ran inside its poster */
+	int round;          /* the round the other thread should post for (-1: none) */
+	tw_deferred from_loop[ROUNDS], from_thread[ROUNDS], starter[ROUNDS];
+	atomic_int done;
+};
+
+static void record(struct order *o, int v)
+{
+	pthread_mutex_lock(&o->mu);
+	o->log[o->n++] = v;
+	pthread_mutex_unlock(&o->mu);
+}
+
+static void ran_from_loop(void *arg)
+{
+	struct order *o = arg;
+	if (o->in_caller)
+		o->inline_seen = true;
+	record(o, 1);
+}
+
+static void ran_from_thread(void *arg)
+{
+	struct order *o = arg;
+	record(o, 2);
+	atomic_fetch_add(&o->done, 1);
+}
+
+/* On the loop thread: posts A, then lets the other thread post B. A was
+ * posted first, so A must run first, although only B woke the loop. */
+static void starter(void *arg)
+{
+	struct order *o = arg;
+	pthread_mutex_lock(&o->mu);
+	int r = o->round;
+	pthread_mutex_unlock(&o->mu);
+	o->in_caller = true;
+	CHECK(tw__loop_post(&o->loop, &o->from_loop[r], ran_from_loop, o));
+	o->in_caller = false;
+	pthread_mutex_lock(&o->mu);
+	o->round = -(r + 2); /* "A is posted": the other thread goes */
+	pthread_cond_broadcast(&o->cv);
+	pthread_mutex_unlock(&o->mu);
+	/* give the other thread time to post while this pass goes on */
+	for (volatile int i = 0; i < 20000; i++) {
+	}
+}
+
+static void case_order(void)
+{
+	static struct order o;
+	memset(&o, 0, sizeof(o));
+	pthread_mutex_init(&o.mu, NULL);
+	pthread_cond_init(&o.cv, NULL);
+	start(&o.loop);
+	for (int r = 0; r < ROUNDS; r++) {
+		pthread_mutex_lock(&o.mu);
+		o.round = r;
+		pthread_mutex_unlock(&o.mu);
+		CHECK(tw__loop_post(&o.loop, &o.starter[r], starter, &o));
+		pthread_mutex_lock(&o.mu);
+		while (o.round != -(r + 2))
+			pthread_cond_wait(&o.cv, &o.mu);
+		pthread_mutex_unlock(&o.mu);
+		CHECK(tw__loop_post(&o.loop, &o.from_thread[r], ran_from_thread, &o));
+		while (atomic_load(&o.done) != r + 1)
+			usleep(10);
+	}
+	stop(&o.loop);
+	CHECK(!o.inline_seen);
+	CHECK(o.n == 2 * ROUNDS);
+	for (int r = 0; r < ROUNDS; r++) {
+		if (o.log[2 * r] != 1 || o.log[2 * r + 1] != 2) {
+			fprintf(stderr, "round %d: ran %d then %d; posted 1 (loop thread) then 2\n", r,
+			        o.log[2 * r], o.log[2 * r + 1]);
+			exit(1);
+		}
+	}
+	printf("ok - order: %d rounds, the loop thread's post ran before the later one of "
+	       "another thread each time, never inside its poster\n", ROUNDS);
+}
+
+/* ---- spin ------------------------------------------------------------------------------ */
+
+static pthread_t loop_thread;
+
+static void who(void *arg)
+{
+	(void)arg;
+	loop_thread = pthread_self();
+}
+
+static void nothing(void *arg)
+{
+	(void)arg;
+}
+
+static double thread_cpu_ms(pthread_t t)
+{
+	clockid_t id;
+	struct timespec ts;
+	CHECK(pthread_getcpuclockid(t, &id) == 0);
+	CHECK(clock_gettime(id, &ts) == 0);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* CPU the loop thread used in the `ms` after a piece of work was posted. */
+static double cpu_after_work(tw_loop *l, int ms)
+{
+	static tw_deferred d;
+	double before = thread_cpu_ms(loop_thread);
+	CHECK(tw__loop_post(l, &d, nothing, NULL));
+	usleep((useconds_t)ms * 1000);
+	return thread_cpu_ms(loop_thread) - before;
+}
+
+static void case_spin(void)
+{
+	tw_loop plain, spin;
+	start(&plain);
+	CHECK(tw__loop_call_sync(&plain, who, NULL));
+	double quiet = cpu_after_work(&plain, 200);
+	stop(&plain);
+
+	start(&spin);
+	tw__loop_set_spin(&spin, 150000); /* 150 ms */
+	tw__loop_set_spin(&spin, 1000);   /* a shorter bound does not shorten it */
+	CHECK(tw__loop_call_sync(&spin, who, NULL));
+	usleep(400 * 1000); /* the call's own spin is over */
+	double busy = cpu_after_work(&spin, 100);
+	usleep(300 * 1000);
+	double before = thread_cpu_ms(loop_thread);
+	usleep(200 * 1000); /* nothing posted: the bound has passed, it sleeps */
+	double after = thread_cpu_ms(loop_thread) - before;
+	stop(&spin);
+	printf("# loop thread CPU: %.1f ms in the 200 ms after work without busy polling; with "
+	       "busy_poll 150 ms: %.1f ms in the 100 ms after work, %.1f ms in 200 ms once "
+	       "idle\n", quiet, busy, after);
+	CHECK(quiet < 10);
+	CHECK(busy > 20); /* it polled (a whole CPU, less what others take) */
+	CHECK(after < 10);
+	printf("ok - spin\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: loop_test order|spin\n");
+		return 2;
+	}
+	if (!strcmp(argv[1], "order"))
+		case_order();
+	else if (!strcmp(argv[1], "spin"))
+		case_spin();
+	else
+		return 2;
+	return 0;
+}
