@@ -74,8 +74,9 @@ static void twd_tensor(tw_tensor *t, void *data, uint64_t len)
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
-	/* "<transport>-<channel>[-spin][-td]": -spin asks shm to busy-poll for
-	 * 100 ms after the last activity (option busy_poll_us), as stock spins;
+	/* "<transport>-<channel>[-spin][-td]": -spin asks the transport (uv or
+	 * shm) to busy-poll for 100 ms after the last activity (option
+	 * busy_poll_us), as stock's shm spins;
 	 * -td: every tensor names its target device (twd_target) */
 	char sys[64], channel[32];
 	snprintf(sys, sizeof(sys), "%s", a->system);

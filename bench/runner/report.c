@@ -2,7 +2,8 @@
  * report.c - turns the runs into what people read: results.md (tables in the
  * published layout: one row per system and buffer policy, one column per
  * size, in ms), results.json (jansson) and one log-log plot per network,
- * placement and policy (gnuplot, SVG). It must not run or re-time anything.
+ * placement, policy and transport family, with the published points of that
+ * family (gnuplot, SVG). It must not run or re-time anything.
  */
 #define _GNU_SOURCE
 #include "runner.h"
@@ -363,72 +364,132 @@ static int twr__gnuplot(const char *dir, const char *script)
 	return 0;
 }
 
-/* One plot per (net, cpu, policy): x = size, y = median, one line per system. */
+/* The transport family a system's plot belongs to, from its driver's
+ * --system: "tcp" (TCP: uv rows, nng-TCP, raw TCP), "ibv" (RDMA verbs) or
+ * "shm" (one host: shared memory, AF_UNIX, memcpy). */
+static const char *twr__family(const twr_system *s)
+{
+	if (!strcmp(s->arg, "tcp") || !strncmp(s->arg, "uv-", 3))
+		return "tcp";
+	if (!strncmp(s->arg, "ibv-", 4))
+		return "ibv";
+	return "shm";
+}
+
+/* The published one-way latencies (ms) of the seeds' torchrpc notes
+ * (../shared/seeds: A100-80GB hosts, 200G HCA, GPU tensors, through
+ * torch.distributed.rpc), overlaid as points on the plot of the family they
+ * compare with. 0 = not published at that size. GPU-only rows (NVLink,
+ * GPUDirect, CUDA shared tensors) wait for CUDA rows here. */
+static const uint64_t twr__pub_sizes[] = {1280ull,       20480ull,       1310720ull,
+                                          10485760ull,   41943040ull,    671088640ull,
+                                          1342177280ull, 2684354560ull};
+static const struct {
+	const char *label, *family;
+	double ms[8];
+} twr__published[] = {
+	{"published shm (intra-node)", "shm",
+	 {0.3605, 0.352, 0.9924, 7.1229, 47.9575, 798.8635, 1548.782, 0}},
+	{"published nng-TCP (inter-node)", "tcp",
+	 {0, 5.7353, 9.6782, 30.5187, 172.9719, 3450.7418, 7083.6372, 14072.1213}},
+	{"published torchrpc-TCP (inter-node)", "tcp",
+	 {0, 5.6691, 5.4707, 14.0155, 39.4443, 580.333, 1154.0793, 2297.3776}},
+	{"published nccl-TCP (inter-node)", "tcp",
+	 {0, 0.0826, 1.321, 31.7813, 128.0672, 1259.72, 2477.2957, 5157.7578}},
+	{"published torchrpc-IB (inter-node)", "ibv",
+	 {0, 21.3884, 4.4093, 5.9105, 22.3012, 130.249, 236.8084, 477.2389}},
+	{"published nccl-IB (inter-node)", "ibv",
+	 {0, 0.0928, 0.5618, 2.1134, 7.1768, 120.131, 260.2628, 518.8091}},
+};
+
+/* One plot per (net, cpu, policy, transport family): x = size, y = median,
+ * one line per system of the family, and the published points of that
+ * family. Returns the number of measured lines (0: no plot). */
+static int twr__write_plot(const twr_report *rep, const char *net, const char *cpu,
+                           twb_policy_t p, const char *family, const char *base, size_t *lines)
+{
+	const twr_env *env = rep->env;
+	char dat[1200], gp[1200];
+	snprintf(dat, sizeof(dat), "%s/%s.dat", env->outdir, base);
+	snprintf(gp, sizeof(gp), "%s/%s.gp", env->outdir, base);
+	FILE *fd = fopen(dat, "w"), *fg = fopen(gp, "w");
+	if (!fd || !fg) {
+		fprintf(stderr, "tensorwire-bench: fopen %s: %s\n", fd ? gp : dat, strerror(errno));
+		if (fd)
+			fclose(fd);
+		if (fg)
+			fclose(fg);
+		return -1;
+	}
+	fprintf(fg, "set terminal svg size 1000,720 dynamic background rgb 'white'\n"
+	        "set output '%s.svg'\n"
+	        "set title \"%s family: %s, CPU placement %s, %s buffers\" noenhanced\n"
+	        "set logscale xy\nset grid\nset key outside below maxrows 5\n"
+	        "set xlabel 'message size (bytes)'\n"
+	        "set ylabel 'one-way latency = RTT/2, median (ms)'\n"
+	        "set format x '10^{%%L}'\nset format y '10^{%%L}'\nplot ",
+	        base, family, net, cpu, twr_policy_name(p));
+	size_t index = 0;
+	*lines = 0;
+	for (size_t i = 0; i < twr_num_systems; i++) {
+		const twr_run *r = twr__find(rep, net, cpu, p, twr_systems[i].name);
+		if (!r || r->status != TWR_OK || strcmp(twr__family(r->sys), family) != 0)
+			continue;
+		fprintf(fd, "# %s\n", twr_systems[i].label);
+		for (size_t k = 0; k < r->num_stats; k++)
+			fprintf(fd, "%llu %.9g\n", (unsigned long long)r->stats[k].size,
+			        r->stats[k].median_ms);
+		fprintf(fd, "\n\n");
+		fprintf(fg, "%s'%s.dat' index %zu with linespoints lw 2 title '%s' noenhanced",
+		        index ? ", \\\n     " : "", base, index, twr_systems[i].label);
+		index++;
+		(*lines)++;
+	}
+	for (size_t i = 0; *lines && i < sizeof(twr__published) / sizeof(twr__published[0]); i++) {
+		if (strcmp(twr__published[i].family, family) != 0)
+			continue;
+		fprintf(fd, "# %s\n", twr__published[i].label);
+		for (size_t k = 0; k < sizeof(twr__pub_sizes) / sizeof(twr__pub_sizes[0]); k++)
+			if (twr__published[i].ms[k] > 0)
+				fprintf(fd, "%llu %.9g\n", (unsigned long long)twr__pub_sizes[k],
+				        twr__published[i].ms[k]);
+		fprintf(fd, "\n\n");
+		fprintf(fg, ", \\\n     '%s.dat' index %zu with points pt 6 ps 1.5 title '%s' noenhanced",
+		        base, index, twr__published[i].label);
+		index++;
+	}
+	fprintf(fg, "\n");
+	fclose(fd);
+	fclose(fg);
+	if (*lines == 0) {
+		unlink(dat);
+		unlink(gp);
+		return 0;
+	}
+	char b[256];
+	snprintf(b, sizeof(b), "%s.gp", base);
+	return twr__gnuplot(env->outdir, b);
+}
+
 static int twr__write_plots(const twr_report *rep, char plots[][256], size_t max_plots,
                             size_t *num_out)
 {
-	const twr_env *env = rep->env;
+	static const char *const families[] = {"tcp", "shm", "ibv"};
 	size_t num = 0;
-	char b[256];
-
 	for (size_t n = 0; n < rep->num_nets; n++) {
 		for (size_t c = 0; c < rep->num_cpus; c++) {
 			for (int p = 1; p >= 0; p--) {
-				const char *net = rep->nets[n], *cpu = rep->cpus[c];
-				char base[160], dat[1200], gp[1200];
-				FILE *fd, *fg;
-				size_t lines = 0;
-
-				snprintf(base, sizeof(base), "latency-%s-%s-%s", net, cpu,
-				         twr_policy_name((twb_policy_t)p));
-				snprintf(dat, sizeof(dat), "%s/%s.dat", env->outdir, base);
-				snprintf(gp, sizeof(gp), "%s/%s.gp", env->outdir, base);
-				fd = fopen(dat, "w");
-				fg = fopen(gp, "w");
-				if (!fd || !fg) {
-					fprintf(stderr, "tensorwire-bench: fopen %s: %s\n", fd ? gp : dat,
-					        strerror(errno));
-					if (fd)
-						fclose(fd);
-					if (fg)
-						fclose(fg);
-					return -1;
+				for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++) {
+					char base[200];
+					size_t lines;
+					snprintf(base, sizeof(base), "latency-%s-%s-%s-%s", rep->nets[n],
+					         rep->cpus[c], twr_policy_name((twb_policy_t)p), families[f]);
+					if (twr__write_plot(rep, rep->nets[n], rep->cpus[c], (twb_policy_t)p,
+					                    families[f], base, &lines) != 0)
+						return -1;
+					if (lines && num < max_plots)
+						snprintf(plots[num++], 256, "%s.svg", base);
 				}
-				fprintf(fg, "set terminal svg size 1000,720 dynamic background rgb 'white'\n"
-				        "set output '%s.svg'\n"
-				        "set title \"%s, CPU placement %s, %s buffers\" noenhanced\n"
-				        "set logscale xy\nset grid\nset key outside below maxrows 4\n"
-				        "set xlabel 'message size (bytes)'\n"
-				        "set ylabel 'one-way latency = RTT/2, median (ms)'\n"
-				        "set format x '10^{%%L}'\nset format y '10^{%%L}'\nplot ",
-				        base, net, cpu, twr_policy_name((twb_policy_t)p));
-				for (size_t i = 0; i < twr_num_systems; i++) {
-					const twr_run *r = twr__find(rep, net, cpu, (twb_policy_t)p,
-					                             twr_systems[i].name);
-					if (!r || r->status != TWR_OK)
-						continue;
-					fprintf(fd, "# %s\n", twr_systems[i].label);
-					for (size_t k = 0; k < r->num_stats; k++)
-						fprintf(fd, "%llu %.9g\n", (unsigned long long)r->stats[k].size,
-						        r->stats[k].median_ms);
-					fprintf(fd, "\n\n");
-					fprintf(fg, "%s'%s.dat' index %zu with linespoints lw 2 title '%s' noenhanced",
-					        lines ? ", \\\n     " : "", base, lines, twr_systems[i].label);
-					lines++;
-				}
-				fprintf(fg, "\n");
-				fclose(fd);
-				fclose(fg);
-				if (lines == 0) {
-					unlink(dat);
-					unlink(gp);
-					continue;
-				}
-				snprintf(b, sizeof(b), "%s.gp", base);
-				if (twr__gnuplot(env->outdir, b) != 0)
-					return -1;
-				if (num < max_plots)
-					snprintf(plots[num++], 256, "%s.svg", base);
 			}
 		}
 	}
