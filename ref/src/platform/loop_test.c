@@ -5,9 +5,9 @@
  *   order   work posted from the loop thread and from another thread runs in
  *           the order it was posted (one FIFO queue, whoever posts), and
  *           work the loop thread posts never runs inside the caller
- *   spin    with busy polling asked for, the loop thread polls (uses CPU)
- *           for about the bound after work, then sleeps again; without it,
- *           it sleeps at once
+ *   spin    with busy polling asked for, the loop thread stays awake
+ *           (polls) for the bound after work, then sleeps again; without
+ *           it, it sleeps at once
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "platform/loop.h"
@@ -146,12 +145,17 @@ static void case_order(void)
 
 /* ---- spin ------------------------------------------------------------------------------ */
 
-static pthread_t loop_thread;
+/* The loop thread's Linux thread id, and its scheduler state from
+ * /proc/self/task/<tid>/stat: 'R' running or runnable (polling, or waiting
+ * for a CPU), 'S' asleep (blocked in epoll_wait). The state, not the CPU
+ * time: a polling thread that yields gets little CPU on a loaded machine,
+ * but it never sleeps. */
+static pid_t loop_tid;
 
 static void who(void *arg)
 {
 	(void)arg;
-	loop_thread = pthread_self();
+	loop_tid = gettid();
 }
 
 static void nothing(void *arg)
@@ -159,23 +163,38 @@ static void nothing(void *arg)
 	(void)arg;
 }
 
-static double thread_cpu_ms(pthread_t t)
+static char loop_state(void)
 {
-	clockid_t id;
-	struct timespec ts;
-	CHECK(pthread_getcpuclockid(t, &id) == 0);
-	CHECK(clock_gettime(id, &ts) == 0);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)loop_tid);
+	FILE *f = fopen(path, "r");
+	CHECK(f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *close = strrchr(buf, ')'); /* the name may hold spaces */
+	CHECK(close && close[1] == ' ');
+	return close[2];
 }
 
-/* CPU the loop thread used in the `ms` after a piece of work was posted. */
-static double cpu_after_work(tw_loop *l, int ms)
+/* Of `samples` looks at the loop thread, 10 ms apart, how many found it
+ * awake (not 'S'). */
+static int awake(int samples)
+{
+	int n = 0;
+	for (int i = 0; i < samples; i++) {
+		n += loop_state() != 'S';
+		usleep(10 * 1000);
+	}
+	return n;
+}
+
+static int awake_after_work(tw_loop *l, int samples)
 {
 	static tw_deferred d;
-	double before = thread_cpu_ms(loop_thread);
 	CHECK(tw__loop_post(l, &d, nothing, NULL));
-	usleep((useconds_t)ms * 1000);
-	return thread_cpu_ms(loop_thread) - before;
+	usleep(2000);
+	return awake(samples);
 }
 
 static void case_spin(void)
@@ -183,26 +202,26 @@ static void case_spin(void)
 	tw_loop plain, spin;
 	start(&plain);
 	CHECK(tw__loop_call_sync(&plain, who, NULL));
-	double quiet = cpu_after_work(&plain, 200);
+	int quiet = awake_after_work(&plain, 10);
 	stop(&plain);
 
 	start(&spin);
-	tw__loop_set_spin(&spin, 150000); /* 150 ms */
+	tw__loop_set_spin(&spin, 300000); /* 300 ms */
 	tw__loop_set_spin(&spin, 1000);   /* a shorter bound does not shorten it */
 	CHECK(tw__loop_call_sync(&spin, who, NULL));
-	usleep(400 * 1000); /* the call's own spin is over */
-	double busy = cpu_after_work(&spin, 100);
-	usleep(300 * 1000);
-	double before = thread_cpu_ms(loop_thread);
-	usleep(200 * 1000); /* nothing posted: the bound has passed, it sleeps */
-	double after = thread_cpu_ms(loop_thread) - before;
+	usleep(600 * 1000); /* the call's own polling is over */
+	int before = awake(10);
+	int busy = awake_after_work(&spin, 10); /* 100 ms of the 300 */
+	usleep(600 * 1000);
+	int after = awake(10);
 	stop(&spin);
-	printf("# loop thread CPU: %.1f ms in the 200 ms after work without busy polling; with "
-	       "busy_poll 150 ms: %.1f ms in the 100 ms after work, %.1f ms in 200 ms once "
-	       "idle\n", quiet, busy, after);
-	CHECK(quiet < 10);
-	CHECK(busy > 20); /* it polled (a whole CPU, less what others take) */
-	CHECK(after < 10);
+	printf("# loop thread awake in 10 looks 10 ms apart: %d after work without busy polling; "
+	       "with a 300 ms bound: %d before work, %d just after it, %d once the bound has "
+	       "passed\n", quiet, before, busy, after);
+	CHECK(quiet <= 2);
+	CHECK(before <= 2);
+	CHECK(busy >= 8);
+	CHECK(after <= 2);
 	printf("ok - spin\n");
 }
 
