@@ -195,7 +195,8 @@ TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_ou
  * sleeping, so a message that arrives meanwhile costs no wake-up; that
  * thread uses a whole CPU while it polls, and two polling peers pinned to
  * one CPU slow each other down badly. On uv the bound is the context's (the
- * longest asked for wins).
+ * longest asked for by a registered transport that carries a connection
+ * wins).
  * Names starting with "tensorwire." are reserved (spec/wire.md 8.1) and
  * refused with TW_ERR_INVAL.
  * Returns TW_ERR_UNSUPPORTED (with the reason) if the kind is not viable on

@@ -78,8 +78,10 @@ void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
 /* Any thread: after any posted or deferred work has run, the loop keeps
  * polling (epoll_wait with no timeout, through its idle handle) for `us`
  * microseconds instead of sleeping, so that what arrives meanwhile is taken
- * without a wake-up; the longest bound asked for wins. It costs that thread's
- * CPU while it polls: opt-in (option busy_poll_us of the uv transport). */
+ * without a wake-up; the longest bound asked for wins (asking again for a
+ * bound already set is one relaxed atomic load). It costs that thread's CPU
+ * while it polls: opt-in (option busy_poll_us of the uv transport, asked by
+ * each of its connections). */
 void tw__loop_set_spin(tw_loop *l, uint64_t us);
 
 /* True on the loop's own thread. */

@@ -131,6 +131,7 @@ struct tcp_conn {
 typedef struct tcp_transport {
 	tw_transport base;
 	tw_transport_limits limits; /* options max_frame, max_packet */
+	uint64_t busy_poll_us;      /* option busy_poll_us: asked of the loop by each connection */
 } tcp_transport;
 
 static const tw_conn_ops tcp_conn_ops;
@@ -763,6 +764,9 @@ static tcp_conn *tcp_conn_new(tcp_transport *t, int fd, enum tw_conn_phase phase
 	tw__conn_core_init(&c->core, &tcp_conn_ops, &tcp_core_ops, &t->base, "tcp transport", peer,
 	                   phase, 1);
 	c->fd = fd;
+	/* Only a transport that carries connections sets the loop's polling
+	 * (a registration refused after create leaves no trace). */
+	tw__loop_set_spin(t->base.loop, t->busy_poll_us);
 	c->connected = phase == TW_CONN_OPEN;
 	c->opts = *opts;
 	int rc = uv_poll_init_socket(&t->base.loop->uv, &c->poll, fd);
@@ -875,7 +879,7 @@ static tw_status_t tcp_create(tw_loop *loop, const char *options, tw_transport *
 	t->base.ops = &tw__tcp_transport_ops;
 	t->base.loop = loop;
 	t->limits = lim;
-	tw__loop_set_spin(loop, o.busy_poll_us);
+	t->busy_poll_us = o.busy_poll_us;
 	*out = &t->base;
 	return TW_OK;
 }
