@@ -204,18 +204,35 @@ static inline uint64_t tu_next(uint64_t *s)
 	return *s * 0x2545F4914F6CDD1DULL;
 }
 
-static inline void tu_fill_at(uint8_t *buf, size_t len, uint64_t seed)
+/* tu_fill_at's bytes in pieces: each call continues where the last ended
+ * (every piece but the last a multiple of 8 bytes). */
+typedef struct tu_filler {
+	uint64_t s;
+} tu_filler;
+
+static inline tu_filler tu_filler_start(uint64_t seed)
 {
-	uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+	tu_filler f = { seed * 0x9E3779B97F4A7C15ULL + 1 };
+	return f;
+}
+
+static inline void tu_filler_next(tu_filler *f, uint8_t *buf, size_t len)
+{
 	size_t i = 0;
 	for (; i + 8 <= len; i += 8) {
-		uint64_t v = tu_next(&s);
+		uint64_t v = tu_next(&f->s);
 		memcpy(buf + i, &v, 8);
 	}
 	if (i < len) {
-		uint64_t v = tu_next(&s);
+		uint64_t v = tu_next(&f->s);
 		memcpy(buf + i, &v, len - i);
 	}
+}
+
+static inline void tu_fill_at(uint8_t *buf, size_t len, uint64_t seed)
+{
+	tu_filler f = tu_filler_start(seed);
+	tu_filler_next(&f, buf, len);
 }
 
 /* Checksum of what tu_fill_at(len, seed) produces, without a buffer of len. */
@@ -223,20 +240,11 @@ static inline uint64_t tu_expected_hash(size_t len, uint64_t seed)
 {
 	XXH3_state_t *st = XXH3_createState();
 	XXH3_64bits_reset(st);
-	uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+	tu_filler f = tu_filler_start(seed);
 	uint8_t chunk[1 << 16];
-	size_t done = 0;
-	while (done < len) {
+	for (size_t done = 0; done < len;) {
 		size_t n = len - done < sizeof(chunk) ? len - done : sizeof(chunk);
-		size_t i = 0;
-		for (; i + 8 <= n; i += 8) {
-			uint64_t v = tu_next(&s);
-			memcpy(chunk + i, &v, 8);
-		}
-		if (i < n) {
-			uint64_t v = tu_next(&s);
-			memcpy(chunk + i, &v, n - i);
-		}
+		tu_filler_next(&f, chunk, n);
 		XXH3_64bits_update(st, chunk, n);
 		done += n;
 	}
