@@ -36,6 +36,14 @@
  *                 containers given different GPUs): neither offers cuda_ipc
  *                 for the other's device, the pipe takes cuda_basic
  *                 instead, and the tensors arrive (stock throws there, T03)
+ *   large         one message of a 33-byte, a multi-GiB and a 1-byte device
+ *                 tensor from cuda:0 to the last device, for each size of
+ *                 TW_TEST_CUDA_LARGE (default 1.5 GiB and 4.5 GiB, past
+ *                 31 and 32 bits of length): every byte arrives where it
+ *                 belongs; a size the devices cannot hold twice is skipped
+ *                 with the reason (field failure T19's "device default")
+ *   ipc_large     the same sizes between two processes over cuda_ipc, each
+ *                 way
  *   churn         300 contexts that register the channel (viable or not)
  *                 go down, joined or destroyed at once; where it is viable
  *                 in one process, 20 pairs move a device tensor and are
@@ -117,6 +125,53 @@ static void copy(int dev, void *dst, const void *src, size_t n)
 		return;
 	cu_use(dev);
 	CU_OK(cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n));
+}
+
+/* Device memory of any size is filled and checked through a host window,
+ * so a multi-GiB tensor needs no host buffer of its size. The bytes are
+ * tu_fill_at's. */
+#define CT_WINDOW ((size_t)64 << 20)
+
+static void dev_fill(int dev, void *d, size_t len, uint64_t seed)
+{
+	uint8_t *h = malloc(CT_WINDOW);
+	CHECK(h);
+	tu_filler f = tu_filler_start(seed);
+	for (size_t off = 0; off < len; off += CT_WINDOW) {
+		size_t n = len - off < CT_WINDOW ? len - off : CT_WINDOW;
+		tu_filler_next(&f, h, n);
+		copy(dev, (uint8_t *)d + off, h, n);
+	}
+	free(h);
+}
+
+/* The offset of the first byte of d that differs from tu_fill_at(len,
+ * seed), or len where none does. */
+static size_t dev_mismatch(int dev, const void *d, size_t len, uint64_t seed)
+{
+	uint8_t *want = malloc(CT_WINDOW), *got = malloc(CT_WINDOW);
+	CHECK(want && got);
+	tu_filler f = tu_filler_start(seed);
+	size_t bad = len;
+	for (size_t off = 0; off < len && bad == len; off += CT_WINDOW) {
+		size_t n = len - off < CT_WINDOW ? len - off : CT_WINDOW;
+		tu_filler_next(&f, want, n);
+		copy(dev, got, (const uint8_t *)d + off, n);
+		if (memcmp(want, got, n) != 0)
+			for (size_t i = 0; i < n && bad == len; i++)
+				if (want[i] != got[i])
+					bad = off + i;
+	}
+	free(want);
+	free(got);
+	return bad;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static const char *channel(void)
@@ -496,6 +551,124 @@ static void case_close_mid(void)
 	}
 }
 
+/* ---- multi-GiB device tensors ------------------------------------------------------ */
+
+/* TW_TEST_CUDA_LARGE: comma-separated sizes, each with an optional K, M or
+ * G suffix; by default 1.5 GiB and 4.5 GiB. */
+static size_t large_sizes(size_t *out, size_t max)
+{
+	const char *e = getenv("TW_TEST_CUDA_LARGE");
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", e && *e ? e : "1536M,4608M");
+	size_t n = 0;
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, ",", &save); tok && n < max; tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long long v = strtoull(tok, &end, 10);
+		int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+		if (end == tok || (shift ? end[1] != '\0' : *end != '\0')) {
+			fprintf(stderr, "TW_TEST_CUDA_LARGE: '%s' is not a size\n", tok);
+			abort();
+		}
+		out[n++] = (size_t)v << shift;
+	}
+	return n;
+}
+
+/* n bytes on dev, or NULL after saying why the driver refused them. */
+static void *dev_try_alloc(int dev, size_t n)
+{
+	cu_use(dev);
+	CUdeviceptr p;
+	CUresult r = cu.cuMemAlloc_v2(&p, n ? n : 1);
+	if (r != TW_CUDA_SUCCESS) {
+		const char *name = "?";
+		cu.cuGetErrorName(r, &name);
+		printf("# cuMemAlloc of %zu bytes on cuda:%d: %s\n", n, dev, name);
+		return NULL;
+	}
+	return (void *)(uintptr_t)p;
+}
+
+#define LARGE_N 3
+
+/* One message of a 33-byte, a `big` and a 1-byte tensor from cuda:0 to the
+ * last device. Returns false (and has said why) where the devices cannot
+ * hold the tensors. */
+static bool large_one(tu_pair *p, size_t big, uint64_t seed)
+{
+	const size_t len[LARGE_N] = { 33, big, 1 };
+	const int from = 0, to = cu.ndev - 1;
+	void *src[LARGE_N] = { 0 }, *dst[LARGE_N] = { 0 };
+	bool held = true;
+	for (int i = 0; i < LARGE_N && held; i++)
+		held = (src[i] = dev_try_alloc(from, len[i])) && (dst[i] = dev_try_alloc(to, len[i]));
+	if (!held) {
+		for (int i = 0; i < LARGE_N; i++) {
+			if (src[i])
+				dev_free(from, src[i]);
+			if (dst[i])
+				dev_free(to, dst[i]);
+		}
+		return false;
+	}
+	tw_tensor t[LARGE_N];
+	tw_tensor_allocation ta[LARGE_N];
+	for (int i = 0; i < LARGE_N; i++) {
+		dev_fill(from, src[i], len[i], seed + (uint64_t)i);
+		t[i] = (tw_tensor){ .data = src[i], .length = len[i], .source_device = cuda_dev(from),
+			            .has_target_device = true, .target_device = cuda_dev(to) };
+		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = cuda_dev(to) };
+	}
+	tw_message m = { .num_tensors = LARGE_N, .tensors = t };
+	tu_rec w, d, r;
+	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	double start = now_s();
+	CHECK_OK(tw_pipe_write(p->c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p->s, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->num_tensors == LARGE_N);
+	for (int i = 0; i < LARGE_N; i++)
+		CHECK(d.desc->tensors[i].length == len[i]);
+	tw_allocation a = { .num_tensors = LARGE_N, .tensors = ta };
+	CHECK_OK(tw_pipe_read(p->s, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	tu_expect(&w, TW_OK, NULL);
+	double secs = now_s() - start;
+	for (int i = 0; i < LARGE_N; i++) {
+		size_t bad = dev_mismatch(to, dst[i], len[i], seed + (uint64_t)i);
+		if (bad != len[i]) {
+			fprintf(stderr, "tensor %d (%zu bytes): byte %zu differs from what was sent\n", i,
+			        len[i], bad);
+			abort();
+		}
+		dev_free(from, src[i]);
+		dev_free(to, dst[i]);
+	}
+	printf("# %zu bytes from cuda:%d to cuda:%d over %s in %.2f s (%.2f GB/s), every byte in place\n",
+	       big, from, to, channel(), secs, (double)big / secs / 1e9);
+	tu_once(&w), tu_once(&d), tu_once(&r);
+	return true;
+}
+
+static void case_large(void)
+{
+	size_t big[8];
+	size_t n = large_sizes(big, 8), done = 0;
+	tu_pair p = { 0 };
+	open_pair(&p);
+	for (size_t i = 0; i < n; i++)
+		done += large_one(&p, big[i], 40 + 4 * i);
+	tu_pair_close(&p);
+	if (!done) {
+		printf("SKIP: the devices could hold none of the sizes (above)\n");
+		exit(77);
+	}
+	if (done < n)
+		printf("# %zu of %zu sizes skipped: the devices could not hold them (above)\n", n - done,
+		       n);
+}
+
 /* ---- two processes ------------------------------------------------------------------ */
 
 static const size_t ipc_sizes[] = { 0, 1, 31, 32, 33, 64, 1 << 20, (7 << 19) + 7, (size_t)20 << 20 };
@@ -510,56 +683,70 @@ static void ipc_ctx(tw_context **ctx, const char *name)
 	CHECK_OK(tw_context_register_channel(*ctx, "cuda_basic", NULL, 0, NULL));
 }
 
+/* n bytes on cuda:0 for a two-process case; where the device cannot hold
+ * them the case is skipped (the other end then fails, and the round sees
+ * this end's 77 first). */
+static void *ipc_alloc(size_t n)
+{
+	void *d = dev_try_alloc(0, n);
+	if (!d) {
+		printf("SKIP: cuda:0 cannot hold a tensor of %zu bytes (above)\n", n);
+		fflush(NULL);
+		_exit(77);
+	}
+	return d;
+}
+
 /* Writes one tensor of each size from cuda:0 (seeded) on p. */
-static void ipc_write(tw_pipe *p, uint64_t seed)
+static void ipc_write(tw_pipe *p, const size_t *sz, size_t n, uint64_t seed)
 {
 	tw_tensor t[IPC_N];
 	void *src[IPC_N];
-	for (size_t i = 0; i < IPC_N; i++) {
-		uint8_t *h = malloc(ipc_sizes[i] + 1);
-		tu_fill_at(h, ipc_sizes[i], seed + i);
-		src[i] = dev_alloc(0, ipc_sizes[i]);
-		copy(0, src[i], h, ipc_sizes[i]);
-		free(h);
-		t[i] = (tw_tensor){ .data = src[i], .length = ipc_sizes[i], .source_device = cuda_dev(0),
+	CHECK(n <= IPC_N);
+	for (size_t i = 0; i < n; i++) {
+		src[i] = ipc_alloc(sz[i]);
+		dev_fill(0, src[i], sz[i], seed + i);
+		t[i] = (tw_tensor){ .data = src[i], .length = sz[i], .source_device = cuda_dev(0),
 			            .has_target_device = true, .target_device = cuda_dev(0) };
 	}
-	tw_message m = { .num_tensors = IPC_N, .tensors = t };
+	tw_message m = { .num_tensors = n, .tensors = t };
 	tu_rec w;
 	tu_rec_init(&w);
+	double start = now_s();
 	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
 	tu_expect(&w, TW_OK, NULL);
 	tu_once(&w);
-	for (size_t i = 0; i < IPC_N; i++)
+	if (sz[n - 1] >= (size_t)1 << 30)
+		printf("# [pid %d] wrote %zu bytes in %.2f s\n", (int)getpid(), sz[n - 1], now_s() - start);
+	for (size_t i = 0; i < n; i++)
 		dev_free(0, src[i]);
 }
 
 /* Reads that message into cuda:0 and checks every byte. */
-static void ipc_read(tw_pipe *p, uint64_t seed)
+static void ipc_read(tw_pipe *p, const size_t *sz, size_t n, uint64_t seed)
 {
 	tu_rec d, r;
 	tu_rec_init(&d), tu_rec_init(&r);
 	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
 	tu_expect(&d, TW_OK, NULL);
-	CHECK(d.desc->num_tensors == IPC_N);
+	CHECK(d.desc->num_tensors == n);
 	tw_tensor_allocation ta[IPC_N];
 	void *dst[IPC_N];
-	for (size_t i = 0; i < IPC_N; i++) {
-		dst[i] = dev_alloc(0, ipc_sizes[i]);
+	for (size_t i = 0; i < n; i++) {
+		CHECK(d.desc->tensors[i].length == sz[i]);
+		dst[i] = ipc_alloc(sz[i]);
 		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = cuda_dev(0) };
 	}
-	tw_allocation a = { .num_tensors = IPC_N, .tensors = ta };
+	tw_allocation a = { .num_tensors = n, .tensors = ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	tu_expect(&r, TW_OK, NULL);
-	for (size_t i = 0; i < IPC_N; i++) {
-		uint8_t *h = malloc(ipc_sizes[i] + 1);
-		copy(0, h, dst[i], ipc_sizes[i]);
-		if (tu_hash(h, ipc_sizes[i]) != tu_expected_hash(ipc_sizes[i], seed + i)) {
-			fprintf(stderr, "[%d] tensor %zu (%zu bytes) arrived corrupted\n", (int)getpid(), i,
-			        ipc_sizes[i]);
+	for (size_t i = 0; i < n; i++) {
+		size_t bad = dev_mismatch(0, dst[i], sz[i], seed + i);
+		if (bad != sz[i]) {
+			fprintf(stderr, "[%d] tensor %zu (%zu bytes): byte %zu differs from what was sent\n",
+			        (int)getpid(), i, sz[i], bad);
 			abort();
 		}
-		free(h);
 		dev_free(0, dst[i]);
 	}
 	tu_once(&d), tu_once(&r);
@@ -574,6 +761,8 @@ typedef struct ipc_end {
 	int *fds;
 	const char *visible; /* CUDA_VISIBLE_DEVICES, NULL: all */
 	const char *want;    /* the channel it must pick */
+	const size_t *sizes; /* the tensors of each message, each way */
+	size_t nsizes;
 } ipc_end;
 
 static void ipc_run_end(const ipc_end *e)
@@ -614,11 +803,11 @@ static void ipc_run_end(const ipc_end *e)
 		abort();
 	}
 	if (!e->server) {
-		ipc_write(p, 500);
-		ipc_read(p, 600);
+		ipc_write(p, e->sizes, e->nsizes, 500);
+		ipc_read(p, e->sizes, e->nsizes, 600);
 	} else {
-		ipc_read(p, 500);
-		ipc_write(p, 600);
+		ipc_read(p, e->sizes, e->nsizes, 500);
+		ipc_write(p, e->sizes, e->nsizes, 600);
 	}
 	tw_pipe_destroy(p);
 	if (l)
@@ -669,12 +858,14 @@ static pid_t ipc_spawn(const ipc_end *e, bool pidns)
 	exit(0); /* simcuda's exit handler removes its names in /dev/shm */
 }
 
-static void ipc_round(const char *server_visible, const char *client_visible, bool server_pidns,
-                      bool client_pidns, const char *want)
+static void ipc_round_of(const char *server_visible, const char *client_visible,
+                         bool server_pidns, bool client_pidns, const char *want,
+                         const size_t *tsizes, size_t nsizes)
 {
 	int fds[2];
 	CHECK(pipe(fds) == 0);
-	ipc_end s = { true, fds, server_visible, want }, c = { false, fds, client_visible, want };
+	ipc_end s = { true, fds, server_visible, want, tsizes, nsizes },
+		c = { false, fds, client_visible, want, tsizes, nsizes };
 	pid_t sp = ipc_spawn(&s, server_pidns), cp = ipc_spawn(&c, client_pidns);
 	close(fds[0]);
 	close(fds[1]);
@@ -684,6 +875,13 @@ static void ipc_round(const char *server_visible, const char *client_visible, bo
 		exit(77);
 	CHECK(WIFEXITED(ss) && WEXITSTATUS(ss) == 0);
 	CHECK(WIFEXITED(cs) && WEXITSTATUS(cs) == 0);
+}
+
+static void ipc_round(const char *server_visible, const char *client_visible, bool server_pidns,
+                      bool client_pidns, const char *want)
+{
+	ipc_round_of(server_visible, client_visible, server_pidns, client_pidns, want, ipc_sizes,
+	             IPC_N);
 }
 
 static void case_ipc_pair(void)
@@ -706,6 +904,18 @@ static void case_ipc_pidns(void)
 static void case_ipc_pidns_both(void)
 {
 	ipc_round(NULL, NULL, true, true, "cuda_basic");
+}
+
+/* Each multi-GiB size between two processes over cuda_ipc, each way, with a
+ * small tensor before it. */
+static void case_ipc_large(void)
+{
+	size_t big[8];
+	size_t n = large_sizes(big, 8);
+	for (size_t i = 0; i < n; i++) {
+		const size_t sz[2] = { 33, big[i] };
+		ipc_round_of(NULL, NULL, false, false, "cuda_ipc", sz, 2);
+	}
 }
 
 /* How many devices the driver shows, asked in a child (the parent must not
@@ -812,12 +1022,15 @@ int main(int argc, char **argv)
 		{ "close_mid", case_close_mid },       { "unviable", case_unviable },
 		{ "ipc_pair", case_ipc_pair },         { "ipc_disjoint", case_ipc_disjoint },
 		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
-		{ "churn", case_churn },
+		{ "churn", case_churn },               { "large", case_large },
+		{ "ipc_large", case_ipc_large },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */
 	if (argc == 2 && strcmp(argv[1], "unviable") != 0 && strncmp(argv[1], "ipc_", 4) != 0 &&
 	    !(strcmp(argv[1], "churn") == 0 && getenv("TW_TEST_EXPECT_UNVIABLE")))
 		cu_load();
-	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 120);
+	/* multi-GiB tensors on simcuda under the sanitizers take minutes */
+	unsigned watchdog_s = argc == 2 && strstr(argv[1], "large") ? 1200 : 120;
+	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), watchdog_s);
 }

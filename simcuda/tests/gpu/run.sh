@@ -27,7 +27,9 @@ fi
 one_case() { # CHANNEL CASE: runs it, prints its verdict line, keeps its output
   local start rc ms verdict
   start=$(date +%s%N)
-  TW_TEST_CUDA_CHANNEL=$1 timeout 120 "$bin/cuda_test" "$2" > "$out/case.txt" 2>&1
+  local limit=120
+  case $2 in *large) limit=400 ;; esac
+  TW_TEST_CUDA_CHANNEL=$1 timeout $limit "$bin/cuda_test" "$2" > "$out/case.txt" 2>&1
   rc=$?
   ms=$((($(date +%s%N) - start) / 1000000))
   case $rc in
@@ -36,21 +38,21 @@ one_case() { # CHANNEL CASE: runs it, prints its verdict line, keeps its output
     *) verdict="FAIL rc=$rc"; fail=$((fail + 1)) ;;
   esac
   printf '%-10s %-13s %s %d ms\n' "$1" "$2" "$verdict" "$ms" | tee -a "$out/ours.log"
-  sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' >> "$out/ours.log"
+  sed 's/^/    /' "$out/case.txt" | grep -v '^    ok - ' | tee -a "$out/ours.log" | grep ' bytes ' || true
 }
 for ch in cuda_basic cuda_xth; do
-  for c in cuda_to_cuda cpu_to_cuda cuda_to_cpu stream_order many bad_buffer close_mid; do
+  for c in cuda_to_cuda cpu_to_cuda cuda_to_cpu stream_order many bad_buffer close_mid large; do
     one_case $ch $c
   done
 done
 # cuda_ipc: two processes
-for c in ipc_pair ipc_disjoint ipc_pidns ipc_pidns_both; do
+for c in ipc_pair ipc_disjoint ipc_pidns ipc_pidns_both ipc_large; do
   one_case cuda_ipc $c
 done
 rm -f "$out/case.txt"
 
 # 3. stock: TensorPipe's own CUDA channels, as PyTorch ships them
 if python3 -c 'import torch' 2>/dev/null; then
-  timeout 400 python3 "$here/stock_rpc.py" > "$out/stock.log" 2>&1 || true
+  timeout 300 python3 "$here/stock_rpc.py" 2>&1 | tee "$out/stock.log" || true
 fi
 exit $fail
