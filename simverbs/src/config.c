@@ -255,6 +255,8 @@ static void global_key(const char *sec, const char *k, const char *v)
 		sv_cfg.err_cqe_garbage = num(v) != 0;
 	else if (!strcmp(k, "time_scale"))
 		sv_cfg.time_scale = strtod(v, NULL);
+	else if (!strcmp(k, "ack_latency_us"))
+		sv_cfg.ack_latency_ns = strtoull(v, NULL, 10) * 1000ull;
 	else if (!strcmp(k, "control"))
 		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", v);
 	else if (!strcmp(k, "trace"))
@@ -337,6 +339,8 @@ static void load(void)
 		set_memlock(e);
 	if ((e = getenv("SIMVERBS_TIME_SCALE")))
 		sv_cfg.time_scale = strtod(e, NULL);
+	if ((e = getenv("SIMVERBS_ACK_LATENCY_US")))
+		sv_cfg.ack_latency_ns = strtoull(e, NULL, 10) * 1000ull;
 	if ((e = getenv("SIMVERBS_CONTROL")))
 		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", e);
 	if ((e = getenv("SIMVERBS_TRACE")))

@@ -69,6 +69,13 @@ struct sv_readjob {
 	struct sv_readjob *next;
 };
 
+/* an ACK on its way back to the requester (ack_latency_us) */
+struct sv_late_ack {
+	struct sv_hdr h;
+	uint64_t due_ns;
+	struct sv_late_ack *next;
+};
+
 static struct {
 	bool started;
 	pid_t pid;
@@ -79,6 +86,7 @@ static struct {
 	struct sv_link *links;
 	struct sv_context *ctxs;
 	struct sv_readjob *reads;
+	struct sv_late_ack *late_head, *late_tail; /* in arrival order, equal delays */
 	uint64_t next_port_poll;
 	time_t ctl_mtime;
 	bool stop;
@@ -1010,6 +1018,23 @@ static void handle_frame(struct sv_link *l, const struct sv_hdr *h, const uint8_
 		handle_request(qp, l, h, payload, false);
 		break;
 	case T_ACK:
+		if (sv_cfg.ack_latency_ns) {
+			/* the responder has placed the data and its application may
+			 * see it (and exit) while this ACK is still on the wire */
+			struct sv_late_ack *a = calloc(1, sizeof(*a));
+			if (a) {
+				a->h = *h;
+				a->due_ns = sv_now_ns() + sv_cfg.ack_latency_ns;
+				if (E.late_tail)
+					E.late_tail->next = a;
+				else
+					E.late_head = a;
+				E.late_tail = a;
+				break;
+			}
+		}
+		handle_response(qp, h, payload);
+		break;
 	case T_NAK:
 	case T_RNR_WAIT:
 	case T_READ_RESP:
@@ -1021,6 +1046,23 @@ static void handle_frame(struct sv_link *l, const struct sv_hdr *h, const uint8_
 }
 
 /* ---- timers and ports ------------------------------------------------------------------- */
+/* Delivers the ACKs whose latency has passed (to QPs that still exist). */
+static void deliver_late_acks(uint64_t now, uint64_t *next)
+{
+	while (E.late_head && E.late_head->due_ns <= now) {
+		struct sv_late_ack *a = E.late_head;
+		E.late_head = a->next;
+		if (!E.late_head)
+			E.late_tail = NULL;
+		struct sv_qp *qp = sv_engine_qp_by_num(a->h.dst_qpn);
+		if (qp && !qp->dead)
+			handle_response(qp, &a->h, NULL);
+		free(a);
+	}
+	if (E.late_head && E.late_head->due_ns < *next)
+		*next = E.late_head->due_ns;
+}
+
 static void check_timers(uint64_t now, uint64_t *next)
 {
 	for (int s = 1; s < SV_SLOTS; s++) {
@@ -1306,6 +1348,7 @@ static void *progress(void *arg)
 			E.next_port_poll = now + 100000000ull;
 		}
 		uint64_t next = E.next_port_poll;
+		deliver_late_acks(now, &next);
 		check_timers(now, &next);
 		reap_links();
 		pthread_mutex_unlock(&sv_lock);

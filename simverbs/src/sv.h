@@ -79,6 +79,7 @@ struct sv_config {
 	enum ibv_wc_status devmem_status;
 	bool err_cqe_garbage;        /* error CQEs: fields other than status/wr_id/qp_num are junk */
 	double time_scale;           /* multiplies IB timeouts (ack, RNR) */
+	uint64_t ack_latency_ns;     /* ACKs reach their requester this much later */
 	char control[512];           /* control file: "<dev> <port> up|down" lines */
 	bool trace;
 };
