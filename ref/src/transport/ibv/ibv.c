@@ -46,8 +46,10 @@
  * peer is gone. What it wrote before that stays readable: the completion
  * queue is drained first, then the end (TW_ERR_EOF, TW_ERR_CONNRESET) is
  * reported once the inbox is empty, and a hang-up while bytes wait unread
- * with no read queued (transport.h). A write waiting for credit fails at
- * once. Bounds: connect_timeout_ms bounds the connect and the exchange;
+ * with no read queued (transport.h). A write whose bytes are all posted
+ * waits for its completions first (the peer may have read them and gone
+ * before their ACK came back: spec 2.4.4.c); one waiting for credit fails
+ * at once. Bounds: connect_timeout_ms bounds the connect and the exchange;
  * liveness_ms is the socket's (tcp/socket.h), and the queue pair's own
  * retries (timeout 14, retry_cnt 7: about half a second) end a connection
  * whose peer stopped acknowledging.
@@ -149,6 +151,7 @@ struct ib_conn {
 	uint64_t credit_owed; /* inbox bytes consumed and not yet returned */
 	/* the end */
 	bool peer_gone;
+	bool wc_failed; /* an error completion came: nothing posted lands any more */
 	tw_status_t gone_status;
 	char gone_detail[TW_DETAIL_MAX];
 	/* closed with RDMA writes in flight: kept until they land */
@@ -371,7 +374,8 @@ static void ib_post_writes(ib_conn *c)
 {
 	ib_transport *t = c->t;
 	uint64_t head = ib_outbox_head(c);
-	while (c->qp_ready && (c->core.phase == TW_CONN_OPEN || c->lingering) && c->sent < head &&
+	while (c->qp_ready && ((c->core.phase == TW_CONN_OPEN && !c->peer_gone) || c->lingering) &&
+	       c->sent < head &&
 	       c->sq_used + 1 < t->sq_depth) {
 		uint64_t off = c->sent & (IBV_CAP - 1);
 		uint64_t n = head - c->sent;
@@ -468,12 +472,26 @@ static void ib_drive_reads(ib_conn *c)
 	ib_post_credit(c);
 }
 
+/* Is the oldest write's every byte posted and its last RDMA write not yet
+ * completed? Its completion (success or error) comes within the queue
+ * pair's retry bound. */
+static bool ib_write_landing(const ib_conn *c)
+{
+	const tw_ring_op *op = (const tw_ring_op *)c->core.wq_head;
+	return op && !c->wc_failed && op->produced && op->end_pos <= c->sent &&
+	       op->end_pos > c->landed;
+}
+
 /* The peer is gone (the socket or an error completion said so): what it
  * wrote stays readable; the end comes once nothing is left to read, or at
- * once for a write that waits on it. */
+ * once for a write that waits on it. Not before the oldest write's posted
+ * RDMA writes complete, though: the peer may have read those bytes and
+ * closed its socket before their acknowledgement reached us (the socket's
+ * end can overtake it), and then that write was delivered and completes
+ * with success. Nothing more is posted to a peer that is gone. */
 static void ib_drive_end(ib_conn *c)
 {
-	if (c->peer_gone)
+	if (c->peer_gone && !ib_write_landing(c))
 		tw__ring_conn_drive_end(&c->core, &c->inbox, c->gone_status, c->gone_detail,
 		                        "a write waited on the peer");
 }
@@ -553,6 +571,7 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 		tw__detail(d, sizeof(d),
 		           IBV_WHO ": %s completion on %s from peer %s: %s (vendor error 0x%x)", what,
 		           ib_dev(c), c->core.peer, ibv_wc_status_str(wc->status), wc->vendor_err);
+		c->wc_failed = true;
 		ib_set_gone(c, remote ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
 		return;
 	}
