@@ -468,8 +468,62 @@ static bool have_rdma(char *why, size_t len)
 	return n > 0;
 }
 
+/* Capability "cuda": the libcuda.so.1 this process would load (simcuda's
+ * under simcuda-run, the real driver on a GPU host) initialises and shows a
+ * device; "simcuda": and it is simcuda, whose modes a case may set. Asked in
+ * a child, so that this process never initialises CUDA before it forks. */
+static bool have_cuda(bool sim, char *why, size_t len)
+{
+	int fds[2];
+	if (pipe(fds) != 0) {
+		snprintf(why, len, "needs CUDA: pipe: %s", strerror(errno));
+		return false;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		char msg[256] = "";
+		void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+		typedef int (*init_fn)(unsigned);
+		typedef int (*count_fn)(int *);
+		init_fn init = lib ? (init_fn)dlsym(lib, "cuInit") : NULL;
+		count_fn count = lib ? (count_fn)dlsym(lib, "cuDeviceGetCount") : NULL;
+		int n = 0;
+		if (!lib)
+			snprintf(msg, sizeof(msg), "no libcuda.so.1 (%s): run under simcuda-run, or on a "
+			         "host with a GPU", dlerror());
+		else if (!init || !count || init(0) != 0 || count(&n) != 0 || n <= 0)
+			snprintf(msg, sizeof(msg), "libcuda.so.1 initialises no device");
+		else if (sim && !dlsym(lib, "simcuda_version"))
+			snprintf(msg, sizeof(msg), "the CUDA driver here is not simcuda (the case sets "
+			         "simcuda's modes): run under simcuda-run");
+		ssize_t w = write(fds[1], msg, strlen(msg));
+		(void)w;
+		_exit(0);
+	}
+	close(fds[1]);
+	char msg[256] = "";
+	ssize_t r = pid > 0 ? read(fds[0], msg, sizeof(msg) - 1) : -1;
+	close(fds[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	if (r > 0) {
+		msg[r] = '\0';
+		snprintf(why, len, "needs %s: %s", sim ? "simcuda" : "CUDA", msg);
+		return false;
+	}
+	if (pid < 0) {
+		snprintf(why, len, "needs CUDA: fork: %s", strerror(errno));
+		return false;
+	}
+	return true;
+}
+
 static bool have_capability(const char *cap, char *why, size_t len)
 {
+	if (!strcmp(cap, "cuda") || !strcmp(cap, "simcuda"))
+		return have_cuda(!strcmp(cap, "simcuda"), why, len);
 	if (!strncmp(cap, "memory:", 7)) {
 		unsigned long want_gib = strtoul(cap + 7, NULL, 10), kb = 0;
 		FILE *f = fopen("/proc/meminfo", "r");

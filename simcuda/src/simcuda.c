@@ -645,6 +645,15 @@ static bool sc_proc_matches(void)
 	return atol(buf) == (long)getpid();
 }
 
+/* Not a driver entry point: tells a program (the conformance runner's
+ * capability "simcuda") that this libcuda.so.1 is simcuda, whose modes
+ * (SIMCUDA_MODE) it may then use. */
+SC_EXPORT const char *simcuda_version(void);
+SC_EXPORT const char *simcuda_version(void)
+{
+	return "simcuda 1";
+}
+
 SC_EXPORT CUresult cuInit(unsigned int flags)
 {
 	pthread_mutex_lock(&g.mu);

@@ -318,6 +318,16 @@ void cmd_context(json_int_t id, const json_t *req)
 	for (size_t i = 0; i < r.num_channels; i++) {
 		const twc_agent_backend &b = r.channels[i];
 		std::string why;
+		if (std::string(b.kind).rfind("cuda_", 0) == 0) {
+			/* the CUDA channels exist only in a CUDA build of TensorPipe
+			 * (PyTorch's); Debian's has none: not viable here, as for an
+			 * implementation without a GPU */
+			json_array_append_new(skipped,
+			                      json_pack("{s:s,s:s}", "name", b.name, "reason",
+			                                "this TensorPipe build has no CUDA channels "
+			                                "(built without CUDA)"));
+			continue;
+		}
 		auto cctx = make_channel(b.kind, b.options, why);
 		if (!cctx) {
 			fail(why);

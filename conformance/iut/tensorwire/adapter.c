@@ -21,6 +21,7 @@
 #include <tensorwire/tensorwire.h>
 
 #include "agent.h"
+#include "agent_cuda.h"
 
 /* ---- adapter state ------------------------------------------------------------ */
 
@@ -145,8 +146,39 @@ typedef struct op {
 	size_t nbufs;
 	size_t *lens;     /* read: lengths, payloads then tensors */
 	char (*devs)[48]; /* read: tensor devices */
+	int *cuda;        /* per buffer: the CUDA device it is memory of, or -1 (host) */
 	size_t npayloads, ntensors;
 } op;
+
+/* Buffers of op o: n slots, each host memory until moved to a device. */
+static bool op_bufs(op *o, size_t n)
+{
+	o->bufs = calloc(n + 1, sizeof(void *));
+	o->cuda = calloc(n + 1, sizeof(int));
+	if (!o->bufs || !o->cuda)
+		return false;
+	for (size_t i = 0; i <= n; i++)
+		o->cuda[i] = -1;
+	return true;
+}
+
+/* Buffer k of o, host memory holding len bytes, moves to the device `dev`
+ * names when it is a CUDA device; -1 with the reason otherwise. */
+static int op_to_device(op *o, size_t k, const tw_device *dev, size_t len, char *err,
+                        size_t errlen)
+{
+	if (strcmp(dev->type, "cuda") != 0)
+		return 0;
+	void *d;
+	if (twc_cuda_alloc(dev->index, len, &d, err, errlen) ||
+	    twc_cuda_to_device(dev->index, d, o->bufs[k], len, err, errlen)) {
+		return -1;
+	}
+	free(o->bufs[k]);
+	o->bufs[k] = d;
+	o->cuda[k] = dev->index;
+	return 0;
+}
 
 static op *op_new(json_int_t id, pipe_entry *pe)
 {
@@ -162,11 +194,16 @@ static void op_free(op *o)
 {
 	if (!o)
 		return;
-	for (size_t i = 0; i < o->nbufs; i++)
-		free(o->bufs[i]);
+	for (size_t i = 0; i < o->nbufs; i++) {
+		if (o->cuda && o->cuda[i] >= 0)
+			twc_cuda_free(o->cuda[i], o->bufs[i]);
+		else
+			free(o->bufs[i]);
+	}
 	free(o->bufs);
 	free(o->lens);
 	free(o->devs);
+	free(o->cuda);
 	free(o);
 }
 
@@ -432,9 +469,7 @@ static void cmd_write(json_int_t id, const json_t *req)
 	op *o = op_new(id, pe);
 	tw_payload *ps = calloc(m->num_payloads + 1, sizeof(*ps));
 	tw_tensor *ts = calloc(m->num_tensors + 1, sizeof(*ts));
-	if (o)
-		o->bufs = calloc(nb, sizeof(void *));
-	bool failed = !o || !ps || !ts || !o->bufs;
+	bool failed = !o || !ps || !ts || !op_bufs(o, nb);
 #define MAKE(b) (failed ? NULL : (o->bufs[o->nbufs++] = twc_agent_buf_make((b), &failed)))
 	tw_message msg = {0};
 	msg.metadata = MAKE(&m->metadata);
@@ -445,11 +480,16 @@ static void cmd_write(json_int_t id, const json_t *req)
 		ps[i].metadata = MAKE(&m->payloads[i].metadata);
 		ps[i].metadata_length = (size_t)m->payloads[i].metadata.len;
 	}
+	char derr[256] = "";
 	for (size_t i = 0; i < m->num_tensors && !failed; i++) {
 		const twc_agent_tensor *t = &m->tensors[i];
 		ts[i].data = MAKE(&t->data);
 		ts[i].length = (size_t)t->data.len;
 		to_tw_device(&t->source_device, &ts[i].source_device);
+		if (!failed && op_to_device(o, o->nbufs - 1, &ts[i].source_device, ts[i].length, derr,
+		                            sizeof(derr)) != 0)
+			break;
+		ts[i].data = o->bufs[o->nbufs - 1];
 		ts[i].has_target_device = t->has_target_device;
 		if (t->has_target_device)
 			to_tw_device(&t->target_device, &ts[i].target_device);
@@ -462,11 +502,15 @@ static void cmd_write(json_int_t id, const json_t *req)
 	msg.num_tensors = m->num_tensors;
 	msg.tensors = ts;
 	twc_agent_msg_free(m);
-	if (failed) {
+	if (failed || derr[0]) {
 		free(ps);
 		free(ts);
 		op_free(o);
-		twc_agent_respond_err(id, "nomem", "malloc", "write: cannot allocate the message's buffers");
+		if (derr[0])
+			twc_agent_respond_err(id, "unsupported", "device", derr);
+		else
+			twc_agent_respond_err(id, "nomem", "malloc",
+			                      "write: cannot allocate the message's buffers");
 		return;
 	}
 	tw_status_t st = tw_pipe_write(pe->pipe, &msg, on_write, o);
@@ -567,7 +611,24 @@ static void on_read(tw_pipe *pipe, tw_status_t status, const char *detail, void 
 		json_array_append_new(ps, twc_agent_sum_json(o->bufs[i], o->lens[i]));
 	for (size_t i = 0; i < o->ntensors; i++) {
 		size_t k = o->npayloads + i;
-		json_t *tj = twc_agent_sum_json(o->bufs[k], o->lens[k]);
+		json_t *tj;
+		if (o->cuda[k] >= 0) { /* checksummed from a host copy */
+			char derr[256];
+			void *h = malloc(o->lens[k] + 1);
+			if (!h || twc_cuda_to_host(o->cuda[k], h, o->bufs[k], o->lens[k], derr,
+			                           sizeof(derr)) != 0) {
+				free(h);
+				json_decref(ps);
+				json_decref(ts);
+				event_status("read", o->id, TW_ERR_SYS, h ? derr : "out of memory");
+				op_free(o);
+				return;
+			}
+			tj = twc_agent_sum_json(h, o->lens[k]);
+			free(h);
+		} else {
+			tj = twc_agent_sum_json(o->bufs[k], o->lens[k]);
+		}
 		json_object_set_new(tj, "device", json_string(o->devs[i]));
 		json_array_append_new(ts, tj);
 	}
@@ -600,8 +661,7 @@ static void cmd_read(json_int_t id, const json_t *req)
 	op *o = op_new(id, pe);
 	void **pbufs = calloc(np + 1, sizeof(void *));
 	tw_tensor_allocation *tas = calloc(nt + 1, sizeof(*tas));
-	if (o) {
-		o->bufs = calloc(n + 1, sizeof(void *));
+	if (o && op_bufs(o, n)) {
 		o->lens = calloc(n + 1, sizeof(size_t));
 		o->devs = calloc(nt + 1, sizeof(*o->devs));
 		o->npayloads = np;
@@ -620,9 +680,6 @@ static void cmd_read(json_int_t id, const json_t *req)
 		const tw_tensor *t = &d->tensors[i];
 		size_t k = np + i;
 		o->lens[k] = t->length;
-		if (o->lens[k] && !(o->bufs[k] = malloc(o->lens[k])))
-			goto err_nomem;
-		tas[i].data = o->bufs[k];
 		tas[i].device = t->has_target_device ? t->target_device : tw_device_cpu();
 		const char *want =
 		        json_string_value(json_object_get(json_array_get(adev, i), "device"));
@@ -640,6 +697,21 @@ static void cmd_read(json_int_t id, const json_t *req)
 		}
 		snprintf(o->devs[i], sizeof(o->devs[i]), "%s:%" PRId32, tas[i].device.type,
 		         tas[i].device.index);
+		if (!strcmp(tas[i].device.type, "cuda")) {
+			char derr[256];
+			if (twc_cuda_alloc(tas[i].device.index, o->lens[k], &o->bufs[k], derr,
+			                   sizeof(derr)) != 0) {
+				op_free(o);
+				free(pbufs);
+				free(tas);
+				twc_agent_respond_err(id, "unsupported", "device", derr);
+				return;
+			}
+			o->cuda[k] = tas[i].device.index;
+		} else if (o->lens[k] && !(o->bufs[k] = malloc(o->lens[k]))) {
+			goto err_nomem;
+		}
+		tas[i].data = o->bufs[k];
 	}
 	tw_allocation alloc = {.num_payloads = np, .payloads = pbufs, .num_tensors = nt,
 	                       .tensors = tas};
