@@ -5,7 +5,9 @@
 # against libtensorwire and stock TensorPipe, on uv+basic and (the battery
 # cases) on the other transports and channels, and prints the matrix of who
 # passes what. RDMA-capable programs run on simverbs, the default fabric
-# (simverbs-run puts its libibverbs/librdmacm first on the library path).
+# (simverbs-run puts its libibverbs/librdmacm first on the library path), and
+# CUDA programs on simcuda where the host has no GPU (simcuda-run: its
+# libcuda.so.1 first).
 #
 # Then the mutation suite: the same suites against each seeded defect of the
 # reference (conformance/mutants/), with the score at the end.
@@ -36,6 +38,11 @@ launcher=()
 if [ -x build/release/simverbs/simverbs-run ]; then
   launcher=(build/release/simverbs/simverbs-run)
   echo "main.sh: RDMA fabric: simverbs (build/release/simverbs)"
+fi
+# the cuda suite's driver: simcuda, unless this host has a GPU of its own
+if [ -x build/release/simcuda/simcuda-run ] && ! nvidia-smi -L > /dev/null 2>&1; then
+  launcher=(build/release/simcuda/simcuda-run "${launcher[@]}")
+  echo "main.sh: CUDA driver: simcuda (build/release/simcuda)"
 fi
 set +e
 # Battery cases also run on the other transports and channels (harness/combo.h):

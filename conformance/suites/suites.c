@@ -17,6 +17,7 @@ const twc_suite twc_suites[] = {
 	{"interop", twc_suite_interop},
 	{"contain", twc_suite_contain},
 	{"rdma", twc_suite_rdma},
+	{"cuda", twc_suite_cuda},
 };
 const size_t twc_num_suites = sizeof(twc_suites) / sizeof(twc_suites[0]);
 

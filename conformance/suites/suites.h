@@ -21,6 +21,7 @@ const twc_case *twc_suite_semantic(int *count_out);    /* semantic/semantic.c */
 const twc_case *twc_suite_interop(int *count_out);     /* interop/suite.c */
 const twc_case *twc_suite_contain(int *count_out);     /* contain/contain.c: containers, sandboxes */
 const twc_case *twc_suite_rdma(int *count_out);        /* rdma/rdma.c: verbs devices, ports, GIDs */
+const twc_case *twc_suite_cuda(int *count_out);        /* cuda/cuda.c: device tensors, T03, T08 */
 
 /* Every table, in the order the runner lists and runs them. */
 extern const twc_suite twc_suites[];

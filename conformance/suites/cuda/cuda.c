@@ -1,0 +1,308 @@
+/*
+ * cuda.c - the cuda suite (tensorwire issue 14 item 3; spec/wire.md 4.6 and
+ * 6.3; field failures T03, T08, T19, T20): device tensors between two
+ * adapters, each a process of its own, on whatever CUDA driver the runner
+ * finds (simcuda's under simcuda-run, a GPU host's otherwise: capability
+ * "cuda"; the cases that set simcuda's modes need "simcuda").
+ *
+ * Adapters place a tensor the harness puts on "cuda:N" in memory of that
+ * device and checksum what they read from a host copy (spec/agent.md 5.2).
+ * An implementation that cannot register a CUDA channel here says so when
+ * its context is made, and the case is a SKIP with its reason (stock
+ * TensorPipe as Debian builds it has no CUDA channels; ours has no
+ * cuda_gdr yet).
+ *
+ *   device_pair     cuda_basic: tensors of 1, 8, 31, 32, 33, 64 bytes and
+ *                   1 MiB + 1 from cuda:0 to cuda:0, each way
+ *   ipc             cuda_ipc (with cuda_basic below it): the same and a
+ *                   20 MiB tensor (more than one staging slot)
+ *   host_device     cuda_basic: from cpu:0 into cuda:0, and back
+ *   disjoint_devices the two processes see different GPUs (two containers
+ *                   given one GPU each, T03): with cuda_ipc registered on
+ *                   both, device tensors still arrive (never cuda_ipc
+ *                   between devices one side cannot see)
+ *   unusable_*      CUDA present but unusable (T08: a stub driver, no
+ *                   device, none visible, no driver on the library path):
+ *                   the CUDA channels are reported not viable, and a CPU
+ *                   pipe of the same contexts carries its tensors
+ *   gdr_small       cuda_gdr: tensors of 1 to 64 bytes mixed with 1 MiB ones
+ *                   (T20: a receive of 32 bytes or less must not land in
+ *                   device memory by a CPU copy)
+ *   gdr_chunked     cuda_gdr on a port whose max_msg_sz is 64 KiB, a 4 MiB
+ *                   tensor (T19: sends chunked to the smaller limit)
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "session.h"
+#include "suites.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+typedef struct cuda_spec {
+	const char *channels;   /* comma-separated kinds, highest priority first */
+	const char *src, *dst;  /* devices of every tensor */
+	const uint64_t *sizes;  /* tensor lengths of each message, 0-terminated */
+	const char *server_env; /* prefixed to the server's command ("" none) */
+	const char *client_env;
+	const char *unusable;   /* set: T08, the CUDA channels must be reported not viable */
+	const char *simverbs;   /* a simverbs configuration for the adapters, or NULL */
+} cuda_spec;
+
+static const cuda_spec *g_spec;
+
+static int shape_cuda(int index, twc_agent_msg *m)
+{
+	(void)index;
+	memset(m, 0, sizeof(*m));
+	size_t n = 0;
+	while (g_spec->sizes[n])
+		n++;
+	if (!(m->tensors = calloc(n, sizeof(*m->tensors))))
+		return -1;
+	m->num_tensors = n;
+	m->metadata.len = 8;
+	for (size_t i = 0; i < n; i++) {
+		m->tensors[i].data.len = g_spec->sizes[i];
+		(void)twc_agent_device_parse(g_spec->src, &m->tensors[i].source_device);
+		m->tensors[i].has_target_device = true;
+		(void)twc_agent_device_parse(g_spec->dst, &m->tensors[i].target_device);
+	}
+	return 0;
+}
+
+static int shape_cpu(int index, twc_agent_msg *m)
+{
+	(void)index;
+	return twc_msg_one_tensor(m, 16, 256 * 1024);
+}
+
+/* The context request: uv, basic at the bottom, the spec's channels above
+ * it in the order given. */
+static json_t *context_for(const cuda_spec *sp, bool tolerate)
+{
+	json_t *chans = json_array();
+	json_array_append_new(chans, json_pack("{s:s,s:s,s:i}", "name", "basic", "kind", "basic",
+	                                       "priority", 0));
+	char buf[128];
+	snprintf(buf, sizeof(buf), "%s", sp->channels);
+	int prio = 100;
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		json_array_append_new(chans, json_pack("{s:s,s:s,s:i}", "name", t, "kind", t,
+		                                       "priority", prio--));
+	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:o}", "transports", "name", "uv", "kind", "uv",
+	                        "priority", 0, "channels", chans);
+	if (tolerate)
+		json_object_set_new(ctx, "tolerate_skipped", json_true());
+	return ctx;
+}
+
+/* LD_LIBRARY_PATH without the folders that hold a libcuda.so.1 (the "no
+ * driver" variant of T08), into out; -1 when the system's own folders would
+ * still offer one (a GPU host). */
+static int path_without_cuda(char *out, size_t len)
+{
+	const char *lp = getenv("LD_LIBRARY_PATH");
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", lp ? lp : "");
+	out[0] = '\0';
+	for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		char f[PATH_MAX];
+		snprintf(f, sizeof(f), "%s/libcuda.so.1", d);
+		if (access(f, F_OK) == 0)
+			continue;
+		size_t n = strlen(out);
+		snprintf(out + n, len - n, "%s%s", n ? ":" : "", d);
+	}
+	static const char *const sys[] = { "/lib/x86_64-linux-gnu/libcuda.so.1",
+		                           "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+		                           "/usr/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1" };
+	for (size_t i = 0; i < sizeof(sys) / sizeof(sys[0]); i++)
+		if (access(sys[i], F_OK) == 0)
+			return -1;
+	return 0;
+}
+
+static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
+{
+	const cuda_spec *sp = c->arg;
+	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
+	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
+	const char *why;
+	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(scmd, &why))
+		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
+	char senv[4200], cenv[4200], conf[PATH_MAX] = "";
+	snprintf(senv, sizeof(senv), "%s", sp->server_env);
+	snprintf(cenv, sizeof(cenv), "%s", sp->client_env);
+	if (sp->unusable && !strcmp(sp->unusable, "no driver")) {
+		char lp[4096];
+		if (path_without_cuda(lp, sizeof(lp)) != 0)
+			return twc_case_result(env, TWC_SKIP,
+			                       "this host's own library folders hold a libcuda.so.1: no "
+			                       "process here can be without a driver");
+		snprintf(senv, sizeof(senv), "env LD_LIBRARY_PATH=%s ", lp);
+		snprintf(cenv, sizeof(cenv), "env LD_LIBRARY_PATH=%s ", lp);
+	}
+	if (sp->simverbs) {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(conf, sizeof(conf), "%s/twc-%s-%d.conf", tmp && *tmp ? tmp : "/tmp", c->id,
+		         (int)getpid());
+		FILE *f = fopen(conf, "w");
+		if (!f || fputs(sp->simverbs, f) < 0 || fclose(f) != 0)
+			return twc_case_result(env, TWC_ERROR, "cannot write %s", conf);
+		size_t n = strlen(senv);
+		snprintf(senv + n, sizeof(senv) - n, "env SIMVERBS_CONFIG=%s ", conf);
+		n = strlen(cenv);
+		snprintf(cenv + n, sizeof(cenv) - n, "env SIMVERBS_CONFIG=%s ", conf);
+	}
+	static char ccmd[8192], scmd2[8192];
+	snprintf(ccmd, sizeof(ccmd), "%s%s", cenv, env->iut_cmd);
+	snprintf(scmd2, sizeof(scmd2), "%s%s", senv, scmd);
+	printf("# client: %s\n# server: %s\n", ccmd, scmd2);
+	json_t *ctx = context_for(sp, sp->unusable != NULL);
+	g_spec = sp;
+	twc_session s;
+	int rc = twc_session_start(&s, ccmd, scmd2, env->iut_name, sname, env->wait_ms, ctx, NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = twc_session_connect(&s, NULL);
+	if (rc == 0 && sp->unusable) {
+		/* every CUDA channel asked for was found not viable (T08), and the
+		 * pipe still works on the CPU */
+		char buf[128];
+		snprintf(buf, sizeof(buf), "%s", sp->channels);
+		for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && rc == 0;
+		     t = strtok_r(NULL, ",", &save)) {
+			char key[40];
+			snprintf(key, sizeof(key), ",%s,", t);
+			if (!strstr(s.server_skipped, key))
+				rc = twc_session_fail(&s, "with CUDA unusable (%s) the server registered %s "
+				                      "as viable (it reported not viable: '%s')",
+				                      sp->unusable, t, s.server_skipped);
+		}
+		if (rc == 0)
+			rc = twc_session_transfer(&s, true, shape_cpu, 2, false, UINT64_C(7) << 40);
+		if (rc == 0)
+			rc = twc_session_transfer(&s, false, shape_cpu, 2, false, UINT64_C(8) << 40);
+	} else if (rc == 0) {
+		rc = twc_session_transfer(&s, true, shape_cuda, 2, false, UINT64_C(5) << 40);
+		if (rc == 0)
+			rc = twc_session_transfer(&s, false, shape_cuda, 2, false, UINT64_C(6) << 40);
+	}
+	snprintf(env->transport, sizeof(env->transport), "%s", s.transport);
+	snprintf(env->channel, sizeof(env->channel), "%s", s.channel);
+	if (rc == 0)
+		rc = twc_session_finish(&s);
+	twc_session_destroy(&s);
+	if (conf[0])
+		unlink(conf);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "%s", s.reason);
+	return TWC_PASS;
+}
+
+static const uint64_t small_and_mib[] = { 1, 8, 31, 32, 33, 64, MiB + 1, 0 };
+static const uint64_t ipc_sizes[] = { 1, 31, 32, 33, MiB + 1, 20 * MiB, 0 };
+static const uint64_t gdr_small_sizes[] = { 1, MiB, 8, 31, MiB, 32, 33, 64, MiB, 0 };
+static const uint64_t four_mib[] = { 4 * MiB, 0 };
+
+static const cuda_spec device_pair = { "cuda_basic", "cuda:0", "cuda:0", small_and_mib, "", "",
+	                               NULL, NULL };
+static const cuda_spec ipc = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0", ipc_sizes, "", "",
+	                       NULL, NULL };
+static const cuda_spec host_to_device = { "cuda_basic", "cpu:0", "cuda:0", small_and_mib, "", "",
+	                                  NULL, NULL };
+static const cuda_spec device_to_host = { "cuda_basic", "cuda:0", "cpu:0", small_and_mib, "", "",
+	                                  NULL, NULL };
+static const cuda_spec disjoint = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0", ipc_sizes,
+	                            "env CUDA_VISIBLE_DEVICES=0 ", "env CUDA_VISIBLE_DEVICES=1 ", NULL,
+	                            NULL };
+static const cuda_spec unusable_stub = { "cuda_ipc,cuda_basic", NULL, NULL, NULL,
+	                                 "env SIMCUDA_MODE=stub ", "env SIMCUDA_MODE=stub ",
+	                                 "a stub driver", NULL };
+static const cuda_spec unusable_no_device = { "cuda_ipc,cuda_basic", NULL, NULL, NULL,
+	                                      "env SIMCUDA_MODE=no_device ",
+	                                      "env SIMCUDA_MODE=no_device ", "no device", NULL };
+static const cuda_spec unusable_none_visible = { "cuda_ipc,cuda_basic", NULL, NULL, NULL,
+	                                         "env CUDA_VISIBLE_DEVICES= ",
+	                                         "env CUDA_VISIBLE_DEVICES= ", "none visible",
+	                                         NULL };
+static const cuda_spec unusable_no_driver = { "cuda_ipc,cuda_basic", NULL, NULL, NULL, "", "",
+	                                      "no driver", NULL };
+static const cuda_spec gdr_small = { "cuda_gdr", "cuda:0", "cuda:0", gdr_small_sizes, "", "",
+	                             NULL, NULL };
+static const cuda_spec gdr_chunked = { "cuda_gdr", "cuda:0", "cuda:0", four_mib, "", "", NULL,
+	                               "[device simrdma0]\nport1.max_msg_sz = 65536\n" };
+
+#define CUDA(id_, sec_, level_, needs_, desc_, req_, spec_)                                       \
+	{.id = "cuda." id_, .suite = "cuda", .section = sec_, .level = level_, .needs = needs_,    \
+	 .description = desc_, .requirement = req_, .timeout_s = 90, .run = run_cuda, .cross = true, \
+	 .arg = &(spec_)}
+
+static const twc_case cases[] = {
+	CUDA("device_pair", "wire.md 4.6.2", TWC_MUST, "cuda",
+	     "cuda_basic between two processes: device tensors of 1, 8, 31, 32, 33, 64 bytes and "
+	     "1 MiB + 1 from cuda:0 to cuda:0, each way, arrive byte-exact on cuda:0",
+	     "4.6.2: cuda_basic stages device tensors through pinned host memory over a CPU channel",
+	     device_pair),
+	CUDA("ipc", "wire.md 4.6.3", TWC_MUST, "cuda",
+	     "cuda_ipc (over cuda_basic) between two processes of one host: device tensors up to "
+	     "20 MiB (three staging slots) arrive byte-exact, each way",
+	     "4.6.3: the receiver copies out of the sender's staging slot after the slot's event",
+	     ipc),
+	CUDA("host_to_device", "wire.md 4.6.2", TWC_MUST, "cuda",
+	     "cuda_basic: tensors written from cpu:0 arrive in cuda:0 memory of the other process",
+	     "4.6.2: cuda_basic serves (cpu, cuda) pairs", host_to_device),
+	CUDA("device_to_host", "wire.md 4.6.2", TWC_MUST, "cuda",
+	     "cuda_basic: tensors written from cuda:0 arrive in cpu:0 memory of the other process",
+	     "4.6.2: cuda_basic serves (cuda, cpu) pairs", device_to_host),
+	CUDA("disjoint_devices", "wire.md 6.3", TWC_MUST, "cuda",
+	     "the two processes see different GPUs (CUDA_VISIBLE_DEVICES 0 and 1, as two "
+	     "containers given one GPU each) and both register cuda_ipc: device tensors still "
+	     "arrive, neither process aborts (T03)",
+	     "6.3: cuda_ipc is offered for a device pair only when the peer's device is visible "
+	     "here; otherwise the pipe uses another channel",
+	     disjoint),
+	CUDA("unusable_stub", "wire.md 4.6", TWC_MUST, "simcuda",
+	     "a stub CUDA driver (every call CUDA_ERROR_STUB_LIBRARY): the CUDA channels are "
+	     "reported not viable, and CPU tensors still move both ways (T08)",
+	     "4.6: a CUDA channel that cannot work here is not registered, with the reason; the "
+	     "context and its CPU pipes are unaffected",
+	     unusable_stub),
+	CUDA("unusable_no_device", "wire.md 4.6", TWC_MUST, "simcuda",
+	     "cuInit fails with CUDA_ERROR_NO_DEVICE: the CUDA channels are reported not viable, "
+	     "and CPU tensors still move both ways (T08)",
+	     "4.6: the same", unusable_no_device),
+	CUDA("unusable_none_visible", "wire.md 4.6", TWC_MUST, "cuda",
+	     "CUDA_VISIBLE_DEVICES empty: the CUDA channels are reported not viable, and CPU "
+	     "tensors still move both ways (T08)",
+	     "4.6: the same", unusable_none_visible),
+	CUDA("unusable_no_driver", "wire.md 4.6", TWC_MUST, "simcuda",
+	     "no libcuda.so.1 on the library path: the CUDA channels are reported not viable, "
+	     "and CPU tensors still move both ways (T08)",
+	     "4.6: the same", unusable_no_driver),
+	CUDA("gdr_small", "wire.md 4.6.4", TWC_MUST, "cuda,rdma",
+	     "cuda_gdr: device tensors of 1, 8, 31, 32, 33 and 64 bytes mixed with 1 MiB ones "
+	     "arrive byte-exact, each way (T20: on mlx5 a receive of 32 bytes or less is "
+	     "scattered into the completion and copied by the CPU)",
+	     "4.6.4: tensors small enough to go through the completion never land in device "
+	     "memory by a CPU copy",
+	     gdr_small),
+	CUDA("gdr_chunked", "wire.md 4.6.4", TWC_MUST, "cuda,rdma",
+	     "cuda_gdr on a port whose max_msg_sz is 64 KiB: a 4 MiB device tensor arrives, each "
+	     "way (T19)",
+	     "4.6.4: every transfer is chunked to the smaller of the two sides' max_msg_sz",
+	     gdr_chunked),
+};
+
+const twc_case *twc_suite_cuda(int *count_out)
+{
+	*count_out = (int)(sizeof(cases) / sizeof(cases[0]));
+	return cases;
+}
