@@ -114,7 +114,7 @@ int twc_cuda_alloc(int dev, size_t len, void **out, char *err, size_t errlen)
 
 void twc_cuda_free(int dev, void *p)
 {
-	char err[64];
+	char err[320];
 	if (p && cuda_use(dev, err, sizeof(err)) == 0)
 		(void)g.release((cu_ptr)(uintptr_t)p);
 }
