@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char UNAVAILABLE[] = "unavailable:";
 
@@ -609,6 +610,21 @@ void twc_session_destroy(twc_session *s)
 	twc_adapter_destroy(s->client);
 	twc_adapter_destroy(s->server);
 	s->client = s->server = NULL;
+}
+
+int twc_env_file(const char *var, const char *id, const char *text, char *path, size_t path_len,
+                 char *prefix, size_t prefix_len)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(path, path_len, "%s/twc-%s-%d.conf", tmp && *tmp ? tmp : "/tmp", id, (int)getpid());
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	int rc = fputs(text, f) < 0 ? -1 : 0;
+	if (fclose(f) != 0)
+		rc = -1;
+	snprintf(prefix, prefix_len, "env %s=%s ", var, path);
+	return rc;
 }
 
 int twc_msg_one_tensor(twc_agent_msg *m, uint64_t meta, uint64_t len)

@@ -100,6 +100,13 @@ int twc_session_ok_event(twc_session *s, twc_adapter *a, json_int_t id, const ch
 const char *twc_event_error_kind(const json_t *ev);
 const char *twc_event_error_text(const json_t *ev);
 
+/* Writes `text` to a file of this case's own (TMPDIR, named after id and
+ * the pid) and puts its path in path and "env VAR=<path> " in prefix, for
+ * an adapter's command (a simverbs configuration, say); -1 when it cannot
+ * be written. The caller unlinks path. */
+int twc_env_file(const char *var, const char *id, const char *text, char *path, size_t path_len,
+                 char *prefix, size_t prefix_len);
+
 /* Message helpers shared with the cases. */
 void twc_msg_assign_seeds(twc_agent_msg *m, uint64_t base);
 /* Shapes *m as a message with `meta` bytes of metadata and one tensor of

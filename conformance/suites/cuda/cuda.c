@@ -150,16 +150,14 @@ static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 		snprintf(cenv, sizeof(cenv), "env LD_LIBRARY_PATH=%s ", lp);
 	}
 	if (sp->simverbs) {
-		const char *tmp = getenv("TMPDIR");
-		snprintf(conf, sizeof(conf), "%s/twc-%s-%d.conf", tmp && *tmp ? tmp : "/tmp", c->id,
-		         (int)getpid());
-		FILE *f = fopen(conf, "w");
-		if (!f || fputs(sp->simverbs, f) < 0 || fclose(f) != 0)
+		char pre[PATH_MAX + 40];
+		if (twc_env_file("SIMVERBS_CONFIG", c->id, sp->simverbs, conf, sizeof(conf), pre,
+		                 sizeof(pre)) != 0)
 			return twc_case_result(env, TWC_ERROR, "cannot write %s", conf);
 		size_t n = strlen(senv);
-		snprintf(senv + n, sizeof(senv) - n, "env SIMVERBS_CONFIG=%s ", conf);
+		snprintf(senv + n, sizeof(senv) - n, "%s", pre);
 		n = strlen(cenv);
-		snprintf(cenv + n, sizeof(cenv) - n, "env SIMVERBS_CONFIG=%s ", conf);
+		snprintf(cenv + n, sizeof(cenv) - n, "%s", pre);
 	}
 	static char ccmd[8192], scmd2[8192];
 	snprintf(ccmd, sizeof(ccmd), "%s%s", cenv, env->iut_cmd);

@@ -44,23 +44,6 @@ static int shape_one(int index, twc_agent_msg *m)
 	return twc_msg_one_tensor(m, 16, g_len);
 }
 
-/* Writes the case's simverbs configuration to a file of its own; the
- * adapters' prefix "env SIMVERBS_CONFIG=<file> " into prefix. */
-static int write_config(const rdma_spec *sp, const char *id, char *path, size_t path_len,
-                        char *prefix, size_t prefix_len)
-{
-	const char *tmp = getenv("TMPDIR");
-	snprintf(path, path_len, "%s/twc-%s-%d.conf", tmp && *tmp ? tmp : "/tmp", id, (int)getpid());
-	FILE *f = fopen(path, "w");
-	if (!f)
-		return -1;
-	fputs(sp->config, f);
-	if (fclose(f) != 0)
-		return -1;
-	snprintf(prefix, prefix_len, "env SIMVERBS_CONFIG=%s ", path);
-	return 0;
-}
-
 static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 {
 	const rdma_spec *sp = c->arg;
@@ -72,7 +55,8 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 	char path[PATH_MAX] = "", prefix[2 * PATH_MAX] = "";
 	const char *native = getenv("TWC_RDMA_NATIVE");
 	if (!(native && !strcmp(native, "1")) &&
-	    write_config(sp, c->id, path, sizeof(path), prefix, sizeof(prefix)) != 0)
+	    twc_env_file("SIMVERBS_CONFIG", c->id, sp->config, path, sizeof(path), prefix,
+	                 sizeof(prefix)) != 0)
 		return twc_case_result(env, TWC_ERROR, "cannot write the simverbs configuration %s",
 		                       path);
 	static char ccmd[4 * PATH_MAX], scmd2[4 * PATH_MAX];
