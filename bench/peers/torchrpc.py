@@ -11,8 +11,10 @@ CPU tensor argument (uint8, `size` bytes), as the seeds' script did, and
 times each call (a round trip, rtt_ns); every reply is compared byte for
 byte with what was sent, and each call's tensor differs from the last one.
 The transport and channel are chosen through TensorPipeRpcBackendOptions
-(_transports, _channels). Exit 77 with the reason where torch cannot be
-imported (python3-torch is opt-in: it is large).
+(_transports, _channels). Systems uv-cuda_basic and uv-cuda_ipc send
+cuda:0 tensors both ways (devices=[0], a device map {0: 0}): the stock
+rows of a GPU host. Exit 77 with the reason where torch cannot be imported
+(python3-torch is opt-in: it is large) or, for those, has no CUDA.
 """
 import argparse
 import json
@@ -43,7 +45,10 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     combos = {"uv-basic": (["uv"], ["basic"]), "shm-basic": (["shm"], ["basic"]),
-              "shm-cma": (["shm"], ["cma"])}
+              "shm-cma": (["shm"], ["cma"]),
+              # cuda:0 tensors both ways (a device map), over a CUDA channel
+              "uv-cuda_basic": (["uv"], ["cuda_basic", "basic"]),
+              "uv-cuda_ipc": (["uv"], ["cuda_ipc", "basic"])}
     if a.system not in combos:
         sys.exit("torchrpc.py: unknown --system %r (%s)" % (a.system, ", ".join(combos)))
     try:
@@ -51,10 +56,15 @@ def main():
         import torch.distributed.rpc as rpc
     except ImportError as e:
         print("torchrpc.py: torch is not importable here (%s): install Debian's python3-torch "
-              "for these opt-in rows" % e, flush=True)
+              "for these opt-in rows" % e, file=sys.stderr, flush=True)
         sys.exit(77)
     sizes, iters, warm = parse_list(a.sizes), parse_list(a.iters), parse_list(a.warmup)
     transports, channels = combos[a.system]
+    cuda = "cuda" in a.system
+    if cuda and not torch.cuda.is_available():
+        print("torchrpc.py: %s needs a torch with CUDA and a GPU (torch %s: cuda %s)" % (
+            a.system, torch.__version__, torch.version.cuda), file=sys.stderr, flush=True)
+        sys.exit(77)
     if a.role == "server":
         # the rendezvous (TCPStore) listens where READY says
         s = socket.socket()
@@ -65,9 +75,12 @@ def main():
         print("READY %s" % init, flush=True)
     else:
         init = a.addr
+    extra = {"devices": [0]} if cuda else {}
     opts = rpc.TensorPipeRpcBackendOptions(init_method=init, num_worker_threads=8,
                                            rpc_timeout=600, _transports=transports,
-                                           _channels=channels)
+                                           _channels=channels, **extra)
+    if cuda and a.role == "client":
+        opts.set_device_map("server", {0: 0})
     name, rank = ("server", 0) if a.role == "server" else ("client", 1)
     rpc.init_rpc(name, rank=rank, world_size=2, backend=rpc.BackendType.TENSORPIPE,
                  rpc_backend_options=opts)
@@ -77,6 +90,8 @@ def main():
     results = []
     for size, n, w in zip(sizes, iters, warm):
         base = torch.arange(size, dtype=torch.int64).remainder_(251).to(torch.uint8)
+        if cuda:
+            base = base.to("cuda:0")
         buf = base.clone()
         samples, checked, wrong = [], 0, 0
         for k in range(w + n):

@@ -1,9 +1,13 @@
 /*
  * tw.c - ping-pong driver for libtensorwire (ours), through the public API
  * only (tensorwire.h). Systems are "<transport>-<channel>" kinds passed to
- * the library as they are: uv-basic now; shm-basic, shm-cma, uv-mpt,
- * ibv-basic as those land (a kind the library reports TW_ERR_UNSUPPORTED for
- * makes this driver exit 77 with the library's reason).
+ * the library as they are: uv-basic, shm-basic, shm-cma, uv-mpt, ibv-basic,
+ * and with a CUDA channel (uv-cuda_basic, uv-cuda_ipc) the tensors are
+ * device memory of cuda:0 on both sides (a kind the library reports
+ * TW_ERR_UNSUPPORTED for, or no CUDA driver, makes this driver exit 77 with
+ * the reason). Device tensors are filled from, and checked through, host
+ * copies made outside the timed span (t0 is taken after the copy in, t1
+ * before the copy out).
  *
  * Same chain as the stock driver (tp.cc), so the two rows compare like for
  * like: the client's read callback takes t1, checks the bytes and, once the
@@ -13,6 +17,8 @@
 #include "twb.h"
 
 #include <tensorwire/tensorwire.h>
+
+#include "agent_cuda.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -61,14 +67,57 @@ static void twd_check(tw_status_t st, const char *what)
  * Descriptor (spec 3.11). */
 static bool twd_target;
 
+/* A CUDA channel: every tensor is memory of cuda:0 (and names it as its
+ * target). */
+static bool twd_cuda;
+
+static tw_device twd_device(void)
+{
+	tw_device d = tw_device_cpu();
+	if (twd_cuda) {
+		snprintf(d.type, sizeof(d.type), "cuda");
+		d.index = 0;
+	}
+	return d;
+}
+
 static void twd_tensor(tw_tensor *t, void *data, uint64_t len)
 {
 	memset(t, 0, sizeof(*t));
 	t->data = data;
 	t->length = len;
-	t->source_device = tw_device_cpu();
+	t->source_device = twd_device();
 	t->has_target_device = twd_target;
-	t->target_device = tw_device_cpu();
+	t->target_device = twd_device();
+}
+
+/* A buffer of len bytes where the system's tensors live (see above). */
+static void *twd_alloc(uint64_t len, bool prefault)
+{
+	if (!twd_cuda)
+		return prefault ? twb_alloc_prefaulted(len) : twb_alloc_fresh(len);
+	void *d;
+	char err[320];
+	if (twc_cuda_alloc(0, len, &d, err, sizeof(err)) != 0)
+		twb_die(TWB_EXIT_UNSUPPORTED, "device memory: %s", err);
+	return d;
+}
+
+static void twd_free(void *p)
+{
+	if (twd_cuda)
+		twc_cuda_free(0, p);
+	else
+		free(p);
+}
+
+static void twd_copy(void *dst, const void *src, uint64_t len, bool to_device)
+{
+	char err[320];
+	int rc = to_device ? twc_cuda_to_device(0, dst, src, len, err, sizeof(err))
+	                   : twc_cuda_to_host(0, dst, src, len, err, sizeof(err));
+	if (rc != 0)
+		twb_die(1, "copying a tensor %s the device: %s", to_device ? "to" : "from", err);
 }
 
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
@@ -94,13 +143,25 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	memcpy(transport, sys, (size_t)(dash - sys));
 	transport[dash - sys] = '\0';
 	snprintf(channel, sizeof(channel), "%s", dash + 1);
+	twd_cuda = !strncmp(channel, "cuda_", 5);
+	if (twd_cuda) { /* the receiver needs no reply to learn the device */
+		twd_target = true;
+		void *probe;
+		char err[320];
+		if (twc_cuda_alloc(0, 1, &probe, err, sizeof(err)) != 0)
+			twb_die(TWB_EXIT_UNSUPPORTED, "%s needs cuda:0: %s", a->system, err);
+		twc_cuda_free(0, probe);
+	}
 	twd_check(tw_context_create(a->role == TWB_ROLE_SERVER ? "twb-server" : "twb-client", &ctx),
 	          "tw_context_create");
 	twd_check(tw_context_register_transport(ctx, transport, NULL, 0,
 	                                        spin ? "busy_poll_us=100000" : NULL),
 	          "tw_context_register_transport");
-	twd_check(tw_context_register_channel(ctx, channel, NULL, 0, NULL),
+	twd_check(tw_context_register_channel(ctx, channel, NULL, 10, NULL),
 	          "tw_context_register_channel");
+	if (twd_cuda) /* the pipe's own CPU traffic needs no channel; a CPU one is usual beside */
+		twd_check(tw_context_register_channel(ctx, "basic", NULL, 0, NULL),
+		          "tw_context_register_channel");
 	return ctx;
 }
 
@@ -137,7 +198,7 @@ static void twd_server_written(tw_pipe *pipe, tw_status_t st, const char *detail
 	if (st != TW_OK)
 		twd_finish(&e->s->done, "server tw_pipe_write", st, detail);
 	if (e->b != e->s->buf)
-		free(e->b);
+		twd_free(e->b);
 	free(e);
 }
 
@@ -152,12 +213,13 @@ static void twd_server_read(tw_pipe *pipe, tw_status_t st, const char *detail, v
 	if (st != TW_OK) {
 		twd_finish(&s->done, "server tw_pipe_read", st, detail);
 		if (e->b != s->buf)
-			free(e->b);
+			twd_free(e->b);
 		free(e);
 		return;
 	}
 	s->received++;
-	twb_fault_apply(e->b, e->len);
+	if (!twd_cuda) /* a fault on the way back is applied to host bytes */
+		twb_fault_apply(e->b, e->len);
 	twd_tensor(&t, e->b, e->len);
 	memset(&m, 0, sizeof(m));
 	m.num_tensors = 1;
@@ -166,7 +228,7 @@ static void twd_server_read(tw_pipe *pipe, tw_status_t st, const char *detail, v
 	if (wst != TW_OK) {
 		twd_finish(&s->done, "server tw_pipe_write", wst, tw_last_error());
 		if (e->b != s->buf)
-			free(e->b);
+			twd_free(e->b);
 		free(e);
 		return;
 	}
@@ -197,9 +259,9 @@ static void twd_server_descriptor(tw_pipe *pipe, tw_status_t st, const char *det
 		twb_die(1, "calloc: out of memory");
 	e->s = s;
 	e->len = desc->tensors[0].length;
-	e->b = s->buf ? s->buf : twb_alloc_fresh(e->len);
+	e->b = s->buf ? s->buf : twd_alloc(e->len, false);
 	e->ta.data = e->b;
-	e->ta.device = tw_device_cpu();
+	e->ta.device = twd_device();
 	memset(&alloc, 0, sizeof(alloc));
 	alloc.num_tensors = 1;
 	alloc.tensors = &e->ta;
@@ -207,7 +269,7 @@ static void twd_server_descriptor(tw_pipe *pipe, tw_status_t st, const char *det
 	if (rst != TW_OK) {
 		twd_finish(&s->done, "server tw_pipe_read", rst, tw_last_error());
 		if (e->b != s->buf)
-			free(e->b);
+			twd_free(e->b);
 		free(e);
 	}
 }
@@ -244,9 +306,9 @@ static int twd_server_run(const twb_args *a)
 	pthread_cond_init(&s.done.cv, NULL);
 	s.a = a;
 	s.total = twb_schedule_total(&a->sched);
-	if (a->policy == TWB_POLICY_REUSED)
-		s.buf = twb_alloc_prefaulted(twb_schedule_max(&a->sched));
 	ctx = twd_context(a, transport, sizeof(transport));
+	if (a->policy == TWB_POLICY_REUSED)
+		s.buf = twd_alloc(twb_schedule_max(&a->sched), true);
 	if (!strcmp(transport, "shm"))
 		snprintf(url, sizeof(url), "shm://twb-tw-%d", (int)getpid());
 	else
@@ -257,7 +319,8 @@ static int twd_server_run(const twb_args *a)
 	twb_ready(bound);
 	twd_wait(&s.done);
 	twd_close(ctx);
-	free(s.buf);
+	if (s.buf)
+		twd_free(s.buf);
 	if (s.done.error[0])
 		twb_die(1, "%s", s.done.error);
 	return 0;
@@ -271,6 +334,7 @@ struct twd_client {
 	twb_results res;
 	twb_cursor cur;
 	unsigned char *sbuf, *rbuf, *r;
+	unsigned char *dsend, *dhost; /* CUDA: the device copy of sbuf; a host copy of r */
 	size_t rlen;
 	tw_tensor_allocation ta;
 	uint64_t t0;
@@ -296,9 +360,14 @@ static void twd_client_read(tw_pipe *pipe, tw_status_t st, const char *detail, v
 		twd_finish(&c->done, "client tw_pipe_read", st, detail);
 		return;
 	}
-	twb_record(&c->res, &c->cur, c->t0, t1, c->r, c->rlen);
+	if (twd_cuda) {
+		twd_copy(c->dhost, c->r, c->rlen, false);
+		twb_record(&c->res, &c->cur, c->t0, t1, c->dhost, c->rlen);
+	} else {
+		twb_record(&c->res, &c->cur, c->t0, t1, c->r, c->rlen);
+	}
 	if (c->r != c->rbuf)
-		free(c->r);
+		twd_free(c->r);
 	c->r = NULL;
 	twd_client_part_done(c);
 }
@@ -320,9 +389,9 @@ static void twd_client_descriptor(tw_pipe *pipe, tw_status_t st, const char *det
 		return;
 	}
 	c->rlen = desc->tensors[0].length;
-	c->r = c->rbuf ? c->rbuf : twb_alloc_fresh(c->rlen);
+	c->r = c->rbuf ? c->rbuf : twd_alloc(c->rlen, false);
 	c->ta.data = c->r;
-	c->ta.device = tw_device_cpu();
+	c->ta.device = twd_device();
 	memset(&alloc, 0, sizeof(alloc));
 	alloc.num_tensors = 1;
 	alloc.tensors = &c->ta;
@@ -361,7 +430,9 @@ static void twd_client_round(struct twd_client *c)
 		twd_finish(&c->done, "client tw_pipe_read_descriptor", st, tw_last_error());
 		return;
 	}
-	twd_tensor(&t, c->sbuf, len);
+	if (twd_cuda)
+		twd_copy(c->dsend, c->sbuf, len, true);
+	twd_tensor(&t, twd_cuda ? c->dsend : c->sbuf, len);
 	memset(&m, 0, sizeof(m));
 	m.num_tensors = 1;
 	m.tensors = &t;
@@ -383,10 +454,14 @@ static int twd_client_run(const twb_args *a)
 	pthread_cond_init(&c.done.cv, NULL);
 	c.a = a;
 	c.sbuf = twb_alloc_prefaulted(max);
-	if (a->policy == TWB_POLICY_REUSED)
-		c.rbuf = twb_alloc_prefaulted(max);
 	twb_results_init(&c.res, &a->sched);
 	ctx = twd_context(a, transport, sizeof(transport));
+	if (a->policy == TWB_POLICY_REUSED)
+		c.rbuf = twd_alloc(max, true);
+	if (twd_cuda) {
+		c.dsend = twd_alloc(max, true);
+		c.dhost = twb_alloc_prefaulted(max);
+	}
 	twd_check(tw_context_connect(ctx, a->addr, &c.pipe), "tw_context_connect");
 	/* the first round runs on this thread; every later one on the loop thread */
 	twd_client_round(&c);
@@ -395,13 +470,18 @@ static int twd_client_run(const twb_args *a)
 	twd_close(ctx);
 	if (c.done.error[0])
 		twb_die(1, "%s", c.done.error);
-	snprintf(info, sizeof(info), "tensorwire %s, one CPU tensor per message%s, callback-chained; "
-	         "t1 in the client's read callback", a->system,
+	snprintf(info, sizeof(info), "tensorwire %s, one %s tensor per message%s, callback-chained; "
+	         "t1 in the client's read callback", a->system, twd_cuda ? "cuda:0" : "CPU",
 	         twd_target ? " naming its target device (no DescriptorReply)" : "");
 	twb_results_write(&c.res, a, info);
 	twb_results_free(&c.res);
 	free(c.sbuf);
-	free(c.rbuf);
+	if (c.rbuf)
+		twd_free(c.rbuf);
+	if (twd_cuda) {
+		twd_free(c.dsend);
+		free(c.dhost);
+	}
 	return 0;
 }
 
