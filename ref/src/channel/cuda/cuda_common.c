@@ -56,13 +56,16 @@ void tw__cuda_ctx_drain(tw_cuda_ctx *c)
 {
 	char d[TW_DETAIL_MAX];
 	for (int i = 0; i < c->num_cuda; i++) {
-		if (!c->streams[i])
-			continue;
-		if (tw__cuda_use_device(c->cu, i, d, sizeof(d)) == TW_OK) {
-			(void)c->cu->cuStreamSynchronize(c->streams[i]);
-			(void)c->cu->cuStreamDestroy_v2(c->streams[i]);
+		CUstream *ss[2] = { &c->streams[i], &c->notify[i] };
+		for (int k = 0; k < 2; k++) {
+			if (!*ss[k])
+				continue;
+			if (tw__cuda_use_device(c->cu, i, d, sizeof(d)) == TW_OK) {
+				(void)c->cu->cuStreamSynchronize(*ss[k]);
+				(void)c->cu->cuStreamDestroy_v2(*ss[k]);
+			}
+			*ss[k] = NULL;
 		}
-		c->streams[i] = NULL;
 	}
 }
 
@@ -114,19 +117,27 @@ tw_status_t tw__cuda_check_buffer(tw_cuda_ctx *c, const char *who, const tw_buff
 	return TW_OK;
 }
 
-static tw_status_t tw_cuda_stream(tw_cuda_ctx *c, int dev, CUstream *out, char *detail,
-                                  size_t detail_len)
+/* One of the device's two streams (the copies', or the completions'),
+ * made on first use. */
+static tw_status_t tw_cuda_stream_of(tw_cuda_ctx *c, int dev, CUstream *which, CUstream *out,
+                                     char *detail, size_t detail_len)
 {
 	tw_status_t st = tw__cuda_use_device(c->cu, dev, detail, detail_len);
 	if (st != TW_OK)
 		return st;
-	if (!c->streams[dev]) {
-		CUresult r = c->cu->cuStreamCreate(&c->streams[dev], TW_CU_STREAM_NON_BLOCKING);
+	if (!*which) {
+		CUresult r = c->cu->cuStreamCreate(which, TW_CU_STREAM_NON_BLOCKING);
 		if (r != TW_CUDA_SUCCESS)
 			return tw_cuda_fail(c, "cuStreamCreate", r, detail, detail_len);
 	}
-	*out = c->streams[dev];
+	*out = *which;
 	return TW_OK;
+}
+
+static tw_status_t tw_cuda_stream(tw_cuda_ctx *c, int dev, CUstream *out, char *detail,
+                                  size_t detail_len)
+{
+	return tw_cuda_stream_of(c, dev, &c->streams[dev], out, detail, detail_len);
 }
 
 tw_status_t tw__cuda_record(tw_cuda_ctx *c, int dev, void *stream, CUevent *out, char *detail,
@@ -183,8 +194,21 @@ tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, u
 		(void)c->cu->cuStreamSynchronize(s);
 		return tw_cuda_fail(c, "cuEventRecord after a copy", r, detail, detail_len);
 	}
+	/* its end is reported from the completions' stream (cuda_common.h) */
+	CUstream ns;
+	CUevent fin;
+	st = tw_cuda_stream_of(c, dev, &c->notify[dev], &ns, detail, detail_len);
+	if (st == TW_OK)
+		st = tw__cuda_record(c, dev, s, &fin, detail, detail_len);
+	if (st != TW_OK) {
+		(void)c->cu->cuStreamSynchronize(s);
+		return st;
+	}
+	r = c->cu->cuStreamWaitEvent(ns, fin, 0);
+	(void)c->cu->cuEventDestroy_v2(fin);
 	done->loop = c->base.env->loop;
-	r = c->cu->cuLaunchHostFunc(s, tw_cuda_host_done, done);
+	if (r == TW_CUDA_SUCCESS)
+		r = c->cu->cuLaunchHostFunc(ns, tw_cuda_host_done, done);
 	if (r != TW_CUDA_SUCCESS) {
 		/* the copy is queued but nothing would report it: wait for it here */
 		(void)c->cu->cuStreamSynchronize(s);

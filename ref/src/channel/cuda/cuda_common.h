@@ -8,7 +8,9 @@
  * Why our own streams: a channel must know when a copy is over (to call
  * back, release a staging slot, or let a closing pipe finish), and the
  * context must be able to drain its copies at shutdown; neither works on a
- * stream the user owns and may destroy after the callback.
+ * stream the user owns and may destroy after the callback. Each device has
+ * two: copies run on one, and the host functions that report their ends
+ * on the other, each after an event recorded behind its copy.
  */
 #ifndef TW_CHANNEL_CUDA_COMMON_H
 #define TW_CHANNEL_CUDA_COMMON_H
@@ -26,6 +28,10 @@ typedef struct tw_cuda_ctx {
 	const tw_cuda *cu;
 	int num_cuda;
 	CUstream streams[TW_CUDA_CTX_MAX_DEVICES]; /* lazily, non-blocking */
+	/* where completions are reported (cuLaunchHostFunc), after an event of
+	 * the copy stream: a host function holds up the stream it is on until
+	 * the driver has run it, and must not hold up the copies */
+	CUstream notify[TW_CUDA_CTX_MAX_DEVICES];
 	tw_cuda_chan *chans; /* open chunked channels (tw__cuda_chan_wake) */
 } tw_cuda_ctx;
 
