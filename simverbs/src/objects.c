@@ -1026,6 +1026,21 @@ out:
 	return err;
 }
 
+SV_EXPORT void simverbs_qp_error_if_live(uint32_t qpn, const struct ibv_qp *expect)
+{
+	pthread_mutex_lock(&sv_lock);
+	struct sv_qp *qp = sv_engine_qp_by_num(qpn);
+	bool live = qp && &qp->qp == expect && !qp->dead;
+	if (live) { /* what ibv_modify_qp does for IBV_QPS_ERR */
+		sv_qp_to_error(qp, false);
+		qp->st = IBV_QPS_ERR;
+		qp->qp.state = IBV_QPS_ERR;
+	}
+	pthread_mutex_unlock(&sv_lock);
+	if (live)
+		sv_engine_kick();
+}
+
 SV_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask,
 			   struct ibv_qp_init_attr *init)
 {

@@ -37,6 +37,7 @@
 #define CM_MAGIC 0x53564d43u /* "SVMC" */
 
 int simverbs_find_port_by_ip(uint32_t ip_be, int *dev_out, int *port_out, int *gid_out);
+void simverbs_qp_error_if_live(uint32_t qpn, const struct ibv_qp *expect);
 
 enum { M_REQ = 1, M_REP, M_RTU, M_REJ, M_DREQ, M_DREP };
 
@@ -76,6 +77,7 @@ struct sv_id {
 	pthread_cond_t cond;
 	struct sv_id *next;         /* live ids */
 	bool dead;
+	uint32_t qpn;               /* id.qp's number, read when it was made */
 };
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -544,6 +546,7 @@ EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd,
 		return -1;
 	}
 	cid->qp = qp;
+	((struct sv_id *)cid)->qpn = qp->qp_num;
 	cid->pd = pd;
 	cid->send_cq = attr->send_cq;
 	cid->recv_cq = attr->recv_cq;
@@ -764,12 +767,14 @@ EXPORT int rdma_reject(struct rdma_cm_id *cid, const void *private_data, uint8_t
 	return r;
 }
 
+/* The peer disconnected: its QP goes to ERR, as the kernel's CM does. The
+ * application may already have destroyed that QP with ibv_destroy_qp (and
+ * not rdma_destroy_qp: perftest does), so it is found by number and
+ * touched only if it is still the one this id made. */
 static void qp_to_err(struct sv_id *id)
 {
-	if (!id->id.qp)
-		return;
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-	ibv_modify_qp(id->id.qp, &a, IBV_QP_STATE);
+	if (id->id.qp)
+		simverbs_qp_error_if_live(id->qpn, id->id.qp);
 }
 
 EXPORT int rdma_disconnect(struct rdma_cm_id *cid)

@@ -268,6 +268,7 @@ void sv_engine_qp_ready(struct sv_qp *qp); /* caller holds sv_lock */
 void sv_engine_register_ctx(struct sv_context *ctx);
 void sv_engine_unregister_ctx(struct sv_context *ctx);
 struct sv_qp *sv_engine_qp_by_num(uint32_t qpn);
+
 uint64_t sv_now_ns(void);
 uint64_t sv_ib_timeout_ns(uint8_t exp);   /* 4.096us * 2^exp, scaled */
 uint64_t sv_rnr_timer_ns(uint8_t code);
@@ -278,6 +279,9 @@ void sv_fill_ops(struct sv_context *ctx);
 
 /* exported under SIMVERBS_PRIVATE_1 (see simverbs/include/simverbs.h) */
 SV_EXPORT int simverbs_mark_device_memory(void *addr, size_t len);
+/* rdma_cm (rdmacm.c): QP qpn to ERR if it is still `expect` (never
+ * dereferenced: the application may have destroyed it) */
+SV_EXPORT void simverbs_qp_error_if_live(uint32_t qpn, const struct ibv_qp *expect);
 SV_EXPORT int simverbs_find_port_by_ip(uint32_t ip_be, int *dev_out, int *port_out,
 				       int *gid_out);
 
