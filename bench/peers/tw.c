@@ -114,9 +114,7 @@ static void twd_free(void *p)
 static void twd_copy(void *dst, const void *src, uint64_t len, bool to_device)
 {
 	char err[320];
-	int rc = to_device ? twc_cuda_to_device(0, dst, src, len, err, sizeof(err))
-	                   : twc_cuda_to_host(0, dst, src, len, err, sizeof(err));
-	if (rc != 0)
+	if (twc_cuda_copy(0, dst, src, len, err, sizeof(err)) != 0)
 		twb_die(1, "copying a tensor %s the device: %s", to_device ? "to" : "from", err);
 }
 

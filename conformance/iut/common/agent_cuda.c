@@ -119,7 +119,7 @@ void twc_cuda_free(int dev, void *p)
 		(void)g.release((cu_ptr)(uintptr_t)p);
 }
 
-static int cuda_copy(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen)
+int twc_cuda_copy(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen)
 {
 	if (!len)
 		return 0;
@@ -127,14 +127,4 @@ static int cuda_copy(int dev, void *dst, const void *src, size_t len, char *err,
 		return -1;
 	cu_result r = g.copy((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, len);
 	return r ? cuda_fail("cuMemcpy", r, err, errlen) : 0;
-}
-
-int twc_cuda_to_device(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen)
-{
-	return cuda_copy(dev, dst, src, len, err, errlen);
-}
-
-int twc_cuda_to_host(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen)
-{
-	return cuda_copy(dev, dst, src, len, err, errlen);
 }

@@ -21,9 +21,9 @@ extern "C" {
  * at least one); -1 and the reason in err. */
 int twc_cuda_alloc(int dev, size_t len, void **out, char *err, size_t errlen);
 void twc_cuda_free(int dev, void *p);
-/* Synchronous copies between host memory and device memory of cuda:dev. */
-int twc_cuda_to_device(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen);
-int twc_cuda_to_host(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen);
+/* A synchronous copy of len bytes between host memory and device memory of
+ * cuda:dev, either way (the driver tells them apart by address). */
+int twc_cuda_copy(int dev, void *dst, const void *src, size_t len, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -171,7 +171,7 @@ static int op_to_device(op *o, size_t k, const tw_device *dev, size_t len, char 
 		return 0;
 	void *d;
 	if (twc_cuda_alloc(dev->index, len, &d, err, errlen) ||
-	    twc_cuda_to_device(dev->index, d, o->bufs[k], len, err, errlen)) {
+	    twc_cuda_copy(dev->index, d, o->bufs[k], len, err, errlen)) {
 		return -1;
 	}
 	free(o->bufs[k]);
@@ -615,7 +615,7 @@ static void on_read(tw_pipe *pipe, tw_status_t status, const char *detail, void 
 		if (o->cuda[k] >= 0) { /* checksummed from a host copy */
 			char derr[256];
 			void *h = malloc(o->lens[k] + 1);
-			if (!h || twc_cuda_to_host(o->cuda[k], h, o->bufs[k], o->lens[k], derr,
+			if (!h || twc_cuda_copy(o->cuda[k], h, o->bufs[k], o->lens[k], derr,
 			                           sizeof(derr)) != 0) {
 				free(h);
 				json_decref(ps);

@@ -111,7 +111,9 @@ static void mk_nic(const char *name, const char *path, int numa)
 
 static void fresh_root(void)
 {
-	char tmpl[] = "/tmp/tw-pci-XXXXXX";
+	const char *tmp = getenv("TMPDIR");
+	char tmpl[PATH_MAX];
+	FMT(tmpl, "%s/tw-pci-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	CHECK(mkdtemp(tmpl));
 	FMT(root, "%s", tmpl);
 }
