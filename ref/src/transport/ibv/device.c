@@ -318,3 +318,54 @@ tw_status_t tw__ibv_fork_safe(char *why, size_t why_len)
 	           tw__strerror(rc, eb, sizeof(eb)));
 	return TW_ERR_UNSUPPORTED;
 }
+
+int tw__ibv_qp_init(struct ibv_qp *qp, uint8_t port)
+{
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = port;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+	                                 IBV_QP_ACCESS_FLAGS);
+}
+
+int tw__ibv_qp_connect(struct ibv_qp *qp, const tw_ibv_choice *ch, int gid_index,
+                       const tw_ibv_peer_qp *peer, const char **verb)
+{
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = peer->mtu < ch->mtu ? peer->mtu : ch->mtu;
+	a.dest_qp_num = peer->qpn;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 20;
+	a.ah_attr.port_num = ch->port;
+	if (peer->lid != 0) {
+		a.ah_attr.dlid = (uint16_t)peer->lid;
+	} else {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = peer->gid;
+		a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	*verb = "ibv_modify_qp to RTR";
+	int rc = ibv_modify_qp(qp, &a,
+	                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+	                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (rc != 0)
+		return rc;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7; /* infinite: a peer out of receives is slow, not gone */
+	a.max_rd_atomic = 1;
+	*verb = "ibv_modify_qp to RTS";
+	return ibv_modify_qp(qp, &a,
+	                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+	                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}

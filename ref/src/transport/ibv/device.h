@@ -82,6 +82,25 @@ const char *tw__ibv_gid_family_name(tw_ibv_gid_family f);
 bool tw__ibv_match_gid(const tw_ibv_choice *ch, const union ibv_gid *peer, int *index,
                        union ibv_gid *gid);
 
+/* The peer's end of an RC queue pair, as a set-up record carries it. */
+typedef struct tw_ibv_peer_qp {
+	uint32_t lid; /* 0: route by GID */
+	union ibv_gid gid;
+	uint32_t qpn;
+	enum ibv_mtu mtu;
+} tw_ibv_peer_qp;
+
+/* Moves a new RC queue pair to INIT on `port` (local and remote write
+ * allowed). 0, or the errno of ibv_modify_qp. */
+int tw__ibv_qp_init(struct ibv_qp *qp, uint8_t port);
+
+/* Moves a queue pair in INIT to RTR towards `peer` and then to RTS, with
+ * stock TensorPipe's attributes (packet sequence numbers 0, the smaller
+ * MTU, timeout 14, 7 retries, RNR retries without end). 0, or the errno
+ * with the transition that failed in *verb. */
+int tw__ibv_qp_connect(struct ibv_qp *qp, const tw_ibv_choice *ch, int gid_index,
+                       const tw_ibv_peer_qp *peer, const char **verb);
+
 /* Makes registered memory safe across fork (rdma-core's ibv_fork_init),
  * unless the kernel makes it unneeded (ibv_is_fork_initialized says
  * IBV_FORK_UNNEEDED) or it is done already. Must run before this process

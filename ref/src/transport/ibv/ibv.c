@@ -694,42 +694,11 @@ static void ib_connect_qp(ib_conn *c)
 	}
 	c->peer_addr = (uint64_t)ib_get32(r + 40) | (uint64_t)ib_get32(r + 44) << 32;
 	c->peer_rkey = ib_get32(r + 48);
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = (enum ibv_mtu)mtu < ch->mtu ? (enum ibv_mtu)mtu : ch->mtu;
-	a.dest_qp_num = qpn;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 20;
-	a.ah_attr.port_num = ch->port;
-	if (lid != 0) {
-		a.ah_attr.dlid = (uint16_t)lid;
-	} else {
-		a.ah_attr.is_global = 1;
-		memcpy(a.ah_attr.grh.dgid.raw, r + 8, 16);
-		a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	int rc = ibv_modify_qp(c->qp, &a,
-	                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-	                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	tw_ibv_peer_qp pq = { .lid = lid, .gid = peer_gid, .qpn = qpn, .mtu = (enum ibv_mtu)mtu };
+	const char *verb = "";
+	int rc = tw__ibv_qp_connect(c->qp, ch, c->gid_index, &pq, &verb);
 	if (rc != 0) {
-		ib_fail_verb(c, "ibv_modify_qp to RTR", rc);
-		return;
-	}
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7; /* infinite: a peer out of receives is slow, not gone */
-	a.max_rd_atomic = 1;
-	rc = ibv_modify_qp(c->qp, &a,
-	                   IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-	                       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-	if (rc != 0) {
-		ib_fail_verb(c, "ibv_modify_qp to RTS", rc);
+		ib_fail_verb(c, verb, rc);
 		return;
 	}
 	c->qp_ready = true;
@@ -1044,15 +1013,8 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 		err = c->qp ? 0 : errno;
 	}
 	if (!err) {
-		struct ibv_qp_attr a;
-		memset(&a, 0, sizeof(a));
-		a.qp_state = IBV_QPS_INIT;
-		a.pkey_index = 0;
-		a.port_num = t->ch.port;
-		a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 		verb = "ibv_modify_qp to INIT";
-		err = ibv_modify_qp(c->qp, &a,
-		                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+		err = tw__ibv_qp_init(c->qp, t->ch.port);
 	}
 	if (!err) {
 		verb = "mmap of the inbox and outbox";
