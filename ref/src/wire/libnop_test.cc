@@ -113,6 +113,34 @@ struct CudaBasicDeviceDescriptor {
 	std::string descriptor;
 	NOP_STRUCTURE(CudaBasicDeviceDescriptor, deviceType, descriptor);
 };
+// cuda_gdr (spec/wire.md 4.6.4): stock's members and types; its MTU member is
+// an unscoped enum with values 1 to 5 (stock's copy of ibv_mtu), which libnop
+// writes as its underlying integer type
+enum GdrMtu { GDR_MTU_256 = 1, GDR_MTU_512, GDR_MTU_1024, GDR_MTU_2048, GDR_MTU_4096 };
+struct GdrGid {
+	uint64_t subnetPrefix;
+	uint64_t interfaceId;
+	NOP_STRUCTURE(GdrGid, subnetPrefix, interfaceId);
+};
+struct GdrSetupInformation {
+	GdrSetupInformation() {}
+	uint32_t localIdentifier;
+	GdrGid globalIdentifier;
+	uint32_t queuePairNumber;
+	GdrMtu maximumTransmissionUnit;
+	uint32_t maximumMessageSize;
+	NOP_STRUCTURE(GdrSetupInformation, localIdentifier, globalIdentifier, queuePairNumber,
+	              maximumTransmissionUnit, maximumMessageSize);
+};
+struct GdrHandshakeSetupInfo {
+	std::vector<std::vector<GdrSetupInformation>> setupInfo;
+	NOP_STRUCTURE(GdrHandshakeSetupInfo, setupInfo);
+};
+// HandshakeNumNics{numNics}, Descriptor{originNicIdx}, ReadyToReceive{destinationNicIdx}
+struct GdrIndex {
+	size_t value;
+	NOP_STRUCTURE(GdrIndex, value);
+};
 
 std::string hex(const Bytes &b)
 {
@@ -700,6 +728,77 @@ struct CudaIpcDescT {
 	}
 };
 
+struct GdrSetupT {
+	using C = tw_wire_cuda_gdr_setup;
+	using Cpp = GdrHandshakeSetupInfo;
+	static Cpp to_cpp(const C &c)
+	{
+		Cpp d;
+		d.setupInfo.resize(c.rows);
+		for (size_t i = 0; i < c.rows; i++)
+			for (size_t j = 0; j < c.row[i].n; j++) {
+				const tw_wire_cuda_gdr_qp &q = c.row[i].qps[j];
+				GdrSetupInformation x;
+				x.localIdentifier = q.lid;
+				x.globalIdentifier = GdrGid{q.gid_subnet_prefix, q.gid_interface_id};
+				x.queuePairNumber = q.qpn;
+				x.maximumTransmissionUnit = static_cast<GdrMtu>(q.mtu);
+				x.maximumMessageSize = q.max_msg_size;
+				d.setupInfo[i].push_back(x);
+			}
+		return d;
+	}
+	static C to_c(const Cpp &d)
+	{
+		C c{};
+		c.rows = d.setupInfo.size();
+		c.row = static_cast<tw_wire_cuda_gdr_row *>(
+		        tw__wire_calloc(c.rows + 1, sizeof(tw_wire_cuda_gdr_row)));
+		for (size_t i = 0; i < c.rows; i++) {
+			size_t n = d.setupInfo[i].size();
+			c.row[i].n = n;
+			c.row[i].qps = static_cast<tw_wire_cuda_gdr_qp *>(
+			        tw__wire_calloc(n + 1, sizeof(tw_wire_cuda_gdr_qp)));
+			for (size_t j = 0; j < n; j++) {
+				const GdrSetupInformation &x = d.setupInfo[i][j];
+				c.row[i].qps[j] = tw_wire_cuda_gdr_qp{
+				        x.localIdentifier, x.globalIdentifier.subnetPrefix,
+				        x.globalIdentifier.interfaceId, x.queuePairNumber,
+				        static_cast<uint32_t>(x.maximumTransmissionUnit), x.maximumMessageSize};
+			}
+		}
+		return c;
+	}
+	static bool eq(const Cpp &a, const Cpp &b)
+	{
+		if (a.setupInfo.size() != b.setupInfo.size())
+			return false;
+		for (size_t i = 0; i < a.setupInfo.size(); i++) {
+			if (a.setupInfo[i].size() != b.setupInfo[i].size())
+				return false;
+			for (size_t j = 0; j < a.setupInfo[i].size(); j++) {
+				const GdrSetupInformation &x = a.setupInfo[i][j], &y = b.setupInfo[i][j];
+				if (x.localIdentifier != y.localIdentifier ||
+				    x.globalIdentifier.subnetPrefix != y.globalIdentifier.subnetPrefix ||
+				    x.globalIdentifier.interfaceId != y.globalIdentifier.interfaceId ||
+				    x.queuePairNumber != y.queuePairNumber ||
+				    x.maximumTransmissionUnit != y.maximumTransmissionUnit ||
+				    x.maximumMessageSize != y.maximumMessageSize)
+					return false;
+			}
+		}
+		return true;
+	}
+};
+
+struct GdrIndexT {
+	using C = tw_wire_cuda_gdr_index;
+	using Cpp = GdrIndex;
+	static Cpp to_cpp(const C &c) { return Cpp{c.value}; }
+	static C to_c(const Cpp &d) { return C{d.value}; }
+	static bool eq(const Cpp &a, const Cpp &b) { return a.value == b.value; }
+};
+
 // Our codec, called uniformly.
 #define OUR_CODEC(TRAITS, T)                                                                \
 	void our_encode(const TRAITS::C &v, tw_nop_writer *w) { tw__wire_encode_##T(w, &v); }   \
@@ -721,6 +820,8 @@ OUR_CODEC(CudaXthT, cuda_xth_descriptor)
 OUR_CODEC(CudaBasicT, cuda_basic_device)
 OUR_CODEC(CudaIpcDevT, cuda_ipc_device)
 OUR_CODEC(CudaIpcDescT, cuda_ipc_descriptor)
+OUR_CODEC(GdrSetupT, cuda_gdr_setup)
+OUR_CODEC(GdrIndexT, cuda_gdr_index)
 
 // ---- random values ----
 
@@ -905,6 +1006,27 @@ void gen(CudaIpcDescriptor *d)
 			o.eventHandles.push_back(rnd_str());
 		d->outboxInfo = o;
 	}
+}
+
+void gen(GdrHandshakeSetupInfo *d)
+{
+	size_t rows = rnd() % 4, cols = rows ? 1 + rnd() % 3 : 0;
+	d->setupInfo.resize(rows);
+	for (auto &row : d->setupInfo)
+		for (size_t j = 0; j < cols + (rnd() % 8 == 0); j++) { // now and then ragged
+			GdrSetupInformation x;
+			x.localIdentifier = static_cast<uint32_t>(rnd_u64());
+			x.globalIdentifier = GdrGid{rnd_u64(), rnd_u64()};
+			x.queuePairNumber = static_cast<uint32_t>(rnd_u64());
+			x.maximumTransmissionUnit = static_cast<GdrMtu>(1 + rnd() % 5);
+			x.maximumMessageSize = static_cast<uint32_t>(rnd_u64());
+			row.push_back(x);
+		}
+}
+
+void gen(GdrIndex *d)
+{
+	d->value = rnd_u64();
 }
 
 void gen(CudaBasicDeviceDescriptor *d)
@@ -1119,6 +1241,24 @@ void check_reference_vectors()
 	check_value<CudaBasicT>("cuda_basic device descriptor",
 	                        CudaBasicDeviceDescriptor{"cuda", "any"},
 	                        "b9 02 bd 04 63 75 64 61 bd 03 61 6e 79", 200);
+	check_value<GdrIndexT>("cuda_gdr HandshakeNumNics / Descriptor / ReadyToReceive",
+	                       GdrIndex{2}, "b9 01 02", 200);
+	{
+		// one NIC each side, RoCE (LID 0), GID ::ffff:10.0.0.1, QP 0x11,
+		// MTU 1024, max_msg_sz 2^31
+		GdrSetupInformation x;
+		x.localIdentifier = 0;
+		x.globalIdentifier = GdrGid{0, 0x0100000affff0000u};
+		x.queuePairNumber = 0x11;
+		x.maximumTransmissionUnit = GDR_MTU_1024;
+		x.maximumMessageSize = 0x80000000u;
+		GdrHandshakeSetupInfo h;
+		h.setupInfo = {{x}};
+		check_value<GdrSetupT>("cuda_gdr HandshakeSetupInfo", h,
+		                       "b9 01 ba 01 ba 01 b9 05 00 b9 02 00 83 00 00 ff ff 0a 00 00 01"
+		                       " 11 03 82 00 00 00 80",
+		                       200);
+	}
 }
 
 
@@ -1174,6 +1314,10 @@ bool vector_check(const std::string &file, const std::string &type, const Bytes 
 		vector_packet<CudaIpcDevT>(f, b, want_ok, want_consumed);
 	else if (type == "cuda-ipc-descriptor")
 		vector_packet<CudaIpcDescT>(f, b, want_ok, want_consumed);
+	else if (type == "cuda-gdr-setup")
+		vector_packet<GdrSetupT>(f, b, want_ok, want_consumed);
+	else if (type == "cuda-gdr-index")
+		vector_packet<GdrIndexT>(f, b, want_ok, want_consumed);
 	else {
 		// nop-level types: acceptance and length only
 		size_t used = 0;
@@ -1296,6 +1440,8 @@ int main(int argc, char **argv)
 	check_generated<CudaBasicT>("cuda_basic device descriptor", 100);
 	check_generated<CudaIpcDevT>("cuda_ipc device descriptor", 100);
 	check_generated<CudaIpcDescT>("cuda_ipc Descriptor", 100);
+	check_generated<GdrSetupT>("cuda_gdr HandshakeSetupInfo", 100);
+	check_generated<GdrIndexT>("cuda_gdr index messages", 100);
 	if (failures) {
 		std::printf("# libnop_test: %d of %d checks failed\n", failures, checks);
 		return 1;

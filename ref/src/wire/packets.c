@@ -32,6 +32,7 @@ enum {
 	TW__MIN_PAYLOAD = 2 + 1 + TW__MIN_STRING,             /* b9 02 00 bd 00 */
 	TW__MIN_TENSOR = 2 + 1 + TW__MIN_DEVICE + 1 + TW__MIN_STRING, /* b9 04 00 dev be bd 00 */
 	TW__MIN_LANE = 2 + TW__MIN_STRING + 1,                /* b9 02 bd 00 00 */
+	TW__MIN_GDR_QP = 2 + 1 + 4 + 3,                       /* b9 05 00 b9 02 00 00 00 00 00 */
 };
 
 #define TW__PATH_MAX 160
@@ -464,6 +465,22 @@ void tw__wire_xth_descriptor_free(tw_wire_xth_descriptor *v)
 }
 
 void tw__wire_cuda_xth_descriptor_free(tw_wire_cuda_xth_descriptor *v)
+{
+	if (v)
+		memset(v, 0, sizeof(*v));
+}
+
+void tw__wire_cuda_gdr_setup_free(tw_wire_cuda_gdr_setup *v)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; v->row && i < v->rows; i++)
+		tw__wire_free(v->row[i].qps);
+	tw__wire_free(v->row);
+	memset(v, 0, sizeof(*v));
+}
+
+void tw__wire_cuda_gdr_index_free(tw_wire_cuda_gdr_index *v)
 {
 	if (v)
 		memset(v, 0, sizeof(*v));
@@ -985,6 +1002,81 @@ static tw_status_t tw__dec_cuda_ipc_descriptor(tw__dec *d, void *out)
 	return st;
 }
 
+static tw_status_t tw__dec_gdr_u32(tw__dec *d, const char *name, uint32_t *out)
+{
+	uint64_t u = 0;
+	tw_status_t st = tw__dec_member_uint(d, name, 4, &u);
+	*out = (uint32_t)u;
+	return st;
+}
+
+static tw_status_t tw__dec_gdr_qp(tw__dec *d, tw_wire_cuda_gdr_qp *v)
+{
+	tw_status_t st = tw__nop_get_struct(&d->r, 5);
+	if (st == TW_OK)
+		st = tw__dec_gdr_u32(d, "localIdentifier", &v->lid);
+	if (st == TW_OK) {
+		size_t mark = tw__dec_push(d, ".globalIdentifier");
+		st = tw__nop_get_struct(&d->r, 2);
+		if (st == TW_OK)
+			st = tw__dec_member_uint(d, "subnetPrefix", 8, &v->gid_subnet_prefix);
+		if (st == TW_OK)
+			st = tw__dec_member_uint(d, "interfaceId", 8, &v->gid_interface_id);
+		if (st == TW_OK)
+			tw__dec_pop(d, mark);
+	}
+	if (st == TW_OK)
+		st = tw__dec_gdr_u32(d, "queuePairNumber", &v->qpn);
+	if (st == TW_OK)
+		st = tw__dec_gdr_u32(d, "maximumTransmissionUnit", &v->mtu);
+	if (st == TW_OK)
+		st = tw__dec_gdr_u32(d, "maximumMessageSize", &v->max_msg_size);
+	return st;
+}
+
+static tw_status_t tw__dec_cuda_gdr_setup(tw__dec *d, void *out)
+{
+	tw_wire_cuda_gdr_setup *v = out;
+	size_t rows = 0;
+	tw_status_t st = tw__nop_get_struct(&d->r, 1);
+	size_t mark = tw__dec_push(d, ".setupInfo");
+	if (st == TW_OK)
+		st = tw__nop_get_array_count(&d->r, 2, &rows);
+	if (st == TW_OK)
+		st = tw__dec_array(d, rows, sizeof(*v->row), (void **)&v->row);
+	if (st == TW_OK)
+		v->rows = rows;
+	for (size_t i = 0; st == TW_OK && i < rows; i++) {
+		size_t m2 = tw__dec_push(d, "[%zu]", i);
+		size_t cols = 0;
+		st = tw__nop_get_array_count(&d->r, TW__MIN_GDR_QP, &cols);
+		if (st == TW_OK)
+			st = tw__dec_array(d, cols, sizeof(*v->row[i].qps), (void **)&v->row[i].qps);
+		if (st == TW_OK)
+			v->row[i].n = cols;
+		for (size_t j = 0; st == TW_OK && j < cols; j++) {
+			size_t m3 = tw__dec_push(d, "[%zu]", j);
+			st = tw__dec_gdr_qp(d, &v->row[i].qps[j]);
+			if (st == TW_OK)
+				tw__dec_pop(d, m3);
+		}
+		if (st == TW_OK)
+			tw__dec_pop(d, m2);
+	}
+	if (st == TW_OK)
+		tw__dec_pop(d, mark);
+	return st;
+}
+
+static tw_status_t tw__dec_cuda_gdr_index(tw__dec *d, void *out)
+{
+	tw_wire_cuda_gdr_index *v = out;
+	tw_status_t st = tw__nop_get_struct(&d->r, 1);
+	if (st == TW_OK)
+		st = tw__dec_member_uint(d, "index", 8, &v->value);
+	return st;
+}
+
 static tw_status_t tw__dec_cuda_basic_device(tw__dec *d, void *out)
 {
 	tw_wire_cuda_basic_device *v = out;
@@ -1056,6 +1148,8 @@ TW__DEFINE_DECODE(cuda_xth_descriptor, "CudaXthDescriptor")
 TW__DEFINE_DECODE(cuda_basic_device, "CudaBasicDeviceDescriptor")
 TW__DEFINE_DECODE(cuda_ipc_device, "CudaIpcDeviceDescriptor")
 TW__DEFINE_DECODE(cuda_ipc_descriptor, "CudaIpcDescriptor")
+TW__DEFINE_DECODE(cuda_gdr_setup, "CudaGdrHandshakeSetupInfo")
+TW__DEFINE_DECODE(cuda_gdr_index, "CudaGdrIndex")
 
 /* ---- encoders ---------------------------------------------------------------- */
 
@@ -1257,4 +1351,30 @@ void tw__wire_encode_cuda_ipc_descriptor(tw_nop_writer *w, const tw_wire_cuda_ip
 	tw__nop_put_array(w, v->num_events);
 	for (size_t i = 0; i < v->num_events; i++)
 		tw__enc_str(w, &v->events[i]);
+}
+
+void tw__wire_encode_cuda_gdr_setup(tw_nop_writer *w, const tw_wire_cuda_gdr_setup *v)
+{
+	tw__nop_put_struct(w, 1);
+	tw__nop_put_array(w, v->rows);
+	for (size_t i = 0; i < v->rows; i++) {
+		tw__nop_put_array(w, v->row[i].n);
+		for (size_t j = 0; j < v->row[i].n; j++) {
+			const tw_wire_cuda_gdr_qp *q = &v->row[i].qps[j];
+			tw__nop_put_struct(w, 5);
+			tw__nop_put_uint(w, q->lid);
+			tw__nop_put_struct(w, 2);
+			tw__nop_put_uint(w, q->gid_subnet_prefix);
+			tw__nop_put_uint(w, q->gid_interface_id);
+			tw__nop_put_uint(w, q->qpn);
+			tw__nop_put_uint(w, q->mtu);
+			tw__nop_put_uint(w, q->max_msg_size);
+		}
+	}
+}
+
+void tw__wire_encode_cuda_gdr_index(tw_nop_writer *w, const tw_wire_cuda_gdr_index *v)
+{
+	tw__nop_put_struct(w, 1);
+	tw__nop_put_uint(w, v->value);
 }

@@ -174,6 +174,33 @@ typedef struct tw_wire_cuda_basic_device {
 	tw_wire_str cpu_descriptor;
 } tw_wire_cuda_basic_device;
 
+/* cuda_gdr (spec 4.6.4): one end of a queue pair, as stock's
+ * NopIbvSetupInformation; the GID's 16 bytes travel as two uint64 read in
+ * host order from its two halves (subnet prefix, interface id) */
+typedef struct tw_wire_cuda_gdr_qp {
+	uint32_t lid;
+	uint64_t gid_subnet_prefix, gid_interface_id;
+	uint32_t qpn;
+	uint32_t mtu; /* enum ibv_mtu, 1..5 */
+	uint32_t max_msg_size;
+} tw_wire_cuda_gdr_qp;
+/* HandshakeSetupInfo: row i is the writer's NIC i, its entry j towards the
+ * reader's NIC j (rows of unequal length decode, as libnop reads them; the
+ * channel checks the shape) */
+typedef struct tw_wire_cuda_gdr_row {
+	size_t n;
+	tw_wire_cuda_gdr_qp *qps;
+} tw_wire_cuda_gdr_row;
+typedef struct tw_wire_cuda_gdr_setup {
+	size_t rows;
+	tw_wire_cuda_gdr_row *row;
+} tw_wire_cuda_gdr_setup;
+/* HandshakeNumNics{numNics}, Descriptor{originNicIdx} and
+ * ReadyToReceive{destinationNicIdx}: each a Structure(1){uint64} */
+typedef struct tw_wire_cuda_gdr_index {
+	uint64_t value;
+} tw_wire_cuda_gdr_index;
+
 /* ---- functions: one encoder, decoder and free per type ---- */
 #define TW_WIRE_DECLARE(T)                                                            \
 	void tw__wire_encode_##T(tw_nop_writer *w, const tw_wire_##T *v);               \
@@ -194,6 +221,8 @@ TW_WIRE_DECLARE(cuda_xth_descriptor);
 TW_WIRE_DECLARE(cuda_basic_device);
 TW_WIRE_DECLARE(cuda_ipc_device);
 TW_WIRE_DECLARE(cuda_ipc_descriptor);
+TW_WIRE_DECLARE(cuda_gdr_setup);
+TW_WIRE_DECLARE(cuda_gdr_index);
 
 /* Helpers for building values to encode (copying; TW_ERR_NOMEM on failure). */
 TW_NODISCARD tw_status_t tw__wire_str_set(tw_wire_str *dst, const void *s, size_t n);

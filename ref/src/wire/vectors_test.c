@@ -192,7 +192,9 @@ static int transcode_nop(const vector_file *v, tw_nop_reader *r, tw_nop_writer *
 	X(cuda_xth_descriptor, "cuda-xth-descriptor")                   \
 	X(cuda_basic_device, "cuda-basic-device")                       \
 	X(cuda_ipc_device, "cuda-ipc-device")                           \
-	X(cuda_ipc_descriptor, "cuda-ipc-descriptor")
+	X(cuda_ipc_descriptor, "cuda-ipc-descriptor")                   \
+	X(cuda_gdr_setup, "cuda-gdr-setup")                             \
+	X(cuda_gdr_index, "cuda-gdr-index")
 
 #define COUNT_ONE(T, name) +1
 enum { NUM_PACKET_TYPES = 0 PACKET_TYPES(COUNT_ONE) };
