@@ -61,6 +61,7 @@ enum sc_mode { SC_OK, SC_NO_DEVICE, SC_STUB, SC_OLD_DRIVER };
 typedef struct sc_block {
 	uint64_t off, size;
 	bool used;
+	uint64_t id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation, while used */
 	struct sc_block *next;
 } sc_block;
 
@@ -87,6 +88,7 @@ typedef struct sc_ipcmap {
 	int dev;
 	char *base, *alias;
 	uint64_t size;
+	uint64_t buffer_id;
 	struct sc_ipcmap *next;
 } sc_ipcmap;
 
@@ -186,6 +188,7 @@ static struct {
 	struct CUstream_st null_stream; /* always first in streams */
 	struct CUstream_st *streams;
 	uint64_t seq;
+	uint64_t next_buffer_id;
 	bool worker_started;
 	pthread_t worker;
 } g = { .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
@@ -376,10 +379,13 @@ static void sc_configure(void)
 /* The device memory holding [p, p+n): its alias address in *out, the device
  * in *dev. false if p is not device memory at all; *bad if it is but the
  * range leaves its allocation. Lock held. */
+static uint64_t sc_lookup_id; /* the buffer id of the last sc_lookup hit (lock held) */
+
 static bool sc_lookup(uint64_t p, size_t n, char **out, int *dev, bool *bad, uint64_t *abase,
                       uint64_t *asize)
 {
 	*bad = false;
+	sc_lookup_id = 0;
 	for (int i = 0; i < g.ndev; i++) {
 		sc_dev *d = &g.dev[i];
 		if (!d->base || p < (uint64_t)(uintptr_t)d->base ||
@@ -393,6 +399,7 @@ static bool sc_lookup(uint64_t p, size_t n, char **out, int *dev, bool *bad, uin
 				*bad = true;
 			*out = d->alias + off;
 			*dev = i;
+			sc_lookup_id = b->id;
 			if (abase)
 				*abase = (uint64_t)(uintptr_t)d->base + b->off;
 			if (asize)
@@ -411,6 +418,7 @@ static bool sc_lookup(uint64_t p, size_t n, char **out, int *dev, bool *bad, uin
 			*bad = true;
 		*out = m->alias + (p - b);
 		*dev = m->dev;
+		sc_lookup_id = m->buffer_id;
 		if (abase)
 			*abase = b;
 		if (asize)
@@ -652,6 +660,29 @@ SC_EXPORT const char *simcuda_version(void);
 SC_EXPORT const char *simcuda_version(void)
 {
 	return "simcuda 1";
+}
+
+/* Not a driver entry point: the peer-memory client's view (what
+ * nvidia-peermem gives an RDMA NIC on a real host). When [p, p+n) lies in
+ * one allocation of device memory, *alias is where the same bytes can be
+ * read and written by the CPU (until that memory is freed) and 0 is
+ * returned; EFAULT when p is device memory but the range leaves its
+ * allocation; ENOENT when p is not device memory. simverbs calls it on
+ * ibv_reg_mr through dlopen("libcuda.so.1", RTLD_NOLOAD). */
+SC_EXPORT int simcuda_peer_alias(const void *p, size_t n, void **alias);
+SC_EXPORT int simcuda_peer_alias(const void *p, size_t n, void **alias)
+{
+	pthread_mutex_lock(&g.mu);
+	char *a = NULL;
+	int dev = 0;
+	bool bad = false;
+	int rc = ENOENT;
+	if (sc_lookup((uint64_t)(uintptr_t)p, n ? n : 1, &a, &dev, &bad, NULL, NULL))
+		rc = bad ? EFAULT : 0;
+	if (rc == 0)
+		*alias = a;
+	pthread_mutex_unlock(&g.mu);
+	return rc;
 }
 
 SC_EXPORT CUresult cuInit(unsigned int flags)
@@ -942,6 +973,7 @@ SC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 			b->size = need;
 		}
 		b->used = true;
+		b->id = ++g.next_buffer_id;
 		*dptr = (uint64_t)(uintptr_t)d->base + b->off;
 		SC_RETURN(TW_CUDA_SUCCESS);
 	}
@@ -1421,6 +1453,7 @@ SC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle hand
 	m->dev = dev;
 	m->base = base;
 	m->alias = alias;
+	m->buffer_id = ++g.next_buffer_id;
 	m->size = w.size;
 	m->next = g.ipc;
 	g.ipc = m;
@@ -1537,6 +1570,11 @@ SC_EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr 
 		break;
 	case TW_CU_POINTER_ATTRIBUTE_CONTEXT:
 		*(CUcontext *)data = is_dev ? &g.dev[dev].ctx : tls_ctx;
+		break;
+	case TW_CU_POINTER_ATTRIBUTE_BUFFER_ID:
+		if (!is_dev)
+			SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);
+		*(unsigned long long *)data = sc_lookup_id;
 		break;
 	default:
 		SC_RETURN(TW_CUDA_ERROR_INVALID_VALUE);

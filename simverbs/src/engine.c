@@ -703,14 +703,14 @@ static void responder_fail(struct sv_qp *qp, struct sv_link *l, const struct sv_
 	sv_qp_to_error(qp, false);
 }
 
-static bool mr_list_devmem(const struct sv_rwqe *w)
+static struct sv_mr *mr_list_devmem(const struct sv_rwqe *w)
 {
 	for (int i = 0; i < w->num_sge; i++) {
 		struct sv_mr *mr = sv_mr_by_lkey(w->sge[i].lkey);
 		if (mr && mr->devmem)
-			return true;
+			return mr;
 	}
-	return false;
+	return NULL;
 }
 
 static uint64_t rwqe_len(const struct sv_rwqe *w)
@@ -900,7 +900,18 @@ place:
 				    .byte_len = (uint32_t)h->total};
 		if (h->type == T_SEND) {
 			wc.opcode = IBV_WC_RECV;
-			if (h->total <= (uint64_t)sv_cfg.devmem_max_msg && mr_list_devmem(&qp->in_wqe)) {
+			struct sv_mr *dm = h->total <= (uint64_t)sv_cfg.devmem_max_msg
+						   ? mr_list_devmem(&qp->in_wqe)
+						   : NULL;
+			if (dm && dm->alias && h->total <= 64 && qp->in_wqe.num_sge > 0) {
+				/* mlx5 scatter-to-CQE into real device memory: the payload
+				 * rides in the CQE and poll_cq's memcpy faults (T20) */
+				sv_cq_push_scatter((struct sv_cq *)qp->qp.recv_cq, &wc,
+						   qp->in_wqe.sge[0].addr, payload, (uint8_t)h->total);
+				send_ctl(l, T_ACK, h->src_qpn, qp->qp.qp_num, h->psn, 0);
+				return false;
+			}
+			if (dm) {
 				/* mlx5 scatter-to-CQE: the CPU copies small payloads out of the
 				 * CQE inside poll_cq, which faults on device memory */
 				wc.status = sv_cfg.devmem_status;

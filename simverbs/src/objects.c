@@ -6,6 +6,7 @@
  * completions appear on the progress thread (engine.c), never inside a post. */
 #include "sv.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -110,6 +111,21 @@ static bool has_cap_ipc_lock(void)
 	return (eff >> 14) & 1; /* CAP_IPC_LOCK */
 }
 
+/* The CUDA driver's peer-memory entry point, when the process has loaded a
+ * driver that offers one (simcuda): registrations of device memory then
+ * reach its bytes through the driver's alias, as nvidia-peermem gives a real
+ * HCA the GPU's pages. Without it device memory cannot be registered
+ * usefully, as on a host without nvidia-peermem. */
+typedef int (*peer_alias_fn)(const void *p, size_t n, void **alias);
+static peer_alias_fn peer_alias_lookup(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	peer_alias_fn f = h ? (peer_alias_fn)dlsym(h, "simcuda_peer_alias") : NULL;
+	if (h)
+		dlclose(h); /* NOLOAD took a reference: the driver stays loaded */
+	return f;
+}
+
 static int memlock_charge(size_t bytes)
 {
 	if (sv_cfg.memlock == SV_MEMLOCK_OFF)
@@ -146,6 +162,7 @@ static struct ibv_mr *reg_mr_common(struct ibv_pd *pd, void *addr, size_t length
 		errno = EINVAL;
 		return NULL;
 	}
+	peer_alias_fn peer_alias = peer_alias_lookup();
 	struct sv_mr *mr = calloc(1, sizeof(*mr));
 	if (!mr) {
 		errno = ENOMEM;
@@ -172,6 +189,22 @@ static struct ibv_mr *reg_mr_common(struct ibv_pd *pd, void *addr, size_t length
 		return NULL;
 	}
 	mr->devmem = is_devmem((uintptr_t)addr, length);
+	if (!mr->devmem && peer_alias && length) {
+		void *al = NULL;
+		int pe = peer_alias(addr, length, &al);
+		if (pe == 0) {
+			mr->devmem = true;
+			mr->alias = al;
+			pinned_total -= mr->pinned; /* GPU memory: not the process's pages */
+			mr->pinned = 0;
+		} else if (pe != ENOENT) {
+			pinned_total -= mr->pinned;
+			pthread_mutex_unlock(&sv_lock);
+			free(mr);
+			errno = pe;
+			return NULL;
+		}
+	}
 	uint32_t idx = 1;
 	while (idx < mr_cap && mr_tab[idx])
 		idx++;
@@ -192,7 +225,7 @@ static struct ibv_mr *reg_mr_common(struct ibv_pd *pd, void *addr, size_t length
 	}
 	mr->mr.lkey = mr->mr.rkey = idx << 8 | (++mr_gen);
 	mr_tab[idx] = mr;
-	err = sv_fork_on_reg(mr);
+	err = mr->alias ? 0 : sv_fork_on_reg(mr); /* device memory: no pages to fork */
 	if (err) {
 		mr_tab[idx] = NULL;
 		pinned_total -= mr->pinned;
@@ -232,7 +265,8 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *m)
 	if (idx < mr_cap && mr_tab[idx] == mr)
 		mr_tab[idx] = NULL;
 	pinned_total -= mr->pinned;
-	sv_fork_on_dereg(mr);
+	if (!mr->alias)
+		sv_fork_on_dereg(mr);
 	pthread_mutex_unlock(&sv_lock);
 	free(mr->shadow);
 	free(mr->detached);
@@ -275,6 +309,9 @@ static int vm_copy(void *local, uint64_t remote, size_t len, bool to_remote)
 
 static int dma(struct sv_mr *mr, uint64_t addr, void *buf, size_t len, bool to_mem)
 {
+	if (mr->alias) /* device memory, through the driver's alias */
+		return vm_copy(buf, (uint64_t)(uintptr_t)mr->alias + (addr - (uintptr_t)mr->mr.addr),
+			       len, to_mem);
 	if (!mr->shadow)
 		return vm_copy(buf, addr, len, to_mem);
 	long pg = sysconf(_SC_PAGESIZE);
@@ -411,7 +448,7 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *c, int cqe)
 		pthread_mutex_unlock(&sv_lock);
 		return EINVAL;
 	}
-	struct ibv_wc *n = calloc((size_t)cqe, sizeof(*n));
+	struct sv_cqe *n = calloc((size_t)cqe, sizeof(*n));
 	if (!n) {
 		pthread_mutex_unlock(&sv_lock);
 		return ENOMEM;
@@ -473,7 +510,9 @@ void sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 		}
 		return;
 	}
-	cq->ring[(cq->head + cq->count) % cq->cap] = *wc;
+	struct sv_cqe *slot = &cq->ring[(cq->head + cq->count) % cq->cap];
+	slot->wc = *wc;
+	slot->scat_n = 0;
 	cq->count++;
 	if (cq->armed && (!cq->solicited_only || solicited || wc->status != IBV_WC_SUCCESS)) {
 		cq->armed = false;
@@ -495,6 +534,19 @@ void sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	}
 }
 
+void sv_cq_push_scatter(struct sv_cq *cq, const struct ibv_wc *wc, uint64_t dst,
+			const uint8_t *data, uint8_t n)
+{
+	int before = cq->count;
+	sv_cq_push(cq, wc, false);
+	if (cq->count == before || n > sizeof(cq->ring[0].scat))
+		return; /* overflowed: the entry is lost */
+	struct sv_cqe *e = &cq->ring[(cq->head + cq->count - 1) % cq->cap];
+	e->scat_dst = dst;
+	e->scat_n = n;
+	memcpy(e->scat, data, n);
+}
+
 static int sv_poll_cq(struct ibv_cq *c, int n, struct ibv_wc *wc)
 {
 	struct sv_cq *cq = (struct sv_cq *)c;
@@ -503,7 +555,10 @@ static int sv_poll_cq(struct ibv_cq *c, int n, struct ibv_wc *wc)
 	pthread_mutex_lock(&sv_lock);
 	int k = 0;
 	while (k < n && cq->count) {
-		wc[k++] = cq->ring[cq->head];
+		struct sv_cqe *e = &cq->ring[cq->head];
+		wc[k++] = e->wc;
+		if (e->scat_n) /* as mlx5: the CPU copies the payload out of the CQE */
+			memcpy((void *)(uintptr_t)e->scat_dst, e->scat, e->scat_n);
 		cq->head = (cq->head + 1) % cq->cap;
 		cq->count--;
 	}

@@ -75,7 +75,8 @@ struct sv_config {
 	struct sv_dev_cfg dev[SV_MAX_DEV];
 	enum sv_fork_mode fork_mode;
 	enum sv_memlock_mode memlock;
-	int devmem_max_msg;          /* receives of <= this many bytes into device memory fail */
+	int devmem_max_msg;          /* receives of <= this many bytes into device memory are
+	                                scattered to the CQE (copied by the CPU in poll_cq) */
 	enum ibv_wc_status devmem_status;
 	bool err_cqe_garbage;        /* error CQEs: fields other than status/wr_id/qp_num are junk */
 	double time_scale;           /* multiplies IB timeouts (ack, RNR) */
@@ -118,6 +119,9 @@ struct sv_mr {
 	unsigned access;
 	uint64_t iova;               /* address the peer uses for this MR (iova == addr by default) */
 	bool devmem;
+	/* device memory of the CUDA driver (simcuda's peer-memory client,
+	 * simcuda_peer_alias): where the "HCA" reaches mr.addr's bytes */
+	uint8_t *alias;
 	size_t pinned;               /* bytes counted against RLIMIT_MEMLOCK */
 	/* fork hazard: pages whose "device view" detached from the process view */
 	uint8_t *shadow;             /* page-aligned copy of the pages, NULL when none */
@@ -127,9 +131,18 @@ struct sv_mr {
 	uint8_t *private_pg;         /* per page: 1 = MAP_PRIVATE (copy-on-write after fork) */
 };
 
+/* one completion queue entry: the work completion, and the bytes a
+ * scatter-to-CQE receive carries (scat_n of them, for scat_dst) */
+struct sv_cqe {
+	struct ibv_wc wc;
+	uint64_t scat_dst;
+	uint8_t scat_n;
+	uint8_t scat[64];
+};
+
 struct sv_cq {
 	struct ibv_cq cq;
-	struct ibv_wc *ring;
+	struct sv_cqe *ring;
 	int cap, head, count;
 	bool armed, solicited_only;
 	bool overflowed;
@@ -247,6 +260,10 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 void sv_async_purge(struct sv_context *ctx, void *element);
 void sv_async_push(struct sv_context *ctx, enum ibv_event_type type, void *element);
 void sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* A receive completion whose payload (n <= 64 bytes) travels in the CQE and
+ * is copied to dst by the CPU inside ibv_poll_cq (mlx5's scatter-to-CQE). */
+void sv_cq_push_scatter(struct sv_cq *cq, const struct ibv_wc *wc, uint64_t dst,
+			const uint8_t *data, uint8_t n);
 void sv_qp_to_error(struct sv_qp *qp, bool raise_fatal);
 bool sv_rq_take(struct sv_qp *qp, struct sv_rwqe *out);
 

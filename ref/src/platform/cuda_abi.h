@@ -67,6 +67,7 @@ enum {
 enum {
 	TW_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
 	TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+	TW_CU_POINTER_ATTRIBUTE_BUFFER_ID = 7, /* unsigned long long, unique per allocation */
 	TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
 };
 
