@@ -168,6 +168,29 @@ static void tw_cuda_host_done(void *arg)
 		return;
 }
 
+/* Runs done->fn on the loop once the work queued so far on `after` (of
+ * cuda:dev) is over: from the completions' stream, after an event. On
+ * failure nothing will run. */
+static tw_status_t tw_cuda_report(tw_cuda_ctx *c, int dev, CUstream after, tw_cuda_done *done,
+                                  char *detail, size_t detail_len)
+{
+	CUstream ns;
+	CUevent fin;
+	tw_status_t st = tw_cuda_stream_of(c, dev, &c->notify[dev], &ns, detail, detail_len);
+	if (st == TW_OK)
+		st = tw__cuda_record(c, dev, after, &fin, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUresult r = c->cu->cuStreamWaitEvent(ns, fin, 0);
+	(void)c->cu->cuEventDestroy_v2(fin);
+	done->loop = c->base.env->loop;
+	if (r == TW_CUDA_SUCCESS)
+		r = c->cu->cuLaunchHostFunc(ns, tw_cuda_host_done, done);
+	if (r != TW_CUDA_SUCCESS)
+		return tw_cuda_fail(c, "cuLaunchHostFunc", r, detail, detail_len);
+	return TW_OK;
+}
+
 tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, uint64_t n,
                           void *after, CUevent event, CUevent then_record, tw_cuda_done *done,
                           char *detail, size_t detail_len)
@@ -195,26 +218,16 @@ tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const void *src, u
 		return tw_cuda_fail(c, "cuEventRecord after a copy", r, detail, detail_len);
 	}
 	/* its end is reported from the completions' stream (cuda_common.h) */
-	CUstream ns;
-	CUevent fin;
-	st = tw_cuda_stream_of(c, dev, &c->notify[dev], &ns, detail, detail_len);
-	if (st == TW_OK)
-		st = tw__cuda_record(c, dev, s, &fin, detail, detail_len);
-	if (st != TW_OK) {
+	st = tw_cuda_report(c, dev, s, done, detail, detail_len);
+	if (st != TW_OK)
 		(void)c->cu->cuStreamSynchronize(s);
-		return st;
-	}
-	r = c->cu->cuStreamWaitEvent(ns, fin, 0);
-	(void)c->cu->cuEventDestroy_v2(fin);
-	done->loop = c->base.env->loop;
-	if (r == TW_CUDA_SUCCESS)
-		r = c->cu->cuLaunchHostFunc(ns, tw_cuda_host_done, done);
-	if (r != TW_CUDA_SUCCESS) {
-		/* the copy is queued but nothing would report it: wait for it here */
-		(void)c->cu->cuStreamSynchronize(s);
-		return tw_cuda_fail(c, "cuLaunchHostFunc", r, detail, detail_len);
-	}
-	return TW_OK;
+	return st;
+}
+
+tw_status_t tw__cuda_when_ready(tw_cuda_ctx *c, int dev, void *stream, tw_cuda_done *done,
+                                char *detail, size_t detail_len)
+{
+	return tw_cuda_report(c, dev, (CUstream)stream, done, detail, detail_len);
 }
 
 /* ---- chunked channels ------------------------------------------------------------------ */

@@ -72,6 +72,13 @@ TW_NODISCARD tw_status_t tw__cuda_copy(tw_cuda_ctx *c, int dev, void *dst, const
                                        CUevent then_record, tw_cuda_done *done, char *detail,
                                        size_t detail_len);
 
+/* Loop thread: runs done->fn on the loop once the work queued so far on
+ * `stream` (a user CUstream of cuda:dev, NULL = legacy default stream) is
+ * over. On failure nothing was queued and done will not run. */
+TW_NODISCARD tw_status_t tw__cuda_when_ready(tw_cuda_ctx *c, int dev, void *stream,
+                                             tw_cuda_done *done, char *detail,
+                                             size_t detail_len);
+
 /* Loop thread: a new event recorded now on `stream` (of cuda:dev). */
 TW_NODISCARD tw_status_t tw__cuda_record(tw_cuda_ctx *c, int dev, void *stream, CUevent *out,
                                          char *detail, size_t detail_len);
