@@ -39,6 +39,7 @@
 #include "platform/loop.h"
 #include "tensorwire/tensorwire.h"
 #include "transport/transport.h"
+#include "wire/nop.h"
 
 typedef struct tw_channel_ctx tw_channel_ctx;
 typedef struct tw_channel tw_channel;
@@ -147,6 +148,15 @@ TW_NODISCARD tw_status_t tw__channel_cpu_ctx_new(const tw_channel_ops *ops,
                                                  const char *descriptor, tw_channel_ctx **out,
                                                  char *detail, size_t detail_len);
 void tw__channel_cpu_ctx_free(tw_channel_ctx *c);
+
+/* Writes the nop object in w as one frame on c and takes w's buffer over
+ * (w is empty afterwards, also on failure): the transport reads the frame
+ * until cb, which may be long after this returns (a tcp connection still
+ * connecting, or a socket buffer full), so the bytes must outlive the call.
+ * TW_OK: cb(c, status, detail, arg) will run once; otherwise it will not
+ * (TW_ERR_NOMEM, or the writer's own failure). */
+TW_NODISCARD tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_conn_write_cb cb,
+                                               void *arg);
 
 /* The kinds built into this library (registry.c). */
 const tw_channel_ops *tw__channel_find_kind(const char *kind);

@@ -336,11 +336,7 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
 	tw__wire_encode_cuda_ipc_descriptor(&w, &v);
-	tw_iov iov = { w.buf, w.len };
-	st = tw__nop_writer_finish(&w);
-	if (st == TW_OK)
-		st = ich->conn[0]->ops->write(ich->conn[0], &iov, 1, TW_WRITE_OBJECT, tw__cuda_chan_on_written, ch);
-	tw__nop_writer_free(&w);
+	st = tw__channel_write_obj(ich->conn[0], &w, tw__cuda_chan_on_written, ch);
 	if (st == TW_OK) {
 		ch->refs++;
 		st = ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k);

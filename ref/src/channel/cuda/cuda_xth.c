@@ -164,10 +164,9 @@ static tw_status_t cx_send_start(cx_channel *ch, cx_op *op)
 		tw__nop_writer_free(&w);
 		return TW_ERR_NOMEM;
 	}
-	tw_iov iov = { w.buf, w.len };
-	/* the transport copies an object frame before it returns */
-	st = ch->conn[0]->ops->write(ch->conn[0], &iov, 1, TW_WRITE_OBJECT, cx_on_desc_written, ch);
-	tw__nop_writer_free(&w);
+	/* the bytes must live until the write calls back (a tcp connection
+	 * may take them later) */
+	st = tw__channel_write_obj(ch->conn[0], &w, cx_on_desc_written, ch);
 	if (st != TW_OK)
 		return st;
 	ch->refs++;

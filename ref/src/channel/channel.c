@@ -1,0 +1,44 @@
+/*
+ * channel.c - what every channel may share (see channel.h).
+ */
+#include "channel/channel.h"
+
+#include "platform/error.h"
+#include "platform/platform.h"
+
+typedef struct tw_obj_write {
+	tw_nop_writer w;
+	tw_conn_write_cb cb;
+	void *arg;
+} tw_obj_write;
+
+static void tw_channel_on_obj_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
+{
+	tw_obj_write *ow = arg;
+	tw_conn_write_cb cb = ow->cb;
+	void *cb_arg = ow->arg;
+	tw__nop_writer_free(&ow->w);
+	tw__free(ow);
+	cb(c, st, detail, cb_arg);
+}
+
+tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_conn_write_cb cb, void *arg)
+{
+	tw_status_t st = tw__nop_writer_finish(w);
+	tw_obj_write *ow = st == TW_OK ? tw__calloc(1, sizeof(*ow)) : NULL;
+	if (!ow) {
+		tw__nop_writer_free(w);
+		return st == TW_OK ? TW_ERR_NOMEM : st;
+	}
+	ow->w = *w;
+	ow->cb = cb;
+	ow->arg = arg;
+	tw__nop_writer_init(w);
+	tw_iov iov = { ow->w.buf, ow->w.len };
+	st = c->ops->write(c, &iov, 1, TW_WRITE_OBJECT, tw_channel_on_obj_written, ow);
+	if (st != TW_OK) {
+		tw__nop_writer_free(&ow->w);
+		tw__free(ow);
+	}
+	return st;
+}
