@@ -9,8 +9,9 @@
  * device and checksum what they read from a host copy (spec/agent.md 5.2).
  * An implementation that cannot register a CUDA channel here says so when
  * its context is made, and the case is a SKIP with its reason (stock
- * TensorPipe as Debian builds it has no CUDA channels; ours has no
- * cuda_gdr yet).
+ * TensorPipe as Debian builds it has no CUDA channels; ours has cuda_gdr
+ * wherever a verbs device can register device memory: simverbs over
+ * simcuda here, nvidia-peermem on a GPU host).
  *
  *   device_pair     cuda_basic: tensors of 1, 8, 31, 32, 33, 64 bytes and
  *                   1 MiB + 1 from cuda:0 to cuda:0, each way

@@ -29,6 +29,7 @@ const tw_channel_ops *const tw__channel_kinds[] = {
 	&tw__cuda_basic_channel_ops,
 	&tw__cuda_xth_channel_ops,
 	&tw__cuda_ipc_channel_ops,
+	&tw__cuda_gdr_channel_ops,
 	NULL,
 };
 

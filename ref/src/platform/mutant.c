@@ -27,6 +27,8 @@ static const char *const tw__mutants[] = {
 	"ext_acked_unasked",
 	"frame_length_unchecked",
 	"frame_limit_unchecked",
+	"gdr_chunks_unsplit",
+	"gdr_small_into_device",
 	"goodbye_omitted",
 	"handshake_timeout_ignored",
 	"ibv_gid_index_zero",

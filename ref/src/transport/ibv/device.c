@@ -59,6 +59,15 @@ static bool ibv_hca_listed(const char *spec, const char *dev, unsigned port, boo
 	return exclude ? !hit : hit;
 }
 
+bool tw__ibv_hca_allows(const char *spec, const char *dev)
+{
+	bool named = false;
+	for (unsigned port = 1; port <= 32; port++)
+		if (ibv_hca_listed(spec, dev, port, &named))
+			return true;
+	return false;
+}
+
 static bool ibv_gid_zero(const union ibv_gid *g)
 {
 	static const uint8_t zero[16];

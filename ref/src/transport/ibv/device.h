@@ -60,6 +60,10 @@ typedef struct tw_ibv_choice {
 TW_NODISCARD tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out,
                                         char *why, size_t why_len);
 
+/* Whether the user's device list (TW_IB_HCA's syntax) lets device `dev`
+ * be used on some port. */
+bool tw__ibv_hca_allows(const char *spec, const char *dev);
+
 /* The address family of a RoCE GID, for matching the peer's: a packet from
  * a GID of one family cannot reach a GID of another (an IPv4-mapped source
  * builds an IPv4 packet; a link-local one is routed by IPv6 on its link). */
