@@ -31,6 +31,11 @@
  *                   device memory by a CPU copy)
  *   gdr_chunked     cuda_gdr on a port whose max_msg_sz is 64 KiB, a 4 MiB
  *                   tensor (T19: sends chunked to the smaller limit)
+ *   gdr_nic_counts  cuda_gdr between a side with two NICs and a side with
+ *                   one: the set-up matrix is not square, so rows and
+ *                   columns (and the NIC indices per tensor) must be read
+ *                   the way stock writes them
+ *   gdr_first_port_down the first NIC's port is down: GPUs use the second
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -238,6 +243,14 @@ static const cuda_spec gdr_small = { "cuda_gdr", "cuda:0", "cuda:0", gdr_small_s
 	                             NULL, NULL };
 static const cuda_spec gdr_chunked = { "cuda_gdr", "cuda:0", "cuda:0", four_mib, "", "", NULL,
 	                               "[device simrdma0]\nport1.max_msg_sz = 65536\n" };
+static const uint64_t nic_sizes[] = { 1, MiB + 1, 33, 0 };
+static const cuda_spec gdr_nic_counts = { "cuda_gdr", "cuda:1", "cuda:0", nic_sizes,
+	                                  "env TW_IB_HCA==simrdma1 ", "", NULL,
+	                                  "[device simrdma0]\n[device simrdma1]\n" };
+static const cuda_spec gdr_first_port_down = { "cuda_gdr", "cuda:0", "cuda:0", nic_sizes, "", "",
+	                                       NULL,
+	                                       "[device simrdma0]\nport1.state = down\n"
+	                                       "[device simrdma1]\n" };
 
 #define CUDA(id_, sec_, level_, needs_, desc_, req_, spec_)                                       \
 	{.id = "cuda." id_, .suite = "cuda", .section = sec_, .level = level_, .needs = needs_,    \
@@ -298,6 +311,18 @@ static const twc_case cases[] = {
 	     "way (T19)",
 	     "4.6.4: every transfer is chunked to the smaller of the two sides' max_msg_sz",
 	     gdr_chunked),
+	CUDA("gdr_nic_counts", "wire.md 4.6.4", TWC_MUST, "cuda,rdma",
+	     "cuda_gdr between a process that uses two NICs (one per GPU) and one that uses a "
+	     "single NIC (TW_IB_HCA): tensors from cuda:1 arrive on cuda:0, each way",
+	     "4.6.4: HandshakeSetupInfo has one row per NIC of its writer and one entry per NIC "
+	     "of its reader; Descriptor and ReadyToReceive name the NIC of each side",
+	     gdr_nic_counts),
+	CUDA("gdr_first_port_down", "wire.md 4.6.4", TWC_MUST, "cuda,rdma",
+	     "cuda_gdr on a host whose first NIC's port is down: every GPU is paired with the "
+	     "second NIC and device tensors arrive, each way (stock pairs by PCI path alone and "
+	     "uses a NIC whatever its port state, T31)",
+	     "4.6.4.b: a GPU's NIC is chosen among NICs with an active port",
+	     gdr_first_port_down),
 };
 
 const twc_case *twc_suite_cuda(int *count_out)
