@@ -251,6 +251,8 @@ static void global_key(const char *sec, const char *k, const char *v)
 		sv_cfg.devmem_max_msg = (int)num(v);
 	else if (!strcmp(k, "devmem_status"))
 		sv_cfg.devmem_status = status_of(v);
+	else if (!strcmp(k, "peer_memory"))
+		sv_cfg.peer_memory = !strcmp(v, "on") || num(v) != 0;
 	else if (!strcmp(k, "err_cqe_garbage"))
 		sv_cfg.err_cqe_garbage = num(v) != 0;
 	else if (!strcmp(k, "time_scale"))
@@ -328,6 +330,7 @@ static void load(void)
 	sv_cfg.memlock = SV_MEMLOCK_KERNEL;
 	sv_cfg.devmem_max_msg = 32;
 	sv_cfg.devmem_status = IBV_WC_LOC_PROT_ERR;
+	sv_cfg.peer_memory = true;
 	sv_cfg.err_cqe_garbage = true;
 	sv_cfg.time_scale = 1.0;
 	const char *e = getenv("SIMVERBS_CONFIG");

@@ -192,6 +192,14 @@ static struct ibv_mr *reg_mr_common(struct ibv_pd *pd, void *addr, size_t length
 	if (!mr->devmem && peer_alias && length) {
 		void *al = NULL;
 		int pe = peer_alias(addr, length, &al);
+		if (pe == 0 && !sv_cfg.peer_memory) {
+			/* no peer-memory client: the kernel cannot pin device pages */
+			pinned_total -= mr->pinned;
+			pthread_mutex_unlock(&sv_lock);
+			free(mr);
+			errno = EFAULT;
+			return NULL;
+		}
 		if (pe == 0) {
 			mr->devmem = true;
 			mr->alias = al;

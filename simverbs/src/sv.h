@@ -78,6 +78,7 @@ struct sv_config {
 	int devmem_max_msg;          /* receives of <= this many bytes into device memory are
 	                                scattered to the CQE (copied by the CPU in poll_cq) */
 	enum ibv_wc_status devmem_status;
+	bool peer_memory;            /* register simcuda device memory (nvidia-peermem's role) */
 	bool err_cqe_garbage;        /* error CQEs: fields other than status/wr_id/qp_num are junk */
 	double time_scale;           /* multiplies IB timeouts (ack, RNR) */
 	uint64_t ack_latency_ns;     /* ACKs reach their requester this much later */
