@@ -36,6 +36,8 @@
  *                   columns (and the NIC indices per tensor) must be read
  *                   the way stock writes them
  *   gdr_first_port_down the first NIC's port is down: GPUs use the second
+ *   gdr_no_peer_memory  the NIC cannot register GPU memory: cuda_gdr is
+ *                   not viable (with the reason), CPU pipes work
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -247,6 +249,9 @@ static const uint64_t nic_sizes[] = { 1, MiB + 1, 33, 0 };
 static const cuda_spec gdr_nic_counts = { "cuda_gdr", "cuda:1", "cuda:0", nic_sizes,
 	                                  "env TW_IB_HCA==simrdma1 ", "", NULL,
 	                                  "[device simrdma0]\n[device simrdma1]\n" };
+static const cuda_spec gdr_no_peer_memory = { "cuda_gdr", NULL, NULL, NULL, "", "",
+	                                      "no peer-memory client",
+	                                      "[hazards]\npeer_memory = off\n" };
 static const cuda_spec gdr_first_port_down = { "cuda_gdr", "cuda:0", "cuda:0", nic_sizes, "", "",
 	                                       NULL,
 	                                       "[device simrdma0]\nport1.state = down\n"
@@ -323,6 +328,12 @@ static const twc_case cases[] = {
 	     "uses a NIC whatever its port state, T31)",
 	     "4.6.4.b: a GPU's NIC is chosen among NICs with an active port",
 	     gdr_first_port_down),
+	CUDA("gdr_no_peer_memory", "wire.md 4.6.4", TWC_MUST, "cuda,rdma,simcuda",
+	     "a verbs device that cannot register GPU memory (no peer-memory client such as "
+	     "nvidia-peermem): cuda_gdr is reported not viable with the reason, and CPU tensors "
+	     "still move both ways",
+	     "4.6.4: a GPU is offered for GPUDirect RDMA only once its NIC registered its memory",
+	     gdr_no_peer_memory),
 };
 
 const twc_case *twc_suite_cuda(int *count_out)
