@@ -73,6 +73,7 @@ typedef struct gd_chunk gd_chunk;
 /* a registration of one device allocation */
 typedef struct gd_mr {
 	unsigned long long id;
+	uint64_t base, size;
 	struct ibv_mr *mr;
 	struct gd_mr *next;
 } gd_mr;
@@ -251,6 +252,19 @@ static struct ibv_mr *gd_mr_of(gd_ctx *c, gd_nic *nic, int dev, void *ptr, char 
 	for (gd_mr *m = nic->mrs; m; m = m->next)
 		if (m->id == id)
 			return m->mr;
+	/* a registration of an allocation that overlaps this new one is of
+	 * memory freed since: it goes, so the cache holds live allocations only
+	 * (stock keeps every registration until its context goes) */
+	for (gd_mr **pp = &nic->mrs; *pp;) {
+		gd_mr *o = *pp;
+		if (o->base < base + size && base < o->base + o->size) {
+			*pp = o->next;
+			(void)ibv_dereg_mr(o->mr);
+			tw__free(o);
+		} else {
+			pp = &o->next;
+		}
+	}
 	gd_mr *m = tw__calloc(1, sizeof(*m));
 	if (!m) {
 		tw__detail(detail, detail_len, "out of memory");
@@ -267,6 +281,8 @@ static struct ibv_mr *gd_mr_of(gd_ctx *c, gd_nic *nic, int dev, void *ptr, char 
 		tw__free(m);
 		return NULL;
 	}
+	m->base = base;
+	m->size = size;
 	m->next = nic->mrs;
 	nic->mrs = m;
 	return m->mr;
