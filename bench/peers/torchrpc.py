@@ -48,7 +48,8 @@ def main():
               "shm-cma": (["shm"], ["cma"]),
               # cuda:0 tensors both ways (a device map), over a CUDA channel
               "uv-cuda_basic": (["uv"], ["cuda_basic", "basic"]),
-              "uv-cuda_ipc": (["uv"], ["cuda_ipc", "basic"])}
+              "uv-cuda_ipc": (["uv"], ["cuda_ipc", "basic"]),
+              "uv-cuda_gdr": (["uv"], ["cuda_gdr", "basic"])}
     if a.system not in combos:
         sys.exit("torchrpc.py: unknown --system %r (%s)" % (a.system, ", ".join(combos)))
     try:

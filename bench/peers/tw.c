@@ -2,7 +2,7 @@
  * tw.c - ping-pong driver for libtensorwire (ours), through the public API
  * only (tensorwire.h). Systems are "<transport>-<channel>" kinds passed to
  * the library as they are: uv-basic, shm-basic, shm-cma, uv-mpt, ibv-basic,
- * and with a CUDA channel (uv-cuda_basic, uv-cuda_ipc) the tensors are
+ * and with a CUDA channel (uv-cuda_basic, uv-cuda_ipc, uv-cuda_gdr) the tensors are
  * device memory of cuda:0 on both sides (a kind the library reports
  * TW_ERR_UNSUPPORTED for, or no CUDA driver, makes this driver exit 77 with
  * the reason). Device tensors are filled from, and checked through, host
