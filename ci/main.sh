@@ -13,7 +13,8 @@
 # reference (conformance/mutants/), with the score at the end.
 #
 # Reports go to out/: conformance.tap, conformance.junit.xml, conformance.json,
-# mutation.tap, mutation.md, mutation-ibv.tap, mutation-ibv.md.
+# mutation.tap, mutation.md, mutation-ibv.tap, mutation-ibv.md, mutation-cuda.tap,
+# mutation-cuda.md.
 # Extra arguments go to tensorwire-conform (e.g. --large, --strict, --case GLOB).
 # --softroce (first) adds the rows on real soft-RoCE (softroce/softroce.sh:
 # the host's rxe or hardware, or a QEMU guest booting Debian's kernel): the
@@ -68,6 +69,15 @@ irc=${PIPESTATUS[0]}
 if [ "$mrc" -eq 0 ] || [ "$mrc" -eq 77 ]; then
   mrc=$irc
 fi
+# cuda_gdr's defects (conformance/mutants/cuda.list): a CUDA driver (simcuda
+# or a GPU) and a verbs device, judged by the cuda suite's GPUDirect cases
+"${launcher[@]}" build/release/conformance/tensorwire-conform \
+  --mutants conformance/mutants/cuda.list --case 'cuda.gdr_*' \
+  --mutation-report out/mutation-cuda.md | tee out/mutation-cuda.tap
+crc=${PIPESTATUS[0]}
+if [ "$mrc" -eq 0 ] || [ "$mrc" -eq 77 ]; then
+  mrc=$crc
+fi
 src=0
 if [ "$softroce" = 1 ]; then
   sr=(softroce/softroce.sh --dir build/release/softroce)
@@ -84,7 +94,7 @@ if [ "$softroce" = 1 ]; then
   fi
 fi
 set -e
-grep -h "mutation score" out/mutation.tap out/mutation-ibv.tap || true
+grep -h "mutation score" out/mutation.tap out/mutation-ibv.tap out/mutation-cuda.tap || true
 echo "main.sh: reports in out/ (TAP, JUnit, JSON, mutation.md); runner exit status $rc," \
      "mutation suite $mrc"
 if [ "$rc" -eq 0 ] && [ "$mrc" -ne 0 ] && [ "$mrc" -ne 77 ]; then
