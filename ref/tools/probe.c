@@ -27,6 +27,7 @@
 #include "core/core.h"
 #include "platform/cuda.h"
 #include "platform/identity.h"
+#include "channel/cuda/gdr_plan.h"
 #include "platform/pci.h"
 #include "platform/platform.h"
 #include "tensorwire/tensorwire.h"
@@ -47,89 +48,51 @@ static void kind_line(tw_context *ctx, bool transport, const char *kind)
 		printf("  %-11s not usable: %s: %s\n", kind, tw_status_name(st), tw_last_error());
 }
 
-#define PROBE_MAX_NICS 32
-#define PROBE_MAX_GPUS 16
-
-/* The verbs devices: usable when a port is active, and where each sits. */
-static int probe_nics(tw_pci_nic *nics, char names[][IBV_SYSFS_NAME_MAX])
-{
-	int n = 0, nn = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list) {
-		printf("  no verbs device list: %s\n", strerror(errno));
-		return 0;
-	}
-	for (int i = 0; i < n && nn < PROBE_MAX_NICS; i++) {
-		tw_pci_nic *x = &nics[nn];
-		snprintf(names[nn], IBV_SYSFS_NAME_MAX, "%s", ibv_get_device_name(list[i]));
-		memset(x, 0, sizeof(*x));
-		x->name = names[nn];
-		struct ibv_context *c = ibv_open_device(list[i]);
-		struct ibv_device_attr da;
-		if (c && ibv_query_device(c, &da) == 0)
-			for (uint8_t p = 1; p <= da.phys_port_cnt; p++) {
-				struct ibv_port_attr pa;
-				if (ibv_query_port(c, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
-					x->usable = true;
-			}
-		if (c)
-			ibv_close_device(c);
-		char why[512];
-		x->has_place = tw__pci_place_of_ib_device("/sys", x->name, &x->place, why,
-		                                          sizeof(why)) == TW_OK;
-		printf("  NIC %-10s %s; %s%s\n", x->name, x->usable ? "a port active" : "no port active",
-		       x->has_place ? "PCI " : "no PCI place: ", x->has_place ? x->place.comp[x->place.depth - 1] : why);
-		nn++;
-	}
-	ibv_free_device_list(list);
-	return nn;
-}
-
-/* Each GPU's nearest usable NIC and BAR1 (spec/wire.md 4.6.4, T31). */
+/* Each GPU's NIC for GPUDirect RDMA, as cuda_gdr pairs them (gdr_plan.h,
+ * spec/wire.md 4.6.4, T31), and each GPU's BAR1. */
 static void probe_gpus(void)
 {
-	printf("\nGPUs and RDMA NICs (a GPU's nearest NIC with an active port, compared by PCI "
-	       "path components):\n");
+	printf("\nGPUs and RDMA NICs (cuda_gdr's pairing: a GPU's nearest NIC with an active port, "
+	       "compared by PCI path components):\n");
 	const tw_cuda *cu;
 	char d[512];
 	if (tw__cuda_get(&cu, d, sizeof(d)) != TW_OK) {
 		printf("  no GPU: %s\n", d);
 		return;
 	}
-	static tw_pci_nic nics[PROBE_MAX_NICS];
-	static char names[PROBE_MAX_NICS][IBV_SYSFS_NAME_MAX];
-	int nn = probe_nics(nics, names);
-	tw_pci_place places[PROBE_MAX_GPUS];
-	int which[PROBE_MAX_GPUS], ng = 0;
-	char bus[PROBE_MAX_GPUS][32];
-	for (int i = 0; i < cu->num_devices && i < PROBE_MAX_GPUS; i++) {
-		CUdevice dev;
-		char why[512];
-		if (cu->cuDeviceGet(&dev, i) != TW_CUDA_SUCCESS ||
-		    cu->cuDeviceGetPCIBusId(bus[i], sizeof(bus[i]), dev) != TW_CUDA_SUCCESS) {
-			printf("  cuda:%d: no PCI bus id from the driver\n", i);
-			continue;
-		}
-		uint64_t bar1 = 0;
-		tw_status_t st = tw__pci_bar1_size("/sys", bus[i], &bar1, why, sizeof(why));
-		if (st == TW_OK)
-			printf("  cuda:%d %s: BAR1 %llu MiB\n", i, bus[i], (unsigned long long)(bar1 >> 20));
-		else
-			printf("  cuda:%d %s: %s: no GPUDirect RDMA from this GPU\n", i, bus[i], why);
-		if (tw__pci_place_of_bus_id("/sys", bus[i], &places[ng], why, sizeof(why)) != TW_OK) {
-			printf("  cuda:%d: no PCI place: %s\n", i, why);
-			continue;
-		}
-		which[ng++] = i;
+	static tw_gdr_plan plan;
+	if (tw__gdr_plan_make(cu, cu->num_devices, "/sys", &plan) != TW_OK) {
+		printf("  no NIC: %s\n", plan.why);
+		return;
 	}
-	int pick[PROBE_MAX_GPUS];
-	tw__pci_pair(places, ng, nics, nn, pick);
-	for (int g = 0; g < ng; g++) {
-		if (pick[g] < 0)
-			printf("  cuda:%d: no usable NIC with a PCI place\n", which[g]);
+	for (int x = 0; x < plan.num_cand; x++) {
+		tw_pci_place pl;
+		char why[512];
+		bool placed = tw__pci_place_of_ib_device("/sys", plan.cand[x], &pl, why, sizeof(why)) ==
+		              TW_OK;
+		printf("  NIC %-10s %s; %s%s\n", plan.cand[x],
+		       plan.usable[x] ? "a port active" : "no usable port",
+		       placed ? "PCI " : "no PCI place: ", placed ? pl.comp[pl.depth - 1] : why);
+	}
+	if (plan.why[0])
+		printf("  left out: %s\n", plan.why);
+	for (int g = 0; g < plan.num_gpus; g++) {
+		CUdevice dev;
+		char bus[32] = "?", why[512];
+		uint64_t bar1 = 0;
+		if (cu->cuDeviceGet(&dev, g) == TW_CUDA_SUCCESS)
+			(void)cu->cuDeviceGetPCIBusId(bus, sizeof(bus), dev);
+		if (tw__pci_bar1_size("/sys", bus, &bar1, why, sizeof(why)) == TW_OK)
+			printf("  cuda:%d %s: BAR1 %llu MiB\n", g, bus, (unsigned long long)(bar1 >> 20));
+		int x = plan.gpu_cand[g];
+		if (x < 0)
+			printf("  cuda:%d: no GPUDirect RDMA: %s\n", g, plan.gpu_note[g]);
+		else if (plan.gpu_distance[g] >= 0)
+			printf("  cuda:%d: NIC %s (PCI distance %d)\n", g, plan.cand[x],
+			       plan.gpu_distance[g]);
 		else
-			printf("  cuda:%d: nearest NIC %s (PCI distance %d)\n", which[g], nics[pick[g]].name,
-			       tw__pci_distance(&places[g], &nics[pick[g]].place));
+			printf("  cuda:%d: NIC %s (the GPU is not in this host's sysfs: the NIC with the "
+			       "fewest GPUs)\n", g, plan.cand[x]);
 	}
 }
 

@@ -37,6 +37,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel/cuda/gdr_plan.h"
+#include "platform/cuda.h"
 #include "platform/pci.h"
 
 #define CHECK(c)                                                                          \
@@ -356,6 +358,41 @@ static int case_in_namespace(void)
 	return 0;
 }
 
+/* cuda_gdr's plan end to end (gdr_plan.c), on simcuda's two GPUs (bus ids
+ * 3b:00.0 and 86:00.0) and simverbs' simrdma0 and simrdma1
+ * (simverbs/tests/two_nics.conf), placed in a synthetic tree: GPU 0 shares a
+ * bridge with simrdma1 (the second NIC listed), GPU 1 has no resource1; then
+ * GPU 1 absent from sysfs takes the NIC given to no GPU yet. */
+static void case_gdr_plan(void)
+{
+	const tw_cuda *cu;
+	char d[512];
+	if (tw__cuda_get(&cu, d, sizeof(d)) != TW_OK || cu->num_devices < 2) {
+		printf("# SKIP: two CUDA devices needed (run under simcuda-run): %s\n", d);
+		exit(77);
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		fresh_root();
+		mk_dev("pci0000:3a/0000:3a:00.0/0000:3b:00.0", 0, 1ull << 34);
+		if (pass == 0)
+			mk_dev("pci0000:85/0000:85:00.0/0000:86:00.0", 1, 0);
+		mk_nic("simrdma0", "pci0000:85/0000:85:00.0/0000:87:00.0", 1);
+		mk_nic("simrdma1", "pci0000:3a/0000:3a:00.0/0000:3c:00.0", 0);
+		static tw_gdr_plan p;
+		CHECK(tw__gdr_plan_make(cu, 2, root, &p) == TW_OK);
+		CHECK(p.num_cand == 2 && p.usable[0] && p.usable[1]);
+		CHECK(!strcmp(p.cand[0], "simrdma0") && !strcmp(p.cand[1], "simrdma1"));
+		CHECK(p.gpu_cand[0] == 1 && p.gpu_distance[0] == 2);
+		if (pass == 0) {
+			printf("# cuda:1: %s\n", p.gpu_note[1]);
+			CHECK(p.gpu_cand[1] == -1 && strstr(p.gpu_note[1], "resource1"));
+		} else {
+			CHECK(p.gpu_cand[1] == 0 && p.gpu_distance[1] == -1);
+		}
+		rm_root();
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -373,6 +410,8 @@ int main(int argc, char **argv)
 		case_bar1();
 	else if (strcmp(c, "two_sockets") == 0)
 		case_two_sockets();
+	else if (strcmp(c, "gdr_plan") == 0)
+		case_gdr_plan();
 	else if (strcmp(c, "in_namespace") == 0) {
 		int rc = case_in_namespace();
 		if (rc)

@@ -50,16 +50,15 @@
 
 #include "channel/cuda/cuda.h"
 #include "channel/cuda/cuda_common.h"
+#include "channel/cuda/gdr_plan.h"
 #include "platform/error.h"
 #include "platform/mutant.h"
 #include "platform/options.h"
-#include "platform/pci.h"
 #include "platform/platform.h"
 #include "transport/ibv/device.h"
 #include "wire/nop.h"
 #include "wire/packets.h"
 
-#define TW_GDR_MAX_NICS 16
 #define TW_GDR_WR_MAX 1024       /* work requests per direction and NIC (stock: 1024) */
 #define TW_GDR_CQE_BYTES 64      /* receives this short are staged through host memory */
 #define TW_GDR_STAGE_SLOTS 256
@@ -1045,113 +1044,35 @@ static tw_status_t gd_nic_init(gd_ctx *c, gd_nic *nic, const char *name, int gid
 	return TW_OK;
 }
 
-/* Appends "; text" to why (the reasons a GPU or NIC was left out). */
-static void gd_why(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void gd_why(char *why, size_t len, const char *fmt, ...)
-{
-	size_t off = strlen(why);
-	if (off && off + 2 < len) {
-		memcpy(why + off, "; ", 3);
-		off += 2;
-	}
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why + off, len - off, fmt, ap);
-	va_end(ap);
-}
-
-/* Pairs GPUs with NICs and opens the NICs used. */
+/* Pairs GPUs with NICs (gdr_plan.h), opens the NICs used, numbered in
+ * list order as stock numbers them, and proves each GPU's NIC registers its
+ * memory. */
 static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 {
-	const char *hca = getenv("TW_IB_HCA");
-	const char *gi = getenv("TW_IB_GID_INDEX");
-	int gid_index = gi && *gi ? atoi(gi) : -1;
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
 	char eb[128];
-	if (!list || n == 0) {
-		tw__detail(why, why_len, GD_WHO ": not viable: %s",
-		           list ? "no verbs device on this host" : tw__strerror(errno, eb, sizeof(eb)));
-		if (list)
-			ibv_free_device_list(list);
+	tw_gdr_plan *plan = tw__calloc(1, sizeof(*plan));
+	if (!plan) {
+		tw__detail(why, why_len, GD_WHO ": out of memory");
+		return TW_ERR_NOMEM;
+	}
+	if (tw__gdr_plan_make(c->cc.cu, c->cc.num_cuda, "/sys", plan) != TW_OK) {
+		tw__detail(why, why_len, GD_WHO ": not viable: %s", plan->why);
+		tw__free(plan);
 		return TW_ERR_UNSUPPORTED;
 	}
-	/* the NICs the user allows, with a port that works, and their places */
-	char names[TW_GDR_MAX_NICS][IBV_SYSFS_NAME_MAX];
-	tw_pci_nic cand[TW_GDR_MAX_NICS];
-	int nc = 0;
-	for (int d = 0; d < n && nc < TW_GDR_MAX_NICS; d++) {
-		const char *name = ibv_get_device_name(list[d]);
-		if (hca && *hca && !tw__ibv_hca_allows(hca, name))
-			continue;
-		char spec[IBV_SYSFS_NAME_MAX + 2], w[TW_DETAIL_MAX];
-		snprintf(spec, sizeof(spec), "=%s", name);
-		tw_ibv_choice probe;
-		tw_pci_nic *x = &cand[nc];
-		memset(x, 0, sizeof(*x));
-		snprintf(names[nc], sizeof(names[nc]), "%s", name);
-		x->name = names[nc];
-		x->usable = tw__ibv_choose(spec, gid_index, &probe, w, sizeof(w)) == TW_OK;
-		if (x->usable)
-			ibv_close_device(probe.ctx);
-		else
-			gd_why(why, why_len, "%s", w);
-		x->has_place = tw__pci_place_of_ib_device("/sys", name, &x->place, w, sizeof(w)) == TW_OK;
-		nc++;
-	}
-	ibv_free_device_list(list);
-	/* each GPU's NIC */
-	tw_pci_place places[TW_CUDA_CTX_MAX_DEVICES];
-	int placed[TW_CUDA_CTX_MAX_DEVICES], np = 0;
-	int given[TW_GDR_MAX_NICS] = { 0 };
-	int pick_of[TW_CUDA_CTX_MAX_DEVICES];
-	for (int g = 0; g < c->cc.num_cuda; g++) {
-		pick_of[g] = -1;
-		CUdevice dev;
-		char bus[32] = "", w[TW_DETAIL_MAX];
-		if (c->cc.cu->cuDeviceGet(&dev, g) != TW_CUDA_SUCCESS ||
-		    c->cc.cu->cuDeviceGetPCIBusId(bus, sizeof(bus), dev) != TW_CUDA_SUCCESS) {
-			gd_why(why, why_len, "cuda:%d: no PCI bus id from the driver", g);
-			continue;
-		}
-		if (tw__pci_place_of_bus_id("/sys", bus, &places[np], w, sizeof(w)) == TW_OK) {
-			uint64_t bar1 = 0;
-			if (tw__pci_bar1_size("/sys", bus, &bar1, w, sizeof(w)) != TW_OK) {
-				gd_why(why, why_len, "cuda:%d: %s: no GPUDirect RDMA from this GPU", g, w);
-				continue;
-			}
-			placed[np++] = g;
-		} else {
-			/* not in this host's sysfs (simulated, or sysfs not mounted
-			 * here): the NIC given to the fewest GPUs so far */
-			pick_of[g] = -2;
-		}
-	}
-	int pick[TW_CUDA_CTX_MAX_DEVICES];
-	tw__pci_pair(places, np, cand, nc, pick);
-	for (int i = 0; i < np; i++)
-		if ((pick_of[placed[i]] = pick[i]) >= 0)
-			given[pick[i]]++;
-	for (int g = 0; g < c->cc.num_cuda; g++) {
-		if (pick_of[g] != -2)
-			continue;
-		pick_of[g] = -1;
-		for (int x = 0; x < nc; x++)
-			if (cand[x].usable && (pick_of[g] < 0 || given[x] < given[pick_of[g]]))
-				pick_of[g] = x;
-		if (pick_of[g] >= 0)
-			given[pick_of[g]]++;
-	}
-	/* open the NICs used, numbered in list order (as stock numbers them) */
+	snprintf(why, why_len, "%s", plan->why);
 	int nic_of_cand[TW_GDR_MAX_NICS];
-	for (int x = 0; x < nc; x++) {
+	for (int x = 0; x < plan->num_cand; x++) {
 		nic_of_cand[x] = -1;
-		if (!given[x])
+		bool used = false;
+		for (int g = 0; g < plan->num_gpus; g++)
+			used = used || plan->gpu_cand[g] == x;
+		if (!used)
 			continue;
 		char w[TW_DETAIL_MAX];
 		gd_nic *nic = &c->nics[c->num_nics];
-		if (gd_nic_init(c, nic, cand[x].name, gid_index, w, sizeof(w)) != TW_OK) {
-			gd_why(why, why_len, "%s", w);
+		if (gd_nic_init(c, nic, plan->cand[x], plan->gid_index, w, sizeof(w)) != TW_OK) {
+			tw__gdr_why(why, why_len, "%s", w);
 			gd_nic_fini(c, nic);
 			continue;
 		}
@@ -1159,12 +1080,12 @@ static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 	}
 	int served = 0;
 	for (int g = 0; g < c->cc.num_cuda; g++) {
-		c->gpu_nic[g] = pick_of[g] >= 0 ? nic_of_cand[pick_of[g]] : -1;
-		if (c->gpu_nic[g] < 0) {
-			if (pick_of[g] < 0)
-				gd_why(why, why_len, "cuda:%d: no NIC with an active port", g);
+		int x = g < plan->num_gpus ? plan->gpu_cand[g] : -1;
+		c->gpu_nic[g] = x >= 0 ? nic_of_cand[x] : -1;
+		if (x < 0)
+			tw__gdr_why(why, why_len, "cuda:%d: %s", g, plan->gpu_note[g]);
+		if (c->gpu_nic[g] < 0)
 			continue;
-		}
 		/* the proof: the NIC registers this GPU's memory */
 		CUdeviceptr p = 0;
 		char w[TW_DETAIL_MAX];
@@ -1188,12 +1109,13 @@ static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 		if (p)
 			(void)c->cc.cu->cuMemFree_v2(p);
 		if (!mr) {
-			gd_why(why, why_len, "cuda:%d: %s", g, w);
+			tw__gdr_why(why, why_len, "cuda:%d: %s", g, w);
 			c->gpu_nic[g] = -1;
 			continue;
 		}
 		served++;
 	}
+	tw__free(plan);
 	if (!served) {
 		char r2[TW_DETAIL_MAX];
 		snprintf(r2, sizeof(r2), "%s", why[0] ? why : "no GPU has a usable NIC");
