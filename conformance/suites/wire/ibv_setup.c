@@ -35,6 +35,8 @@ typedef enum ibv_bad {
 	IBV_BAD_TRAILING,    /* a well-formed record, then 8 more bytes */
 	IBV_BAD_SHORT_CLOSE, /* 20 bytes, then close */
 	IBV_BAD_SILENT,      /* connect and close */
+	IBV_GOOD,            /* nothing wrong (the fuzzer's start) */
+	IBV_FUZZ = 100,      /* + seed: a well-formed record mutated at random */
 } ibv_bad;
 
 static void put32(uint8_t *p, uint32_t v)
@@ -61,6 +63,56 @@ static size_t build(ibv_bad kind, uint8_t *rec, size_t cap)
 	if (kind == IBV_BAD_SHORT_CLOSE)
 		return 20;
 	return 56;
+}
+
+static uint64_t fuzz_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A fuzzed record for seed: a well-formed one, then one to three of: bits
+ * flipped in random bytes, a field (LID, GID, QP number, MTU, max_msg_sz,
+ * inbox address or rkey) set to 0, all ones or a random value, the record
+ * cut short, or random bytes after it. Returns the length to send; *close_early
+ * when the sender should close right after (a short record). */
+static size_t fuzz_build(unsigned seed, uint8_t *rec, size_t cap, bool *close_early)
+{
+	static const uint8_t field_off[] = { 0, 8, 16, 24, 28, 32, 40, 44, 48 };
+	uint64_t x = UINT64_C(0x9e3779b97f4a7c15) * (seed + 1);
+	size_t n = build(IBV_GOOD, rec, cap);
+	*close_early = false;
+	int ops = 1 + (int)(fuzz_next(&x) % 3);
+	for (int i = 0; i < ops; i++) {
+		switch (fuzz_next(&x) % 4) {
+		case 0: /* bit flips */
+			for (int j = 0, k = 1 + (int)(fuzz_next(&x) % 4); j < k; j++)
+				rec[fuzz_next(&x) % 56] ^= (uint8_t)(1u << (fuzz_next(&x) % 8));
+			break;
+		case 1: { /* one 32-bit field to an extreme */
+			uint8_t off = field_off[fuzz_next(&x) % sizeof(field_off)];
+			uint64_t v = fuzz_next(&x);
+			uint32_t val = v % 3 == 0 ? 0 : v % 3 == 1 ? 0xffffffffu : (uint32_t)(v >> 16);
+			put32(rec + off, val);
+			break;
+		}
+		case 2: /* cut short, then close */
+			n = fuzz_next(&x) % 56;
+			*close_early = true;
+			break;
+		default: /* trailing bytes */
+			if (!*close_early) {
+				size_t extra = 1 + fuzz_next(&x) % (cap - 56);
+				for (size_t j = 0; j < extra; j++)
+					rec[56 + j] = (uint8_t)fuzz_next(&x);
+				n = 56 + extra;
+			}
+			break;
+		}
+	}
+	return n;
 }
 
 static int hostile(twc_session *s, int k, char *why, size_t len)
@@ -90,8 +142,20 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 		close(sock);
 		return 0;
 	}
-	uint8_t rec[64];
-	size_t n = build(kind, rec, sizeof(rec));
+	uint8_t rec[72];
+	bool fuzz = k >= IBV_FUZZ, close_early = false;
+	size_t n = fuzz ? fuzz_build((unsigned)(k - IBV_FUZZ), rec, sizeof(rec), &close_early)
+	                : build(kind, rec, sizeof(rec));
+	if (fuzz) {
+		/* judged only by what follows: the process and its listener serve
+		 * the good pipe; an IUT may take a record that still makes sense */
+		if (n)
+			(void)send(sock, rec, n, MSG_NOSIGNAL);
+		if (!close_early)
+			(void)twc_raw_wait_closed(sock, 1000);
+		close(sock);
+		return 0;
+	}
 	if (send(sock, rec, n, MSG_NOSIGNAL) != (ssize_t)n) {
 		snprintf(why, len, "harness: sending the set-up record: %s", strerror(errno));
 		close(sock);
@@ -152,6 +216,16 @@ static const twc_case cases[] = {
 	IBV_BAD("silent_close", "2.4.1", "connect and close without a record",
 	        "A listener MUST keep accepting after any error on one accepted connection (3.3.f).",
 	        IBV_BAD_SILENT),
+#define IBV_FUZZ_CASE(n_)                                                                        \
+	IBV_BAD("fuzz_record_" #n_, "2.4.1",                                                     \
+	        "a set-up record mutated at random (seed " #n_ "): bits flipped, a field at 0, "   \
+	        "all ones or random, cut short or followed by bytes",                              \
+	        "A receiver MUST survive any set-up record and its listener MUST serve the next "  \
+	        "peer (2.4.1, 3.3.f).",                                                            \
+	        IBV_FUZZ + n_)
+	IBV_FUZZ_CASE(0), IBV_FUZZ_CASE(1), IBV_FUZZ_CASE(2), IBV_FUZZ_CASE(3),
+	IBV_FUZZ_CASE(4), IBV_FUZZ_CASE(5), IBV_FUZZ_CASE(6), IBV_FUZZ_CASE(7),
+	IBV_FUZZ_CASE(8), IBV_FUZZ_CASE(9), IBV_FUZZ_CASE(10), IBV_FUZZ_CASE(11),
 };
 
 const twc_case *twc_suite_wire_ibv(int *count_out)
