@@ -27,7 +27,68 @@
 #include "session.h"
 #include "suites.h"
 
-typedef enum lane_bad { LANE_GARBAGE, LANE_UNKNOWN_ID, LANE_SERVER_HELLO, LANE_SILENT_CLOSE } lane_bad;
+typedef enum lane_bad {
+	LANE_GARBAGE,
+	LANE_UNKNOWN_ID,
+	LANE_SERVER_HELLO,
+	LANE_SILENT_CLOSE,
+	LANE_FUZZ = 100, /* + seed: the right ClientHello, mutated at random */
+} lane_bad;
+
+static uint64_t fuzz_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* Sends a fuzzed first frame for lane id `id` (seed): the ClientHello, then
+ * one to three of: bits flipped, bytes cut off the end, random bytes added,
+ * or the frame's length prefix claiming more than comes (then the
+ * connection closes). 0, or -1 with err. */
+static int lane_fuzz(int fd, unsigned seed, uint64_t id, char *err, size_t errlen)
+{
+	uint64_t x = UINT64_C(0xd1b54a32d192ed03) * (seed + 1);
+	unsigned char b[128];
+	size_t n = twc_raw_requested(id, b, 64);
+	bool lie = false;
+	for (int i = 0, ops = 1 + (int)(fuzz_next(&x) % 3); i < ops && n; i++) {
+		switch (fuzz_next(&x) % 4) {
+		case 0:
+			for (int j = 0, k = 1 + (int)(fuzz_next(&x) % 3); j < k; j++)
+				b[fuzz_next(&x) % n] ^= (unsigned char)(1u << (fuzz_next(&x) % 8));
+			break;
+		case 1:
+			n -= 1 + fuzz_next(&x) % n;
+			break;
+		case 2:
+			for (size_t j = 0, k = 1 + fuzz_next(&x) % 16; j < k && n < sizeof(b); j++)
+				b[n++] = (unsigned char)fuzz_next(&x);
+			break;
+		default:
+			lie = true;
+			break;
+		}
+	}
+	char hex[3 * sizeof(b) + 1] = "";
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 3 * i, sizeof(hex) - 3 * i, "%02x ", b[i]);
+	printf("# lane 0 first frame (seed %u): %zu bytes%s: %s\n", seed, n,
+	       lie ? ", its prefix promising 1 KiB more, then the end" : "", n ? hex : "(empty)");
+	if (!lie)
+		return twc_raw_send_frame(fd, b, n, err, errlen);
+	/* a uv frame prefix (u64 little-endian) that promises 1 KiB more */
+	unsigned char pre[8];
+	uint64_t claim = (uint64_t)n + 1024;
+	for (int i = 0; i < 8; i++)
+		pre[i] = (unsigned char)(claim >> (8 * i));
+	if (write(fd, pre, 8) != 8 || (n && write(fd, b, n) != (ssize_t)n)) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
 
 static int shape_one(int index, twc_agent_msg *m)
 {
@@ -107,7 +168,13 @@ static int raw_part(twc_session *s, int k, char *why, size_t len)
 	}
 	static const unsigned char garbage[] = {0xff, 0xfe, 0x00, 0x13, 0x37};
 	int sent = 0;
-	switch (kind) {
+	if (k >= LANE_FUZZ) {
+		/* judged by what follows only: a mutation may leave a valid hello */
+		(void)lane_fuzz(fds[3], (unsigned)(k - LANE_FUZZ), lanes[0].id, err, sizeof(err));
+		(void)twc_raw_wait_closed(fds[3], 1000);
+		close(fds[3]);
+		fds[3] = -1;
+	} else switch (kind) {
 	case LANE_GARBAGE:
 		sent = twc_raw_send_frame(fds[3], garbage, sizeof(garbage), err, sizeof(err));
 		break;
@@ -123,6 +190,8 @@ static int raw_part(twc_session *s, int k, char *why, size_t len)
 	case LANE_SILENT_CLOSE:
 		close(fds[3]);
 		fds[3] = -1;
+		break;
+	default:
 		break;
 	}
 	if (sent) {
@@ -177,6 +246,17 @@ static const twc_case cases[] = {
 	MPT_BAD("unknown_id", "a ClientHello with an id nobody handed out", LANE_UNKNOWN_ID),
 	MPT_BAD("server_hello", "the ServerHello itself", LANE_SERVER_HELLO),
 	MPT_BAD("silent_close", "a connect and a close without a frame", LANE_SILENT_CLOSE),
+#define MPT_FUZZ(n_)                                                                              \
+	{.id = "wire.mpt_lane_fuzz_" #n_, .suite = "wire", .section = "wire.md 4.3 (4.3.b)",        \
+	 .level = TWC_MUST, .needs = "",                                                             \
+	 .description = "raw client of an mpt pipe: lane 0 gets its ClientHello mutated at "        \
+	                "random (seed " #n_ "): bits flipped, cut short, bytes added, or a frame "   \
+	                "prefix promising more than comes; then a good mpt pipe",                   \
+	 .requirement = "A lane listener MUST survive any first frame, and the IUT MUST serve the " \
+	                "next mpt pipe (4.3.b, 3.3.f).",                                            \
+	 .timeout_s = 60, .run = run_mpt_lane, .arg = (const void *)(intptr_t)(LANE_FUZZ + n_)}
+	MPT_FUZZ(0), MPT_FUZZ(1), MPT_FUZZ(2), MPT_FUZZ(3), MPT_FUZZ(4), MPT_FUZZ(5),
+	MPT_FUZZ(6), MPT_FUZZ(7), MPT_FUZZ(8), MPT_FUZZ(9), MPT_FUZZ(10), MPT_FUZZ(11),
 };
 
 const twc_case *twc_suite_wire_mpt(int *count_out)
