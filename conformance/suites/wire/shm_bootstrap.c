@@ -38,6 +38,7 @@ typedef enum bad_kind {
 	BAD_TINY_SEGMENTS,  /* 4 descriptors of 16 bytes each */
 	BAD_LYING_CAPACITY, /* 40-byte headers claiming 1 TiB over small data segments */
 	BAD_SILENT_CLOSE,   /* connect, send nothing, close */
+	BAD_FUZZ = 100,     /* + seed: a well-formed exchange mutated at random */
 } bad_kind;
 
 /* A ring's two segments: a 40-byte header announcing `claimed` bytes and
@@ -80,6 +81,78 @@ static int send_exchange(int sock, const uint8_t *bytes, size_t n, const int *fd
 	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
+static uint64_t fuzz_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A fuzzed exchange for seed on sock: well-formed rings (4 and 2 MiB), then
+ * one to three of: a header's capacity or mask word set to 0, all ones, a
+ * random value or one off; a segment resized; the 8 bytes changed or one
+ * added or removed; a descriptor dropped or one added. Sent, then the
+ * connection stays 1 s and closes. 0, or -1 when the harness could not
+ * build it. */
+static int fuzz_exchange(int sock, unsigned seed)
+{
+	uint64_t x = UINT64_C(0xa0761d6478bd642f) * (seed + 1);
+	int r[2], in[2];
+	if (ring_fds(4 * MiB, 4 * MiB, r) || ring_fds(2 * MiB, 2 * MiB, in))
+		return -1;
+	int fds[6] = {r[0], r[1], in[0], in[1], -1, -1}, nfds = 4;
+	int dups[8], ndups = 0;
+	uint8_t bytes[16] = {1, 0, 0, 0, 2, 0, 0, 0};
+	size_t nbytes = 8;
+	for (int i = 0, ops = 1 + (int)(fuzz_next(&x) % 3); i < ops; i++) {
+		uint64_t v = fuzz_next(&x);
+		switch (fuzz_next(&x) % 4) {
+		case 0: { /* a header word */
+			int h = fuzz_next(&x) % 2 ? r[0] : in[0];
+			off_t at = (off_t)(8 * (fuzz_next(&x) % 2));
+			uint64_t cur = 0;
+			uint8_t w[8];
+			if (pread(h, w, 8, at) == 8)
+				for (int b = 0; b < 8; b++)
+					cur |= (uint64_t)w[b] << (8 * b);
+			uint64_t nv = v % 4 == 0 ? 0 : v % 4 == 1 ? ~UINT64_C(0) : v % 4 == 2 ? v >> 8 : cur + 1;
+			for (int b = 0; b < 8; b++)
+				w[b] = (uint8_t)(nv >> (8 * b));
+			if (pwrite(h, w, 8, at) != 8)
+				return -1;
+			break;
+		}
+		case 1: /* a segment's size */
+			if (ftruncate(fds[fuzz_next(&x) % 4], (off_t)(fuzz_next(&x) % (8 * MiB))) != 0)
+				return -1;
+			break;
+		case 2: /* the bytes */
+			if (v % 3 == 0)
+				bytes[fuzz_next(&x) % nbytes] ^= (uint8_t)(1u << (fuzz_next(&x) % 8));
+			else if (v % 3 == 1 && nbytes < sizeof(bytes))
+				bytes[nbytes++] = (uint8_t)fuzz_next(&x);
+			else if (nbytes > 1)
+				nbytes--;
+			break;
+		default: /* the descriptors */
+			if (v % 2 && nfds > 0)
+				nfds--;
+			else if (nfds < 6 && ndups < 8 && (dups[ndups] = dup(r[0])) >= 0)
+				fds[nfds++] = dups[ndups++];
+			break;
+		}
+	}
+	printf("# fuzzed exchange (seed %u): %zu bytes, %d descriptors\n", seed, nbytes, nfds);
+	/* the IUT may have closed already: judged by what follows */
+	(void)send_exchange(sock, bytes, nbytes, fds, nfds);
+	close(r[0]), close(r[1]), close(in[0]), close(in[1]);
+	for (int i = 0; i < ndups; i++)
+		close(dups[i]);
+	(void)twc_raw_wait_closed(sock, 1000);
+	return 0;
+}
+
 /* The hostile connection: its exchange, then whether the IUT dropped it. */
 static int hostile(twc_session *s, int k, char *why, size_t len)
 {
@@ -101,6 +174,13 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 		if (sock >= 0)
 			close(sock);
 		return -1;
+	}
+	if (k >= BAD_FUZZ) {
+		int frc = fuzz_exchange(sock, (unsigned)(k - BAD_FUZZ));
+		if (frc)
+			snprintf(why, len, "harness: could not build the exchange: %s", strerror(errno));
+		close(sock);
+		return frc;
 	}
 	int fds[8], nfds = 0, rc = 0;
 	uint8_t bytes[9] = {1, 0, 0, 0, 2, 0, 0, 0, 9};
@@ -197,6 +277,15 @@ static const twc_case cases[] = {
 	SHM_BAD("silent_close", "2.3.1", "connect and close without an exchange",
 	        "A listener MUST keep accepting after any error on one accepted connection (3.3.f).",
 	        BAD_SILENT_CLOSE),
+#define SHM_FUZZ(n_)                                                                              \
+	SHM_BAD("fuzz_exchange_" #n_, "2.3.1, 2.3.2",                                             \
+	        "a descriptor exchange mutated at random (seed " #n_ "): ring header words, "      \
+	        "segment sizes, the bytes or the descriptor count",                                \
+	        "A receiver MUST survive any exchange and its listener MUST serve the next peer "  \
+	        "(2.3.1.b, 2.3.2.a, 3.3.f).",                                                      \
+	        BAD_FUZZ + n_)
+	SHM_FUZZ(0), SHM_FUZZ(1), SHM_FUZZ(2), SHM_FUZZ(3), SHM_FUZZ(4), SHM_FUZZ(5),
+	SHM_FUZZ(6), SHM_FUZZ(7), SHM_FUZZ(8), SHM_FUZZ(9), SHM_FUZZ(10), SHM_FUZZ(11),
 };
 
 const twc_case *twc_suite_wire_shm(int *count_out)
