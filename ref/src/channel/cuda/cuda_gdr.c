@@ -828,9 +828,39 @@ static const tw_cuda_chan_ops gd_chan_ops = {
 	.chunk_bytes = TW_GDR_CHUNK_ALL,
 };
 
+/* For tw_pipe_get_verdicts: each NIC this side uses, its port and GID,
+ * and the chunk size agreed with the peer. */
+static void gd_describe(tw_channel *base, char *buf, size_t len)
+{
+	gd_channel *ch = (gd_channel *)base;
+	gd_ctx *c = GD_CTX(ch);
+	if (ch->c.failed != TW_OK) {
+		tw__detail(buf, len, "failed: %s", ch->c.fail_detail);
+		return;
+	}
+	if (ch->phase != GD_READY) {
+		tw__detail(buf, len, "the handshake (NICs, queue pairs) is under way");
+		return;
+	}
+	size_t off = 0;
+	for (int l = 0; l < c->num_nics && off + 1 < len; l++) {
+		uint32_t chunk = ch->qps[(size_t)l * ch->num_remote].chunk;
+		int n = snprintf(buf + off, len - off, "%sNIC %d: %s, chunks of at most %u bytes", l ? "; " : "",
+		                 l, c->nics[l].ch.describe, chunk);
+		if (n < 0)
+			break;
+		off += (size_t)n;
+	}
+	if (off + 1 < len)
+		snprintf(buf + off, len - off, "; %u NIC(s) on the peer; receives of %d bytes or "
+		         "less staged through host memory (spec 4.6.4.a)", ch->num_remote,
+		         TW_GDR_CQE_BYTES);
+}
+
 static const tw_channel_instance_ops gd_instance_ops = {
 	.send = tw__cuda_chan_send,
 	.recv = tw__cuda_chan_recv,
+	.describe = gd_describe,
 	.close = tw__cuda_chan_close_op,
 	.max_tensor = tw__cuda_chan_max_tensor,
 };
@@ -1055,10 +1085,12 @@ static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 		tw__detail(why, why_len, GD_WHO ": out of memory");
 		return TW_ERR_NOMEM;
 	}
-	if (tw__gdr_plan_make(c->cc.cu, c->cc.num_cuda, "/sys", plan) != TW_OK) {
-		tw__detail(why, why_len, GD_WHO ": not viable: %s", plan->why);
+	tw_status_t pst = tw__gdr_plan_make(c->cc.cu, c->cc.num_cuda, "/sys", plan);
+	if (pst != TW_OK) {
+		tw__detail(why, why_len, GD_WHO ": %s%s", pst == TW_ERR_INVAL ? "" : "not viable: ",
+		           plan->why);
 		tw__free(plan);
-		return TW_ERR_UNSUPPORTED;
+		return pst;
 	}
 	snprintf(why, why_len, "%s", plan->why);
 	int nic_of_cand[TW_GDR_MAX_NICS];

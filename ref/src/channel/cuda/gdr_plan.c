@@ -71,7 +71,17 @@ tw_status_t tw__gdr_plan_make(const tw_cuda *cu, int num_gpus, const char *sysfs
 {
 	memset(p, 0, sizeof(*p));
 	const char *gi = getenv("TW_IB_GID_INDEX");
-	p->gid_index = gi && *gi ? atoi(gi) : -1;
+	p->gid_index = -1;
+	if (gi && *gi) {
+		char *end = NULL;
+		unsigned long v = strtoul(gi, &end, 10);
+		if (*end || v > 65535 || gi[0] == '-') {
+			snprintf(p->why, sizeof(p->why),
+			         "TW_IB_GID_INDEX='%.40s' is not a GID index (0 to 65535)", gi);
+			return TW_ERR_INVAL;
+		}
+		p->gid_index = (int)v;
+	}
 	if (num_gpus > TW_CUDA_CTX_MAX_DEVICES)
 		num_gpus = TW_CUDA_CTX_MAX_DEVICES;
 	p->num_gpus = num_gpus;

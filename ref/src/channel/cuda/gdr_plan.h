@@ -36,7 +36,8 @@ typedef struct tw_gdr_plan {
 
 /* Fills *p for GPUs 0..num_gpus-1 of cu, reading sysfs under `sysfs`
  * ("/sys"). TW_ERR_UNSUPPORTED with the reason in p->why when the host has
- * no verbs device at all. */
+ * no verbs device at all; TW_ERR_INVAL when TW_IB_GID_INDEX is set but not
+ * an index. */
 TW_NODISCARD tw_status_t tw__gdr_plan_make(const tw_cuda *cu, int num_gpus, const char *sysfs,
                                            tw_gdr_plan *p);
 
