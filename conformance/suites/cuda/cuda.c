@@ -38,6 +38,8 @@
  *   gdr_first_port_down the first NIC's port is down: GPUs use the second
  *   gdr_no_peer_memory  the NIC cannot register GPU memory: cuda_gdr is
  *                   not viable (with the reason), CPU pipes work
+ *   gdr_peer_killed the reader is killed while device tensors wait for it:
+ *                   the writes fail (end of file or reset), nothing hangs
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -257,6 +259,94 @@ static const cuda_spec gdr_first_port_down = { "cuda_gdr", "cuda:0", "cuda:0", n
 	                                       "[device simrdma0]\nport1.state = down\n"
 	                                       "[device simrdma1]\n" };
 
+/* The peer dies with device tensors under way (cuda_gdr): the client
+ * writes two messages of an 8 MiB cuda:0 tensor while the server reads
+ * nothing, the server is killed with SIGKILL, and both writes must fail
+ * with an end-of-file or reset error (no hang, no success, every callback
+ * once), and the client must end cleanly. */
+static const uint64_t eight_mib[] = { 8 * MiB, 0 };
+static const cuda_spec gdr_killed = { "cuda_gdr", "cuda:0", "cuda:0", eight_mib, "", "", NULL,
+	                              NULL };
+
+static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
+{
+	const cuda_spec *sp = c->arg;
+	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
+	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
+	const char *why;
+	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(scmd, &why))
+		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
+	json_t *ctx = context_for(sp, false);
+	g_spec = sp;
+	twc_session s;
+	int rc = twc_session_start(&s, env->iut_cmd, scmd, env->iut_name, sname, env->wait_ms, ctx,
+	                           NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = twc_session_connect(&s, NULL);
+	json_int_t w[2] = { -1, -1 };
+	for (int i = 0; rc == 0 && i < 2; i++) {
+		twc_agent_msg m;
+		if (shape_cuda(i, &m))
+			rc = twc_session_fail(&s, "harness: out of memory");
+		if (rc == 0) {
+			twc_msg_assign_seeds(&m, (UINT64_C(7) << 40) + (uint64_t)i * 100);
+			w[i] = twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
+			                                                "pipe", s.cpipe, "message",
+			                                                twc_msg_json(&m)));
+			rc = w[i] < 0 ? -1 : 0;
+		}
+		twc_msg_clear(&m);
+	}
+	long long until = twc_now_ms() + 500;
+	while (rc == 0 && twc_now_ms() < until)
+		twc_adapter_pump(50);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		if (twc_adapter_events_seen(s.client, w[i]))
+			rc = twc_session_fail(&s, "write %d completed before the server read anything", i);
+	if (rc == 0) {
+		printf("# killing the server with SIGKILL\n");
+		twc_adapter_kill(s.server);
+	}
+	for (int i = 0; rc == 0 && i < 2; i++) {
+		json_t *ev = NULL;
+		if (twc_session_event(&s, s.client, w[i], "write", &ev)) {
+			rc = -1;
+			break;
+		}
+		const char *kind = twc_event_error_kind(ev);
+		if (json_is_true(json_object_get(ev, "ok")))
+			rc = twc_session_fail(&s, "write %d succeeded after its reader was killed", i);
+		else if (!kind || (strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0))
+			rc = twc_session_fail(&s, "write %d failed with kind '%s' (%s), not an "
+			                      "end-of-file or reset error", i, kind ? kind : "?",
+			                      twc_event_error_text(ev));
+		else
+			printf("# write %d failed as it should: %s (%s)\n", i, kind,
+			       twc_event_error_text(ev));
+		json_decref(ev);
+	}
+	if (rc == 0) {
+		json_t *r = twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
+		                                                     "pipe", s.cpipe));
+		json_decref(r);
+		r = r ? twc_session_call(&s, s.client, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+		json_decref(r);
+		char err[TWC_REASON_MAX];
+		if (!r)
+			rc = -1;
+		else if (twc_adapter_finish(s.client, 30000, err, sizeof(err)) ||
+		         twc_adapter_check_callbacks(s.client, err, sizeof(err)))
+			rc = twc_session_fail(&s, "%s", err);
+	}
+	char reason[TWC_REASON_MAX];
+	snprintf(reason, sizeof(reason), "%s", s.reason);
+	twc_session_destroy(&s);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "%s", reason);
+	return TWC_PASS;
+}
+
 #define CUDA(id_, sec_, level_, needs_, desc_, req_, spec_)                                       \
 	{.id = "cuda." id_, .suite = "cuda", .section = sec_, .level = level_, .needs = needs_,    \
 	 .description = desc_, .requirement = req_, .timeout_s = 90, .run = run_cuda, .cross = true, \
@@ -334,6 +424,13 @@ static const twc_case cases[] = {
 	     "still move both ways",
 	     "4.6.4: a GPU is offered for GPUDirect RDMA only once its NIC registered its memory",
 	     gdr_no_peer_memory),
+	{.id = "cuda.gdr_peer_killed", .suite = "cuda", .section = "wire.md 4.6.4, 5.6",
+	 .level = TWC_MUST, .needs = "cuda,rdma",
+	 .description = "cuda_gdr: the reader is killed with SIGKILL while two writes of an 8 MiB "
+	                "device tensor wait for it: both fail with an end-of-file or reset error, "
+	                "and the writer ends cleanly with every callback once",
+	 .requirement = "5.6: every pending write fails once the pipe fails; no operation hangs",
+	 .timeout_s = 90, .run = run_gdr_killed, .cross = true, .arg = &gdr_killed},
 };
 
 const twc_case *twc_suite_cuda(int *count_out)
