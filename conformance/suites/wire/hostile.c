@@ -41,3 +41,11 @@ twc_outcome_t twc_hostile_then_good(twc_case_env *env, const twc_hostile_run *r)
 		return twc_case_result(env, TWC_FAIL, "%s: %s", r->after, s.reason);
 	return TWC_PASS;
 }
+
+uint64_t twc_hostile_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}

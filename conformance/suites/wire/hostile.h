@@ -33,4 +33,12 @@ typedef struct twc_hostile_run {
 
 twc_outcome_t twc_hostile_then_good(twc_case_env *env, const twc_hostile_run *r);
 
+/* The seeded mutation cases' generator (xorshift64): the next value of *x,
+ * which must start non-zero (twc_hostile_seed). */
+uint64_t twc_hostile_next(uint64_t *x);
+static inline uint64_t twc_hostile_seed(uint64_t salt, unsigned seed)
+{
+	return salt * (seed + 1);
+}
+
 #endif /* TWC_SUITES_WIRE_HOSTILE_H */

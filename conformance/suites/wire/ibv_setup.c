@@ -65,14 +65,6 @@ static size_t build(ibv_bad kind, uint8_t *rec, size_t cap)
 	return 56;
 }
 
-static uint64_t fuzz_next(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 /* A fuzzed record for seed: a well-formed one, then one to three of: bits
  * flipped in random bytes, a field (LID, GID, QP number, MTU, max_msg_sz,
  * inbox address or rkey) set to 0, all ones or a random value, the record
@@ -81,32 +73,32 @@ static uint64_t fuzz_next(uint64_t *x)
 static size_t fuzz_build(unsigned seed, uint8_t *rec, size_t cap, bool *close_early)
 {
 	static const uint8_t field_off[] = { 0, 8, 16, 24, 28, 32, 40, 44, 48 };
-	uint64_t x = UINT64_C(0x9e3779b97f4a7c15) * (seed + 1);
+	uint64_t x = twc_hostile_seed(UINT64_C(0x9e3779b97f4a7c15), seed);
 	size_t n = build(IBV_GOOD, rec, cap);
 	*close_early = false;
-	int ops = 1 + (int)(fuzz_next(&x) % 3);
+	int ops = 1 + (int)(twc_hostile_next(&x) % 3);
 	for (int i = 0; i < ops; i++) {
-		switch (fuzz_next(&x) % 4) {
+		switch (twc_hostile_next(&x) % 4) {
 		case 0: /* bit flips */
-			for (int j = 0, k = 1 + (int)(fuzz_next(&x) % 4); j < k; j++)
-				rec[fuzz_next(&x) % 56] ^= (uint8_t)(1u << (fuzz_next(&x) % 8));
+			for (int j = 0, k = 1 + (int)(twc_hostile_next(&x) % 4); j < k; j++)
+				rec[twc_hostile_next(&x) % 56] ^= (uint8_t)(1u << (twc_hostile_next(&x) % 8));
 			break;
 		case 1: { /* one 32-bit field to an extreme */
-			uint8_t off = field_off[fuzz_next(&x) % sizeof(field_off)];
-			uint64_t v = fuzz_next(&x);
+			uint8_t off = field_off[twc_hostile_next(&x) % sizeof(field_off)];
+			uint64_t v = twc_hostile_next(&x);
 			uint32_t val = v % 3 == 0 ? 0 : v % 3 == 1 ? 0xffffffffu : (uint32_t)(v >> 16);
 			put32(rec + off, val);
 			break;
 		}
 		case 2: /* cut short, then close */
-			n = fuzz_next(&x) % 56;
+			n = twc_hostile_next(&x) % 56;
 			*close_early = true;
 			break;
 		default: /* trailing bytes */
 			if (!*close_early) {
-				size_t extra = 1 + fuzz_next(&x) % (cap - 56);
+				size_t extra = 1 + twc_hostile_next(&x) % (cap - 56);
 				for (size_t j = 0; j < extra; j++)
-					rec[56 + j] = (uint8_t)fuzz_next(&x);
+					rec[56 + j] = (uint8_t)twc_hostile_next(&x);
 				n = 56 + extra;
 			}
 			break;

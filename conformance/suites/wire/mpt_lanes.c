@@ -35,36 +35,28 @@ typedef enum lane_bad {
 	LANE_FUZZ = 100, /* + seed: the right ClientHello, mutated at random */
 } lane_bad;
 
-static uint64_t fuzz_next(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 /* Sends a fuzzed first frame for lane id `id` (seed): the ClientHello, then
  * one to three of: bits flipped, bytes cut off the end, random bytes added,
  * or the frame's length prefix claiming more than comes (then the
  * connection closes). 0, or -1 with err. */
 static int lane_fuzz(int fd, unsigned seed, uint64_t id, char *err, size_t errlen)
 {
-	uint64_t x = UINT64_C(0xd1b54a32d192ed03) * (seed + 1);
+	uint64_t x = twc_hostile_seed(UINT64_C(0xd1b54a32d192ed03), seed);
 	unsigned char b[128];
 	size_t n = twc_raw_requested(id, b, 64);
 	bool lie = false;
-	for (int i = 0, ops = 1 + (int)(fuzz_next(&x) % 3); i < ops && n; i++) {
-		switch (fuzz_next(&x) % 4) {
+	for (int i = 0, ops = 1 + (int)(twc_hostile_next(&x) % 3); i < ops && n; i++) {
+		switch (twc_hostile_next(&x) % 4) {
 		case 0:
-			for (int j = 0, k = 1 + (int)(fuzz_next(&x) % 3); j < k; j++)
-				b[fuzz_next(&x) % n] ^= (unsigned char)(1u << (fuzz_next(&x) % 8));
+			for (int j = 0, k = 1 + (int)(twc_hostile_next(&x) % 3); j < k; j++)
+				b[twc_hostile_next(&x) % n] ^= (unsigned char)(1u << (twc_hostile_next(&x) % 8));
 			break;
 		case 1:
-			n -= 1 + fuzz_next(&x) % n;
+			n -= 1 + twc_hostile_next(&x) % n;
 			break;
 		case 2:
-			for (size_t j = 0, k = 1 + fuzz_next(&x) % 16; j < k && n < sizeof(b); j++)
-				b[n++] = (unsigned char)fuzz_next(&x);
+			for (size_t j = 0, k = 1 + twc_hostile_next(&x) % 16; j < k && n < sizeof(b); j++)
+				b[n++] = (unsigned char)twc_hostile_next(&x);
 			break;
 		default:
 			lie = true;

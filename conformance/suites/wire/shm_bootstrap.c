@@ -81,14 +81,6 @@ static int send_exchange(int sock, const uint8_t *bytes, size_t n, const int *fd
 	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
-static uint64_t fuzz_next(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 /* A fuzzed exchange for seed on sock: well-formed rings (4 and 2 MiB), then
  * one to three of: a header's capacity or mask word set to 0, all ones, a
  * random value or one off; a segment resized; the 8 bytes changed or one
@@ -97,7 +89,7 @@ static uint64_t fuzz_next(uint64_t *x)
  * build it. */
 static int fuzz_exchange(int sock, unsigned seed)
 {
-	uint64_t x = UINT64_C(0xa0761d6478bd642f) * (seed + 1);
+	uint64_t x = twc_hostile_seed(UINT64_C(0xa0761d6478bd642f), seed);
 	int r[2], in[2];
 	if (ring_fds(4 * MiB, 4 * MiB, r) || ring_fds(2 * MiB, 2 * MiB, in))
 		return -1;
@@ -105,12 +97,12 @@ static int fuzz_exchange(int sock, unsigned seed)
 	int dups[8], ndups = 0;
 	uint8_t bytes[16] = {1, 0, 0, 0, 2, 0, 0, 0};
 	size_t nbytes = 8;
-	for (int i = 0, ops = 1 + (int)(fuzz_next(&x) % 3); i < ops; i++) {
-		uint64_t v = fuzz_next(&x);
-		switch (fuzz_next(&x) % 4) {
+	for (int i = 0, ops = 1 + (int)(twc_hostile_next(&x) % 3); i < ops; i++) {
+		uint64_t v = twc_hostile_next(&x);
+		switch (twc_hostile_next(&x) % 4) {
 		case 0: { /* a header word */
-			int h = fuzz_next(&x) % 2 ? r[0] : in[0];
-			off_t at = (off_t)(8 * (fuzz_next(&x) % 2));
+			int h = twc_hostile_next(&x) % 2 ? r[0] : in[0];
+			off_t at = (off_t)(8 * (twc_hostile_next(&x) % 2));
 			uint64_t cur = 0;
 			uint8_t w[8];
 			if (pread(h, w, 8, at) == 8)
@@ -124,14 +116,14 @@ static int fuzz_exchange(int sock, unsigned seed)
 			break;
 		}
 		case 1: /* a segment's size */
-			if (ftruncate(fds[fuzz_next(&x) % 4], (off_t)(fuzz_next(&x) % (8 * MiB))) != 0)
+			if (ftruncate(fds[twc_hostile_next(&x) % 4], (off_t)(twc_hostile_next(&x) % (8 * MiB))) != 0)
 				return -1;
 			break;
 		case 2: /* the bytes */
 			if (v % 3 == 0)
-				bytes[fuzz_next(&x) % nbytes] ^= (uint8_t)(1u << (fuzz_next(&x) % 8));
+				bytes[twc_hostile_next(&x) % nbytes] ^= (uint8_t)(1u << (twc_hostile_next(&x) % 8));
 			else if (v % 3 == 1 && nbytes < sizeof(bytes))
-				bytes[nbytes++] = (uint8_t)fuzz_next(&x);
+				bytes[nbytes++] = (uint8_t)twc_hostile_next(&x);
 			else if (nbytes > 1)
 				nbytes--;
 			break;

@@ -4,7 +4,6 @@
 #include "channel/cuda/gdr_plan.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +12,6 @@
 #include "platform/platform.h"
 #include "platform/pci.h"
 #include "transport/ibv/device.h"
-
-void tw__gdr_why(char *why, size_t len, const char *fmt, ...)
-{
-	size_t off = strlen(why);
-	if (off && off + 2 < len) {
-		memcpy(why + off, "; ", 3);
-		off += 2;
-	}
-	if (off >= len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why + off, len - off, fmt, ap);
-	va_end(ap);
-}
 
 /* The candidates: devices TW_IB_HCA allows, usable with an active port. */
 static tw_status_t gdr_candidates(tw_gdr_plan *p, tw_pci_nic *cand, const char *sysfs)
@@ -60,7 +44,7 @@ static tw_status_t gdr_candidates(tw_gdr_plan *p, tw_pci_nic *cand, const char *
 		if (x->usable)
 			ibv_close_device(probe.ctx);
 		else
-			tw__gdr_why(p->why, sizeof(p->why), "%s", w);
+			tw__ibv_why(p->why, sizeof(p->why), "%s", w);
 		x->has_place = tw__pci_place_of_ib_device(sysfs, name, &x->place, w, sizeof(w)) == TW_OK;
 	}
 	ibv_free_device_list(list);

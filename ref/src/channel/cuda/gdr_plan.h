@@ -41,7 +41,4 @@ typedef struct tw_gdr_plan {
 TW_NODISCARD tw_status_t tw__gdr_plan_make(const tw_cuda *cu, int num_gpus, const char *sysfs,
                                            tw_gdr_plan *p);
 
-/* Appends "; text" to why. */
-void tw__gdr_why(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 #endif /* TW_CHANNEL_CUDA_GDR_PLAN_H */

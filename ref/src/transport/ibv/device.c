@@ -15,8 +15,7 @@
 #include "platform/platform.h"
 
 /* Appends one reason ("; "-separated) to why, cutting what does not fit. */
-__attribute__((format(printf, 3, 4))) static void ibv_why(char *why, size_t why_len,
-                                                          const char *fmt, ...)
+void tw__ibv_why(char *why, size_t why_len, const char *fmt, ...)
 {
 	size_t off = strlen(why);
 	if (off + 3 >= why_len)
@@ -169,7 +168,7 @@ static void ibv_rank_port(struct ibv_context *ctx, const char *name, int dev, ui
 		c.gid_index = forced >= 0 ? forced : 0;
 		int rc = ibv_query_gid(ctx, port, c.gid_index, &c.gid);
 		if (rc != 0) {
-			ibv_why(why, why_len, "%s port %u: ibv_query_gid index %d: %s", name, port,
+			tw__ibv_why(why, why_len, "%s port %u: ibv_query_gid index %d: %s", name, port,
 			        c.gid_index, tw__strerror(rc < 0 ? errno : rc, eb, sizeof(eb)));
 			return;
 		}
@@ -187,7 +186,7 @@ static void ibv_rank_port(struct ibv_context *ctx, const char *name, int dev, ui
 				/* a hole in the table (ENODATA) is normal; anything else
 				 * is noted, and the search goes on */
 				if (rc != ENODATA || forced >= 0)
-					ibv_why(why, why_len, "%s port %u: ibv_query_gid_ex index %d: %s",
+					tw__ibv_why(why, why_len, "%s port %u: ibv_query_gid_ex index %d: %s",
 					        name, port, i, tw__strerror(rc, eb, sizeof(eb)));
 				continue;
 			}
@@ -200,7 +199,7 @@ static void ibv_rank_port(struct ibv_context *ctx, const char *name, int dev, ui
 			}
 		}
 		if (c.rank == 0) {
-			ibv_why(why, why_len, "%s port %u: no usable GID (%s)", name, port,
+			tw__ibv_why(why, why_len, "%s port %u: no usable GID (%s)", name, port,
 			        forced >= 0 ? "TW_IB_GID_INDEX" : "every entry empty or failing");
 			return;
 		}
@@ -234,14 +233,14 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 		const char *name = ibv_get_device_name(list[d]);
 		struct ibv_context *ctx = ibv_open_device(list[d]);
 		if (!ctx) {
-			ibv_why(why, why_len, "%s: ibv_open_device: %s", name,
+			tw__ibv_why(why, why_len, "%s: ibv_open_device: %s", name,
 			        tw__strerror(errno, eb, sizeof(eb)));
 			continue;
 		}
 		struct ibv_device_attr da;
 		int rc = ibv_query_device(ctx, &da);
 		if (rc != 0) {
-			ibv_why(why, why_len, "%s: ibv_query_device: %s", name,
+			tw__ibv_why(why, why_len, "%s: ibv_query_device: %s", name,
 			        tw__strerror(rc, eb, sizeof(eb)));
 			ibv_close_device(ctx);
 			continue;
@@ -252,12 +251,12 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 			struct ibv_port_attr pa;
 			rc = ibv_query_port(ctx, p, &pa);
 			if (rc != 0) {
-				ibv_why(why, why_len, "%s port %u: ibv_query_port: %s", name, p,
+				tw__ibv_why(why, why_len, "%s port %u: ibv_query_port: %s", name, p,
 				        tw__strerror(rc, eb, sizeof(eb)));
 				continue;
 			}
 			if (pa.state != IBV_PORT_ACTIVE && !TW_MUTANT("ibv_port_state_ignored")) {
-				ibv_why(why, why_len, "%s port %u: %s (ibv_query_port)", name, p,
+				tw__ibv_why(why, why_len, "%s port %u: %s (ibv_query_port)", name, p,
 				        ibv_port_state_str(pa.state));
 				continue;
 			}
@@ -273,7 +272,7 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 		}
 	}
 	if (hca && hca[0] && hca[0] != '^' && !named)
-		ibv_why(why, why_len, "TW_IB_HCA '%s' names no device of this host", hca);
+		tw__ibv_why(why, why_len, "TW_IB_HCA '%s' names no device of this host", hca);
 	if (best.dev < 0 || !out->ctx) {
 		char reasons[TW_DETAIL_MAX];
 		snprintf(reasons, sizeof(reasons), "%s", why);
@@ -306,7 +305,7 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 		snprintf(out->describe, sizeof(out->describe), "%s port %u, GID %d (%s %s)",
 		         out->dev_name, out->port, out->gid_index, out->gid_kind, addr);
 	if (best.rank == 1)
-		ibv_why(out->describe, sizeof(out->describe),
+		tw__ibv_why(out->describe, sizeof(out->describe),
 		        "link-local: nothing routable exists on this host");
 	return TW_OK;
 }

@@ -60,6 +60,9 @@ typedef struct tw_ibv_choice {
 TW_NODISCARD tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out,
                                         char *why, size_t why_len);
 
+/* Appends one reason ("; "-separated) to why, cutting what does not fit. */
+void tw__ibv_why(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Whether the user's device list (TW_IB_HCA's syntax) lets device `dev`
  * be used on some port. */
 bool tw__ibv_hca_allows(const char *spec, const char *dev);
