@@ -139,13 +139,24 @@ static int path_without_cuda(char *out, size_t len)
 	return 0;
 }
 
+/* The server's command and name (the peer's in a cross run); NULL, or why
+ * an adapter cannot run here. */
+static const char *adapters_missing(const twc_case_env *env, const char **scmd,
+                                    const char **sname)
+{
+	const char *why = NULL;
+	*scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
+	*sname = env->peer_cmd ? env->peer_name : env->iut_name;
+	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(*scmd, &why))
+		return why;
+	return NULL;
+}
+
 static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 {
 	const cuda_spec *sp = c->arg;
-	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
-	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
-	const char *why;
-	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(scmd, &why))
+	const char *scmd, *sname, *why;
+	if ((why = adapters_missing(env, &scmd, &sname)))
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
 	char senv[4200], cenv[4200], conf[PATH_MAX] = "";
 	snprintf(senv, sizeof(senv), "%s", sp->server_env);
@@ -271,10 +282,8 @@ static const cuda_spec gdr_killed = { "cuda_gdr", "cuda:0", "cuda:0", eight_mib,
 static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
 {
 	const cuda_spec *sp = c->arg;
-	const char *scmd = env->peer_cmd ? env->peer_cmd : env->iut_cmd;
-	const char *sname = env->peer_cmd ? env->peer_name : env->iut_name;
-	const char *why;
-	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(scmd, &why))
+	const char *scmd, *sname, *why;
+	if ((why = adapters_missing(env, &scmd, &sname)))
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
 	json_t *ctx = context_for(sp, false);
 	g_spec = sp;

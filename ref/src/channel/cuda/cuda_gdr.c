@@ -39,7 +39,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +126,7 @@ struct gd_chunk {
 	uint32_t peer_nic;
 	bool all_posted;          /* every work request is posted (recv: and the RTR written) */
 	uint64_t posted;          /* bytes posted so far */
+	struct ibv_mr *mr;        /* the registration of its allocation, once looked up */
 	uint32_t pending;         /* work requests and copies not over yet */
 };
 
@@ -633,11 +633,11 @@ static bool gd_post_some(gd_channel *ch, gd_chunk *k)
 	gd_qp *qp = &ch->qps[(size_t)l * ch->num_remote + k->peer_nic];
 	bool recv = k->c.which == 1;
 	char d[TW_DETAIL_MAX];
-	struct ibv_mr *mr = gd_mr_of(c, nic, k->c.dev, k->c.ptr, d, sizeof(d));
-	if (!mr) {
+	if (!k->mr && !(k->mr = gd_mr_of(c, nic, k->c.dev, k->c.ptr, d, sizeof(d)))) {
 		tw__cuda_chan_fail(&ch->c, TW_ERR_SYS, d);
 		return false;
 	}
+	struct ibv_mr *mr = k->mr;
 	while (k->posted < k->c.n) {
 		uint64_t n = k->c.n - k->posted < qp->chunk ? k->c.n - k->posted : qp->chunk;
 		bool staged = recv && n <= TW_GDR_CQE_BYTES && !TW_MUTANT("gdr_small_into_device");
@@ -1104,7 +1104,7 @@ static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 		char w[TW_DETAIL_MAX];
 		gd_nic *nic = &c->nics[c->num_nics];
 		if (gd_nic_init(c, nic, plan->cand[x], plan->gid_index, w, sizeof(w)) != TW_OK) {
-			tw__gdr_why(why, why_len, "%s", w);
+			tw__ibv_why(why, why_len, "%s", w);
 			gd_nic_fini(c, nic);
 			continue;
 		}
@@ -1115,7 +1115,7 @@ static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 		int x = g < plan->num_gpus ? plan->gpu_cand[g] : -1;
 		c->gpu_nic[g] = x >= 0 ? nic_of_cand[x] : -1;
 		if (x < 0)
-			tw__gdr_why(why, why_len, "cuda:%d: %s", g, plan->gpu_note[g]);
+			tw__ibv_why(why, why_len, "cuda:%d: %s", g, plan->gpu_note[g]);
 		if (c->gpu_nic[g] < 0)
 			continue;
 		/* the proof: the NIC registers this GPU's memory */
@@ -1141,7 +1141,7 @@ static tw_status_t gd_pair(gd_ctx *c, char *why, size_t why_len)
 		if (p)
 			(void)c->cc.cu->cuMemFree_v2(p);
 		if (!mr) {
-			tw__gdr_why(why, why_len, "cuda:%d: %s", g, w);
+			tw__ibv_why(why, why_len, "cuda:%d: %s", g, w);
 			c->gpu_nic[g] = -1;
 			continue;
 		}
