@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -216,6 +217,57 @@ static size_t put_u64(uint64_t v, unsigned char *b)
 	for (int i = 0; i < w; i++)
 		b[1 + i] = (unsigned char)(v >> (8 * i));
 	return 1 + (size_t)w;
+}
+
+static size_t put_str(const char *v, unsigned char *b)
+{
+	size_t n = strlen(v);
+	b[0] = 0xbd;
+	b[1] = (unsigned char)n; /* < 0x80: the length is its own prefix */
+	memcpy(b + 2, v, n);
+	return 2 + n;
+}
+
+size_t twc_raw_brochure(const char *transport, const char *domain, unsigned char *buf,
+                        size_t cap)
+{
+	static const unsigned char cpu0_any[] = {0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p',
+	                                         'u',  0x00, 0xbd, 0x03, 'a',  'n',  'y'};
+	size_t tl = strlen(transport), dl = strlen(domain);
+	if (tl >= 0x80 || dl >= 0x80 || cap < 4 + (2 + tl) + (2 + dl) + 2 + 7 + sizeof(cpu0_any))
+		return 0;
+	size_t k = 0;
+	buf[k++] = 0xb9, buf[k++] = 0x02; /* Brochure: 2 members */
+	buf[k++] = 0xbb, buf[k++] = 0x01; /* one transport */
+	k += put_str(transport, buf + k);
+	k += put_str(domain, buf + k);
+	buf[k++] = 0xbb, buf[k++] = 0x01; /* one channel */
+	k += put_str("basic", buf + k);
+	memcpy(buf + k, cpu0_any, sizeof(cpu0_any));
+	return k + sizeof(cpu0_any);
+}
+
+int twc_raw_boot_id(char *out, size_t len)
+{
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return 0;
+	int ok = fgets(out, (int)len, f) != NULL;
+	fclose(f);
+	out[strcspn(out, "\n")] = '\0';
+	return ok && strlen(out) == 36;
+}
+
+int twc_raw_ns_id(const char *ns, char *out, size_t len)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/self/ns/%s", ns);
+	if (stat(path, &st) != 0)
+		return 0;
+	snprintf(out, len, "%llx_%llx", (unsigned long long)st.st_dev,
+	         (unsigned long long)st.st_ino);
+	return 1;
 }
 
 size_t twc_raw_hello(const char *name, unsigned char *buf, size_t cap)

@@ -85,4 +85,17 @@ size_t twc_raw_hello(const char *name, unsigned char *buf, size_t cap);
 /* Builds Packet{RequestedConnection{id}} into buf; returns its length. */
 size_t twc_raw_requested(uint64_t id, unsigned char *buf, size_t cap);
 
+/* Builds Packet{Brochure} offering one transport (name, domain descriptor)
+ * and the basic channel for cpu:0 (descriptor "any"); twc_raw_brochure("uv",
+ * "uv:*", ...) is twc_raw_brochure_uv_basic. Returns its length, or 0 when it
+ * does not fit or a string is 128 bytes or longer. */
+size_t twc_raw_brochure(const char *transport, const char *domain, unsigned char *buf,
+                        size_t cap);
+
+/* This host's facts, read from /proc (spec/wire.md 6): the boot id (36
+ * characters), and a namespace's id as "<st_dev>_<st_ino>" in lowercase hex
+ * of /proc/self/ns/<ns>. false when unreadable. */
+int twc_raw_boot_id(char *out, size_t len);
+int twc_raw_ns_id(const char *ns, char *out, size_t len);
+
 #endif /* TWC_RAWPEER_RAWPEER_H */

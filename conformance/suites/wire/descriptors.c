@@ -28,28 +28,6 @@
 
 /* ---- this host's facts, read here (not through ref/) ----------------------------- */
 
-static bool boot_id(char *out, size_t len)
-{
-	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-	if (!f)
-		return false;
-	bool ok = fgets(out, (int)len, f) != NULL;
-	fclose(f);
-	out[strcspn(out, "\n")] = '\0';
-	return ok && strlen(out) == 36;
-}
-
-static bool ns_id(const char *ns, char *out, size_t len)
-{
-	char path[64];
-	struct stat st;
-	snprintf(path, sizeof(path), "/proc/self/ns/%s", ns);
-	if (stat(path, &st) != 0)
-		return false;
-	snprintf(out, len, "%" PRIx64 "_%" PRIx64, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
-	return true;
-}
-
 /* spec 6: one capability mask per "capability" entry of the LSM list
  * (capability,yama assumed where securityfs is not readable). */
 static int capability_entries(void)
@@ -77,8 +55,8 @@ typedef struct expect {
 static bool build_expectations(expect *e, char *why, size_t whylen)
 {
 	char boot[64], net[64], pid[64], user[64];
-	if (!boot_id(boot, sizeof(boot)) || !ns_id("net", net, sizeof(net)) ||
-	    !ns_id("pid", pid, sizeof(pid)) || !ns_id("user", user, sizeof(user))) {
+	if (!twc_raw_boot_id(boot, sizeof(boot)) || !twc_raw_ns_id("net", net, sizeof(net)) ||
+	    !twc_raw_ns_id("pid", pid, sizeof(pid)) || !twc_raw_ns_id("user", user, sizeof(user))) {
 		snprintf(why, whylen, "cannot read this host's boot id or namespaces");
 		return false;
 	}
