@@ -403,10 +403,41 @@ int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const 
 	return 0;
 }
 
+int twc_session_take_strays(twc_session *s, int ms)
+{
+	int taken = 0;
+	long long deadline = twc_now_ms() + ms;
+	for (;;) {
+		if (s->accept_id <= 0)
+			s->accept_id = twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd", "accept",
+			                                                      "listener", s->lid));
+		if (s->accept_id < 0)
+			return -1;
+		while (twc_adapter_events_seen(s->server, s->accept_id) == 0 && twc_now_ms() < deadline)
+			twc_adapter_pump(20);
+		if (twc_adapter_events_seen(s->server, s->accept_id) == 0)
+			return taken; /* the accept stays armed for twc_session_connect */
+		char t[TWC_REASON_MAX];
+		json_t *ev = twc_adapter_event(s->server, s->accept_id, "accept", 0, t, sizeof(t));
+		s->accept_id = 0;
+		const char *pipe = ev ? json_string_value(json_object_get(ev, "pipe")) : NULL;
+		if (pipe) {
+			json_t *r = twc_session_call(s, s->server, json_pack("{s:s,s:s}", "cmd", "close",
+			                                                    "pipe", pipe));
+			json_decref(r);
+			taken++;
+		}
+		json_decref(ev);
+		if (!pipe)
+			return taken; /* a failed accept: the next one is armed by connect */
+	}
+}
+
 int twc_session_connect(twc_session *s, const char *url)
 {
-	s->accept_id = twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd", "accept",
-	                                                      "listener", s->lid));
+	if (s->accept_id <= 0) /* else one armed by twc_session_take_strays */
+		s->accept_id = twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd", "accept",
+		                                                      "listener", s->lid));
 	if (s->accept_id < 0)
 		return -1;
 	json_t *r = twc_session_call(s, s->client, json_pack("{s:s,s:s}", "cmd", "connect", "url",
@@ -420,6 +451,7 @@ int twc_session_connect(twc_session *s, const char *url)
 		return -1;
 	snprintf(s->spipe, sizeof(s->spipe), "%s", json_string_value(json_object_get(ev, "pipe")) ?: "");
 	json_decref(ev);
+	s->accept_id = 0;
 	return 0;
 }
 

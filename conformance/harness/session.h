@@ -60,6 +60,13 @@ const char *twc_session_unavailable(void);
 int twc_session_start(twc_session *s, const char *ccmd, const char *scmd, const char *cname,
                      const char *sname, int wait_ms, const json_t *ctx, const json_t *urls);
 
+/* After a raw peer (a hostile wire case) spoke to the server's listener:
+ * the pipes its traffic made the listener accept are taken and closed, for
+ * up to ms, so that the next twc_session_connect gets the well-formed
+ * client's pipe. An accept still waiting then stays armed for it. The
+ * number of pipes taken, or -1 (reason). */
+int twc_session_take_strays(twc_session *s, int ms);
+
 /* Arms an accept on the server, connects the client to the first bound URL
  * (or `url` if not NULL) and waits for the accepted pipe. */
 int twc_session_connect(twc_session *s, const char *url);
