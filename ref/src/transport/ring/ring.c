@@ -379,6 +379,30 @@ tw_status_t tw__ring_read_all(tw_ring *r, void *buf, uint64_t len, bool *done_ou
 	return tw__ring_move_all(r, TW_RING_CONSUMER, buf, len, done_out, detail, detail_len);
 }
 
+unsigned tw__ring_repair(tw_ring *r, bool *producer_seen)
+{
+	unsigned mended = 0;
+	if (__atomic_exchange_n(tw__ring_flag(r, TW_RING_CONSUMER), 0, __ATOMIC_ACQ_REL))
+		mended |= TW_RING_REPAIRED_CONSUMER_FLAG;
+	uint64_t head = tw__ring_load_marker(r, TW_RING_PRODUCER);
+	if (head - tw__ring_load_marker(r, TW_RING_CONSUMER) > r->capacity) {
+		/* producers only ever move the head: a tail equal to a head they
+		 * published is consistent whatever they do next */
+		__atomic_store_n(tw__ring_marker(r, TW_RING_CONSUMER), head, __ATOMIC_RELEASE);
+		mended |= TW_RING_REPAIRED_MARKERS;
+	}
+	if (producer_seen) {
+		bool taken = __atomic_load_n(tw__ring_flag(r, TW_RING_PRODUCER), __ATOMIC_ACQUIRE) != 0;
+		if (taken && *producer_seen) {
+			__atomic_store_n(tw__ring_flag(r, TW_RING_PRODUCER), 0, __ATOMIC_RELEASE);
+			mended |= TW_RING_REPAIRED_PRODUCER_FLAG;
+			taken = false;
+		}
+		*producer_seen = taken;
+	}
+	return mended;
+}
+
 /* ---- frames ---- */
 
 tw_status_t tw__ring_writer_init(tw_ring_writer *w, const tw_iov *iov, size_t num_iov,

@@ -27,6 +27,7 @@
 #include "platform/platform.h"
 
 #define TW_SHM_REACTOR_BUSY_MIN_US 50
+#define TW_SHM_REACTOR_WATCH_NS (UINT64_C(100) * 1000 * 1000)
 
 struct tw_shm_reactor {
 	tw_loop *loop;
@@ -37,7 +38,11 @@ struct tw_shm_reactor {
 	pthread_t thread;
 	bool thread_started; /* loop thread */
 	atomic_bool stop;
-	atomic_bool broken;      /* our markers were made inconsistent */
+	atomic_bool polling;     /* the loop polls the ring (byte 18 is shared: not trusted) */
+	atomic_bool rewake;      /* tokens were lost to a repair: wake every connection */
+	pthread_mutex_t cmu;     /* our consumers (this thread, the loop's polling) */
+	bool producer_seen;      /* reading thread: the producer flag at the last watch */
+	uint64_t watch_ns;       /* reading thread: uv_hrtime() of the last watch */
 	atomic_uchar *flag;      /* TW_SHM_MAX_CONNS: slot pending */
 	pthread_mutex_t mu;
 	uint32_t *pending;       /* under mu */
@@ -79,6 +84,7 @@ tw_status_t tw__shm_reactor_new(tw_loop *loop, uint64_t idle_us, void (*wake)(vo
 	tw_shm_reactor *r = tw__calloc(1, sizeof(*r));
 	if (r) {
 		pthread_mutex_init(&r->mu, NULL);
+		pthread_mutex_init(&r->cmu, NULL);
 		tw__ring_none(&r->ring);
 		r->flag = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->flag));
 		r->pending = tw__calloc(TW_SHM_MAX_CONNS, sizeof(*r->pending));
@@ -116,20 +122,39 @@ static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
 	pthread_mutex_unlock(&r->mu);
 }
 
-/* Takes the next token out of the ring (either thread: the ring's consumer
- * flag lets one in at a time). False when there is none, or when our own
- * markers were made inconsistent (then `broken` is set). */
+/* Our reactor is written by every peer, so one of them can leave its header
+ * broken for all: markers more than capacity apart, the consumer flag
+ * taken, the producer flag never released (spec 2.3.1.e, wire.shm_fuzz_ring_*).
+ * We are its only consumer, so we mend it (tw__ring_repair) instead of
+ * giving up on it; the tokens lost with the repair are made up for by
+ * waking every connection, which re-checks both its rings (tokens are never
+ * trusted to say which ring changed). Called with cmu held. */
+static unsigned tw__shm_reactor_mend(tw_shm_reactor *r, bool *producer_seen)
+{
+	unsigned mended = tw__ring_repair(&r->ring, producer_seen);
+	if (mended)
+		atomic_store(&r->rewake, true);
+	return mended;
+}
+
+/* Takes the next token out of the ring (either thread: cmu lets one in at
+ * a time). False when there is none. */
 static bool tw__shm_reactor_next(tw_shm_reactor *r, uint32_t *token)
 {
-	if (atomic_load(&r->broken))
-		return false;
 	uint8_t le[4];
-	bool done;
+	bool done = false;
 	char d[TW_DETAIL_MAX];
-	if (tw__ring_read_all(&r->ring, le, 4, &done, d, sizeof(d)) != TW_OK) {
-		atomic_store(&r->broken, true);
-		return false;
+	pthread_mutex_lock(&r->cmu);
+	for (int i = 0; i < 2; i++) {
+		tw_status_t st = tw__ring_read_all(&r->ring, le, 4, &done, d, sizeof(d));
+		if (st == TW_OK && done)
+			break;
+		done = false;
+		/* empty, or broken: mend (cheap when it is only empty), look again */
+		if (!tw__shm_reactor_mend(r, NULL))
+			break;
 	}
+	pthread_mutex_unlock(&r->cmu);
 	if (!done)
 		return false;
 	*token = (uint32_t)le[0] | (uint32_t)le[1] << 8 | (uint32_t)le[2] << 16 |
@@ -145,7 +170,7 @@ static void *tw__shm_reactor_main(void *arg)
 		/* Read the word before looking for tokens: a token written after
 		 * the look changes it, so the sleep below returns at once. */
 		uint32_t seen = __atomic_load_n(tw__shm_head_word(&r->ring), __ATOMIC_ACQUIRE);
-		if (__atomic_load_n(tw__shm_polling_byte(&r->ring), __ATOMIC_SEQ_CST)) {
+		if (atomic_load(&r->polling)) {
 			/* the loop polls the ring; it wakes us when it stops */
 			(void)tw__sys_futex_wait_shared(tw__shm_head_word(&r->ring), seen,
 			                                r->idle_us * 1000);
@@ -157,7 +182,20 @@ static void *tw__shm_reactor_main(void *arg)
 			tw__shm_reactor_mark(r, token);
 			any = true;
 		}
-		if (any || atomic_load(&r->broken))
+		uint64_t now = uv_hrtime();
+		if (now - r->watch_ns >= TW_SHM_REACTOR_WATCH_NS) {
+			/* a producer flag taken at two looks this far apart is held
+			 * by no producer at work: released */
+			pthread_mutex_lock(&r->cmu);
+			tw__shm_reactor_mend(r, &r->producer_seen);
+			pthread_mutex_unlock(&r->cmu);
+			/* a polling byte set by a stranger would only cost our peers
+			 * their futex wakes (we wake on the bound): put it back */
+			if (!atomic_load(&r->polling))
+				__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
+			r->watch_ns = now;
+		}
+		if (any || atomic_load(&r->rewake))
 			uv_async_send(&r->async);
 		if (any) {
 			bound_us = TW_SHM_REACTOR_BUSY_MIN_US;
@@ -186,6 +224,7 @@ void tw__shm_reactor_kick(tw_shm_reactor *r)
 	if (!r->spinning) {
 		uv_idle_start(&r->spin, tw__shm_reactor_on_spin);
 		r->spinning = true;
+		atomic_store(&r->polling, true);
 		__atomic_store_n(tw__shm_polling_byte(&r->ring), 1, __ATOMIC_SEQ_CST);
 	}
 }
@@ -198,6 +237,7 @@ static void tw__shm_reactor_unspin(tw_shm_reactor *r)
 		return;
 	uv_idle_stop(&r->spin);
 	r->spinning = false;
+	atomic_store(&r->polling, false);
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
 }
@@ -216,7 +256,7 @@ static void tw__shm_reactor_on_spin(uv_idle_t *h)
 			r->wake(r->conns[slot]);
 		any = true;
 	}
-	if (atomic_load(&r->broken))
+	if (atomic_load(&r->rewake))
 		uv_async_send(&r->async); /* wakes every connection, as the thread does */
 	uint64_t now = uv_hrtime();
 	if (any) {
@@ -248,7 +288,7 @@ static void tw__shm_reactor_on_async(uv_async_t *h)
 		if (r->conns[slot])
 			r->wake(r->conns[slot]);
 	}
-	if (atomic_load(&r->broken))
+	if (atomic_exchange(&r->rewake, false))
 		for (uint32_t slot = 0; slot < r->next_slot; slot++)
 			if (r->conns[slot])
 				r->wake(r->conns[slot]);
@@ -343,6 +383,7 @@ void tw__shm_reactor_free(tw_shm_reactor *r)
 		pthread_join(r->thread, NULL);
 	}
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->cmu);
 	tw__ring_unmap(&r->ring);
 	tw__free(r->flag);
 	tw__free(r->pending);

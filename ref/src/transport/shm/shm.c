@@ -57,6 +57,7 @@
 #define SHM_HELLO_FDS 4
 #define SHM_CONNECT_RETRY_MS 10 /* a full backlog (EAGAIN): try again */
 #define SHM_NOTIFY_RETRY_MS 1   /* a peer's reactor ring busy or full */
+#define SHM_BROKEN_REACTOR_MS 2000 /* how long a peer's reactor may stay broken */
 
 typedef struct shm_conn shm_conn;
 typedef struct shm_transport shm_transport;
@@ -77,6 +78,7 @@ struct shm_conn {
 	bool have_tokens;
 	uint32_t peer_tokens[2]; /* the peer's: [0] its inbox has data, [1] its outbox has room */
 	bool notify_pending[2];
+	uint64_t reactor_broken_since; /* uv_now when the peer's reactor was found broken, or 0 */
 	/* the exchange */
 	bool hello_sent;
 	struct sockaddr_un addr; /* connect: where to (retried on EAGAIN) */
@@ -193,8 +195,19 @@ static void shm_notify(shm_conn *c, int which)
 		char d[TW_DETAIL_MAX];
 		if (tw__shm_reactor_notify(&c->peer_reactor, c->peer_tokens[i], &done, d, sizeof(d)) !=
 		    TW_OK) {
-			shm_fail(c, TW_ERR_PROTO, "%s (the reactor ring of peer %s)", d, c->core.peer);
-			return;
+			/* The peer's reactor is every peer's to write: another process
+			 * may have broken it, and its owner, if it is tensorwire, mends
+			 * it (reactor.c). Retried like a busy one, for a bound. */
+			uint64_t now = uv_now(&c->t->base.loop->uv);
+			if (!c->reactor_broken_since)
+				c->reactor_broken_since = now ? now : 1;
+			if (now - c->reactor_broken_since >= SHM_BROKEN_REACTOR_MS) {
+				shm_fail(c, TW_ERR_PROTO, "%s (the reactor ring of peer %s, for %d ms)", d,
+				         c->core.peer, SHM_BROKEN_REACTOR_MS);
+				return;
+			}
+		} else {
+			c->reactor_broken_since = 0;
 		}
 		if (done) {
 			c->notify_pending[i] = false;
