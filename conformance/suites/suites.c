@@ -13,6 +13,7 @@ const twc_suite twc_suites[] = {
 	{"wire", twc_suite_wire_shm},
 	{"wire", twc_suite_wire_mpt},
 	{"wire", twc_suite_wire_ibv},
+	{"wire", twc_suite_wire_ibv_ring},
 	{"semantic", twc_suite_semantic},
 	{"interop", twc_suite_interop},
 	{"contain", twc_suite_contain},

@@ -17,6 +17,7 @@ const twc_case *twc_suite_wire_descriptors(int *count_out); /* wire/descriptors.
 const twc_case *twc_suite_wire_shm(int *count_out);    /* wire/shm_bootstrap.c: 2.3.1-2 */
 const twc_case *twc_suite_wire_mpt(int *count_out);    /* wire/mpt_lanes.c: 4.3.b */
 const twc_case *twc_suite_wire_ibv(int *count_out);    /* wire/ibv_setup.c: hostile ibv set-up */
+const twc_case *twc_suite_wire_ibv_ring(int *count_out); /* wire/ibv_ring.c: ibv ring traffic */
 const twc_case *twc_suite_semantic(int *count_out);    /* semantic/semantic.c */
 const twc_case *twc_suite_interop(int *count_out);     /* interop/suite.c */
 const twc_case *twc_suite_contain(int *count_out);     /* contain/contain.c: containers, sandboxes */
