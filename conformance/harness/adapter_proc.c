@@ -450,7 +450,7 @@ json_t *twc_adapter_response(twc_adapter *a, json_int_t id, int timeout_ms, char
 
 static void arm_if_needed(twc_adapter *a, const char *cmd, json_int_t id, const json_t *resp)
 {
-	static const char *const armers[] = {"accept", "write", "read_descriptor", "read"};
+	static const char *const armers[] = {"accept", "write", "read_descriptor", "read", "forks"};
 	if (!json_is_true(json_object_get(resp, "ok")))
 		return;
 	for (size_t i = 0; i < sizeof(armers) / sizeof(armers[0]); i++) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -603,4 +604,85 @@ void twc_agent_cmd_dumpable(json_int_t id, const json_t *req)
 		return;
 	}
 	twc_agent_respond_ok(id, json_pack("{s:i}", "dumpable", prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)));
+}
+
+/* ---- forks (6.14) ---- */
+
+typedef struct forks_job {
+	json_int_t id;
+	int children;
+	size_t heap;
+} forks_job;
+
+static void *forks_main(void *arg)
+{
+	forks_job *j = arg;
+	long page = sysconf(_SC_PAGESIZE);
+	volatile unsigned char *heap = malloc(j->heap);
+	int failed = 0, forked = 0;
+	char why[160] = "";
+	if (!heap) {
+		twc_agent_event_err("forks", j->id, "nomem", "forks", "forks: malloc of the heap block");
+		free(j);
+		return NULL;
+	}
+	for (size_t k = 0; k < j->heap; k += (size_t)page)
+		heap[k] = 1; /* the parent's pages exist before the first fork */
+	for (int i = 0; i < j->children; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			/* the child: only memory writes and _exit (async-signal-safe) */
+			for (size_t k = 0; k < j->heap; k += (size_t)page)
+				heap[k] = (unsigned char)(k >> 12);
+			_exit(0);
+		}
+		if (pid < 0) {
+			snprintf(why, sizeof(why), "fork: %s", strerror(errno));
+			failed++;
+			break;
+		}
+		forked++;
+		int st = 0;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			failed++;
+			snprintf(why, sizeof(why), "child %d ended with status 0x%x", i, st);
+		}
+	}
+	free((void *)heap);
+	if (failed)
+		twc_agent_event_err("forks", j->id, "sys", "forks", why);
+	else
+		twc_agent_event_ok("forks", j->id, json_pack("{s:i}", "children", forked));
+	free(j);
+	return NULL;
+}
+
+void twc_agent_cmd_forks(json_int_t id, const json_t *req)
+{
+	json_t *c = json_object_get(req, "children"), *h = json_object_get(req, "heap_mb");
+	if (!json_is_integer(c) || json_integer_value(c) < 1 || json_integer_value(c) > 1000 ||
+	    !json_is_integer(h) || json_integer_value(h) < 1 || json_integer_value(h) > 4096) {
+		twc_agent_respond_err(id, "inval", "bad_request",
+		                     "forks: 'children' must be 1..1000 and 'heap_mb' 1..4096");
+		return;
+	}
+	forks_job *j = malloc(sizeof(*j));
+	if (!j) {
+		twc_agent_respond_err(id, "nomem", "forks", "forks: out of memory");
+		return;
+	}
+	j->id = id;
+	j->children = (int)json_integer_value(c);
+	j->heap = (size_t)json_integer_value(h) << 20;
+	/* the response first: the event must not overtake it */
+	twc_agent_respond_ok(id, NULL);
+	pthread_t t;
+	if (pthread_create(&t, NULL, forks_main, j) != 0) {
+		free(j);
+		twc_agent_event_err("forks", id, "sys", "forks", "forks: cannot start the thread");
+		return;
+	}
+	pthread_detach(t);
 }

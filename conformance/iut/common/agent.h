@@ -133,6 +133,13 @@ void twc_agent_cmd_fds(json_int_t id, const json_t *req);
  * process's dumpable flag (prctl PR_SET_DUMPABLE), as a process that
  * hardens itself after start-up does. */
 void twc_agent_cmd_dumpable(json_int_t id, const json_t *req);
+/* The "forks" command (6.14), the same in every adapter: a thread of the
+ * adapter forks `children` children one after another, each of which
+ * writes to every page of a `heap_mb` MiB heap block and exits, while the
+ * IUT keeps working (fork safety of registered memory, T26). Answers the
+ * request at once and arms one "forks" event for when the last child was
+ * reaped. */
+void twc_agent_cmd_forks(json_int_t id, const json_t *req);
 
 /* ---- JSON lines ------------------------------------------------------------- */
 

@@ -768,6 +768,8 @@ int main()
 			twc_agent_cmd_fds(id, req);
 		} else if (cmd == "dumpable") {
 			twc_agent_cmd_dumpable(id, req);
+		} else if (cmd == "forks") {
+			twc_agent_cmd_forks(id, req);
 		} else if (cmd == "shutdown") {
 			shutdown_context();
 			twc_agent_respond_ok(id, nullptr);

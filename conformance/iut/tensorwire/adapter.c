@@ -846,6 +846,8 @@ int main(void)
 			twc_agent_cmd_fds(id, req);
 		else if (!strcmp(cmd, "dumpable"))
 			twc_agent_cmd_dumpable(id, req);
+		else if (!strcmp(cmd, "forks"))
+			twc_agent_cmd_forks(id, req);
 		else if (!strcmp(cmd, "shutdown")) {
 			tw_status_t st = shutdown_context();
 			if (st != TW_OK)
