@@ -10,7 +10,9 @@
  * naming it. Both get contexts with ibv and basic only, and move 4 MiB
  * tensors both ways (twice the ring, so it wraps; 64 times a small
  * max_msg_sz). A case passes when every byte arrives over ibv and both
- * adapters end cleanly. Where the adapters find no usable verbs device at
+ * adapters end cleanly. `fork_stream` instead streams 1 MiB messages while
+ * the client forks (T26), with simverbs' strict fork model in both
+ * adapters' environment. Where the adapters find no usable verbs device at
  * all (no simverbs, no HCA), the case is a SKIP with the reason they gave.
  *
  * On a real rxe or HCA host the configuration file means nothing: set
@@ -34,6 +36,8 @@ typedef struct rdma_spec {
 	const char *config; /* simverbs configuration (INI text) */
 	uint64_t tensor_len;
 	int messages; /* per direction */
+	const char *env; /* more of the adapters' environment ("NAME=value "), or NULL */
+	int forks;       /* > 0: the client forks this many children while it sends */
 } rdma_spec;
 
 static uint64_t g_len;
@@ -42,6 +46,35 @@ static int shape_one(int index, twc_agent_msg *m)
 {
 	(void)index;
 	return twc_msg_one_tensor(m, 16, g_len);
+}
+
+/* The client forks sp->forks children, each writing every page of a 64 MiB
+ * heap block (the agent's "forks", spec/agent.md 6.14), while it sends
+ * messages of sp->tensor_len to the server, four at a time, every byte
+ * checked on arrival: at least sp->messages, and on until the last child
+ * was reaped (at most 100 rounds). 1: the adapter cannot fork (SKIP). */
+static int fork_while_sending(twc_session *s, const rdma_spec *sp)
+{
+	json_t *r = twc_session_call(s, s->client, json_pack("{s:s,s:i,s:i}", "cmd", "forks",
+	                                                    "children", sp->forks, "heap_mb", 64));
+	if (!r)
+		return strstr(s->reason, "unsupported") ? 1 : -1;
+	json_int_t id = json_integer_value(json_object_get(r, "id"));
+	json_decref(r);
+	int sent = 0, rc = 0;
+	for (int round = 0; rc == 0 && round < 100; round++) {
+		if (sent >= sp->messages && twc_adapter_events_seen(s->client, id) > 0)
+			break;
+		rc = twc_session_transfer(s, true, shape_one, 4, false,
+		                          (UINT64_C(3) << 40) + (uint64_t)round * 16);
+		sent += 4;
+	}
+	printf("# %d messages of %llu bytes sent while the client forked %d children\n", sent,
+	       (unsigned long long)sp->tensor_len, sp->forks);
+	json_t *ev;
+	if (rc == 0 && (rc = twc_session_ok_event(s, s->client, id, "forks", &ev)) == 0)
+		json_decref(ev);
+	return rc;
 }
 
 static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
@@ -60,8 +93,10 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 		return twc_case_result(env, TWC_ERROR, "cannot write the simverbs configuration %s",
 		                       path);
 	static char ccmd[4 * PATH_MAX], scmd2[4 * PATH_MAX];
-	snprintf(ccmd, sizeof(ccmd), "%s%s", prefix, env->iut_cmd);
-	snprintf(scmd2, sizeof(scmd2), "%s%s", prefix, scmd);
+	/* the adapters run through /bin/sh -c: assignments before the command */
+	const char *more = sp->env ? sp->env : "";
+	snprintf(ccmd, sizeof(ccmd), "%s%s%s", prefix, more, env->iut_cmd);
+	snprintf(scmd2, sizeof(scmd2), "%s%s%s", prefix, more, scmd);
 	printf("# client: %s\n# server: %s\n", ccmd, scmd2);
 	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
 	                        "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
@@ -78,7 +113,9 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 	json_decref(urls);
 	if (rc == 0)
 		rc = twc_session_connect(&s, NULL);
-	if (rc == 0)
+	if (rc == 0 && sp->forks)
+		rc = fork_while_sending(&s, sp);
+	else if (rc == 0)
 		rc = twc_session_transfer(&s, true, shape_one, sp->messages, false, UINT64_C(3) << 40);
 	if (rc == 0)
 		rc = twc_session_transfer(&s, false, shape_one, sp->messages, false, UINT64_C(4) << 40);
@@ -91,6 +128,8 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 	twc_session_destroy(&s);
 	if (path[0])
 		unlink(path);
+	if (rc == 1)
+		return twc_case_result(env, TWC_SKIP, "the client adapter cannot fork: %s", s.reason);
 	if (rc != 0)
 		return twc_case_result(env, TWC_FAIL, "%s", s.reason);
 	return TWC_PASS;
@@ -111,6 +150,11 @@ static const rdma_spec small_max_msg = {
 static const rdma_spec small_queues = {
 	.config = "[device simrdma0]\nmax_qp_wr = 16\nmax_srq_wr = 16\nmax_cqe = 64\n",
 	.tensor_len = 4 * MiB, .messages = 2};
+
+/* the pre-5.13 kernel's hazard (simverbs' strict fork model, docs/simverbs.md) */
+static const rdma_spec fork_stream = {
+	.config = "[device simrdma0]\n", .tensor_len = 1 * MiB, .messages = 60,
+	.env = "SIMVERBS_FORK=strict ", .forks = 20};
 
 #define RDMA(id_, sec_, desc_, req_, spec_)                                                        \
 	{.id = "rdma." id_, .suite = "rdma", .section = sec_, .level = TWC_MUST, .needs = "rdma",  \
@@ -146,6 +190,13 @@ static const twc_case cases[] = {
 	     "(2.4.3.d) [...] nor its send queue depth with outstanding work requests, nor let its "
 	     "completion queue overflow",
 	     small_queues),
+	RDMA("fork_stream", "wire.md 2.4.5",
+	     "the client streams 1 MiB messages over ibv while it forks 20 children that each write "
+	     "to every page of a 64 MiB heap block, on a fabric where memory registered without "
+	     "fork handling stays with the pre-fork pages (T26): every byte arrives",
+	     "2.4.5: before the first memory registration the library turns fork handling on "
+	     "(ibv_fork_init) unless the verbs library reports it unneeded",
+	     fork_stream),
 };
 
 const twc_case *twc_suite_rdma(int *count_out)

@@ -31,6 +31,7 @@ static const char *const tw__mutants[] = {
 	"gdr_small_into_device",
 	"goodbye_omitted",
 	"handshake_timeout_ignored",
+	"ibv_fork_unsafe",
 	"ibv_gid_index_zero",
 	"ibv_port_state_ignored",
 	"ibv_queues_unbounded",

@@ -1209,7 +1209,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	               detail, detail_len) != TW_OK)
 		return TW_ERR_INVAL;
 	e = getenv("TW_IB_FORK_SAFE");
-	if (e && !strcmp(e, "0"))
+	if ((e && !strcmp(e, "0")) || TW_MUTANT("ibv_fork_unsafe"))
 		o->fork_safe = false;
 	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
 	                         detail, detail_len);
