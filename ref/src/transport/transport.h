@@ -47,7 +47,10 @@
  *     socket, within TW_HELLO_LINGER_MS (a connect still pending then is
  *     abandoned). To its owner the close is the same as any other: the
  *     write's callback reports TW_ERR_CLOSED and nothing else is heard.
- *     Transports that cannot linger (today the rings: shm, ibv) ignore it.
+ *     shm lingers the same way through its descriptor exchange (a socket
+ *     not yet connected is not waited for); ibv needs no flag: a closed
+ *     connection with frames in its outbox lingers until they land
+ *     (spec 2.4.4.b).
  *   - Several connections to the same peer are independent: the core opens
  *     one per descriptor, reply and channel connection (spec 3.1), and a
  *     channel with lanes (mpt) opens more through its own transport instances.

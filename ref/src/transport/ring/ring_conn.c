@@ -31,6 +31,7 @@ tw_ring_op *tw__ring_op_write(const tw_iov *iov, size_t num_iov, unsigned flags,
 		}
 	}
 	memcpy(op->iov, iov, num_iov * sizeof(*iov));
+	op->hello = (flags & TW_WRITE_HELLO) != 0;
 	*init_st = tw__ring_writer_init(&op->w, op->iov, num_iov, flags, capacity, who, detail,
 	                                detail_len);
 	return op;

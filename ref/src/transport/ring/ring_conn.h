@@ -28,6 +28,7 @@ typedef struct tw_ring_op {
 	 * position after its last byte (it completes once that landed) */
 	bool produced;
 	uint64_t end_pos;
+	bool hello; /* TW_WRITE_HELLO (transport.h) */
 } tw_ring_op;
 
 /* A write of one frame made of iov (copied) for a ring of `capacity`

@@ -81,6 +81,11 @@ struct shm_conn {
 	uint64_t reactor_broken_since; /* uv_now when the peer's reactor was found broken, or 0 */
 	/* the exchange */
 	bool hello_sent;
+	bool peer_rings;          /* the peer's inbox and reactor are loaded */
+	/* closed with its hello not yet in the peer's inbox (TW_WRITE_HELLO):
+	 * a private copy of the frame's body */
+	uint8_t *linger;
+	size_t linger_len;
 	struct sockaddr_un addr; /* connect: where to (retried on EAGAIN) */
 	socklen_t addr_len;
 	uint64_t deadline;       /* uv_now() bound of connect + exchange, 0: none */
@@ -102,6 +107,8 @@ static const tw_conn_ops shm_conn_ops;
 
 static void shm_drive(shm_conn *c);
 static void shm_update_poll(shm_conn *c);
+static int shm_exchange_send(shm_conn *c);
+static int shm_exchange_recv(shm_conn *c);
 
 /* ---- connection lifetime ------------------------------------------------ */
 
@@ -113,6 +120,7 @@ static void shm_free_conn(tw_conn_core *core)
 	tw__ring_unmap(&c->peer_reactor);
 	if (c->fd >= 0)
 		tw__sys_close(c->fd);
+	tw__free(c->linger);
 	tw__free(c);
 }
 
@@ -151,16 +159,116 @@ static void shm_on_handle_closed(uv_handle_t *h)
 	tw__conn_core_unref(h->data);
 }
 
-static void shm_conn_close(tw_conn *base)
+static void shm_close_handles(shm_conn *c)
 {
-	shm_conn *c = (shm_conn *)base;
-	if (!tw__conn_close_ops(&c->core))
-		return;
-	shm_forget_tokens(c);
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, shm_on_handle_closed);
 	uv_close((uv_handle_t *)&c->timer, shm_on_handle_closed);
+}
+
+/* ---- lingering for the hello (TW_WRITE_HELLO, transport.h) ---------------- */
+
+/* A connection closed while its hello waited for the exchange (the set-up
+ * runs before any frame) stays, hidden from its owner, until the exchange
+ * is over and the frame is in the peer's inbox with its token written, or
+ * for TW_HELLO_LINGER_MS at most: a stock listener fails its next pending
+ * accept when a connection ends before its hello (spec/wire.md 3.3.g). It
+ * keeps the poll and timer handles and its own rings; its tokens in our
+ * reactor are already given back (a token of the peer's for them wakes
+ * nothing). A socket not yet connected (a full backlog) is not waited for. */
+
+static void shm_linger_end(shm_conn *c)
+{
+	tw__free(c->linger);
+	c->linger = NULL;
+	shm_close_handles(c);
+}
+
+static void shm_on_linger_poll(uv_poll_t *h, int status, int events);
+
+/* One step; ends the linger once the frame is out or cannot get out. */
+static void shm_linger_drive(shm_conn *c)
+{
+	int r = c->hello_sent ? 1 : shm_exchange_send(c);
+	if (r == 1 && !c->peer_rings)
+		r = shm_exchange_recv(c);
+	if (r == 0) {
+		int want = c->hello_sent ? UV_READABLE : UV_WRITABLE;
+		c->poll_events = want;
+		if (uv_poll_start(&c->poll, want, shm_on_linger_poll) != 0)
+			shm_linger_end(c);
+		return;
+	}
+	if (r == 1) {
+		/* our first frame into an inbox only we write: all of it or, with
+		 * a hostile peer's broken ring, nothing */
+		tw_iov iov = { c->linger, c->linger_len };
+		tw_ring_writer w;
+		uint64_t moved;
+		bool done;
+		char d[TW_DETAIL_MAX];
+		if (tw__ring_writer_init(&w, &iov, 1, TW_WRITE_OBJECT, TW_RING_INBOX_CAPACITY, SHM_WHO,
+		                         d, sizeof(d)) == TW_OK &&
+		    tw__ring_write_some(&c->outbox, &w, 0, &moved, d, sizeof(d)) == TW_OK &&
+		    tw__ring_writer_done(&w) &&
+		    tw__shm_reactor_notify(&c->peer_reactor, c->peer_tokens[0], &done, d, sizeof(d)) !=
+		            TW_OK)
+			done = false; /* a broken reactor: the peer finds the frame when it looks */
+	}
+	shm_linger_end(c);
+}
+
+static void shm_on_linger_poll(uv_poll_t *h, int status, int events)
+{
+	(void)events;
+	shm_conn *c = h->data;
+	if (status < 0)
+		shm_linger_end(c);
+	else
+		shm_linger_drive(c);
+}
+
+static void shm_on_linger_timer(uv_timer_t *h)
+{
+	shm_linger_end(h->data);
+}
+
+/* Copies the hello at the head of the write queue if none of it is in the
+ * peer's inbox yet; false if there is none (or no memory: then the
+ * connection closes as any other). */
+static bool shm_linger_take(shm_conn *c)
+{
+	tw_ring_op *op = (tw_ring_op *)c->core.wq_head;
+	if (!op || !op->hello || op->w.length_done || c->fd < 0 || !c->sock_connected ||
+	    (c->core.phase != TW_CONN_SETUP && c->core.phase != TW_CONN_OPEN))
+		return false;
+	size_t len = (size_t)op->w.len, k = 0;
+	if (!(c->linger = tw__malloc(len ? len : 1)))
+		return false;
+	for (size_t i = 0; i < op->w.num_iov; i++) {
+		memcpy(c->linger + k, op->w.iov[i].base, (size_t)op->w.iov[i].len);
+		k += (size_t)op->w.iov[i].len;
+	}
+	c->linger_len = len;
+	return true;
+}
+
+static void shm_conn_close(tw_conn *base)
+{
+	shm_conn *c = (shm_conn *)base;
+	bool linger = shm_linger_take(c); /* only while SETUP or OPEN */
+	if (!tw__conn_close_ops(&c->core))
+		return;
+	shm_forget_tokens(c);
+	if (linger) {
+		uv_poll_stop(&c->poll);
+		uv_timer_stop(&c->timer);
+		uv_timer_start(&c->timer, shm_on_linger_timer, TW_HELLO_LINGER_MS, 0);
+		shm_linger_drive(c);
+		return;
+	}
+	shm_close_handles(c);
 }
 
 static const char *shm_conn_peer(tw_conn *base)
@@ -258,7 +366,8 @@ static void shm_drive_end(shm_conn *c)
 
 /* ---- the descriptor exchange (2.3.1) -------------------------------------- */
 
-static void shm_exchange_send(shm_conn *c)
+/* 1: sent; 0: not yet (try again); -1: the connection failed. */
+static int shm_exchange_send(shm_conn *c)
 {
 	uint8_t hello[SHM_HELLO_LEN];
 	for (int i = 0; i < 4; i++) {
@@ -271,20 +380,23 @@ static void shm_exchange_send(shm_conn *c)
 	fds[3] = c->inbox.data_fd;
 	ssize_t n = tw__sys_send_fds(c->fd, hello, sizeof(hello), fds, SHM_HELLO_FDS);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-		return;
+		return 0;
 	if (n < 0) {
 		shm_fail_errno(c, "sending descriptors to", errno);
-		return;
+		return -1;
 	}
 	if (n != SHM_HELLO_LEN) {
 		shm_fail(c, TW_ERR_SYS, SHM_WHO ": sending descriptors to %s: short send of %zd bytes",
 		         c->core.peer, n);
-		return;
+		return -1;
 	}
 	c->hello_sent = true;
+	return 1;
 }
 
-static void shm_exchange_recv(shm_conn *c)
+/* 1: the peer's rings are loaded (peer_rings); 0: not yet; -1: the
+ * connection failed. */
+static int shm_exchange_recv(shm_conn *c)
 {
 	/* One byte more than expected, so that a longer message is seen. */
 	uint8_t hello[SHM_HELLO_LEN + 1];
@@ -292,7 +404,7 @@ static void shm_exchange_recv(shm_conn *c)
 	int nfds = 0;
 	ssize_t n = tw__sys_recv_fds(c->fd, hello, sizeof(hello), fds, SHM_HELLO_FDS, &nfds);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-		return;
+		return 0;
 	if (n < 0) {
 		if (errno == EMSGSIZE)
 			shm_fail(c, TW_ERR_PROTO,
@@ -301,7 +413,7 @@ static void shm_exchange_recv(shm_conn *c)
 			         c->core.peer, SHM_HELLO_FDS);
 		else
 			shm_fail_errno(c, "receiving descriptors from", errno);
-		return;
+		return -1;
 	}
 	if (n == 0) {
 		for (int i = 0; i < nfds; i++)
@@ -309,7 +421,7 @@ static void shm_exchange_recv(shm_conn *c)
 		shm_fail(c, TW_ERR_EOF,
 		         SHM_WHO ": connection closed by peer %s before it sent its descriptors",
 		         c->core.peer);
-		return;
+		return -1;
 	}
 	if (n != SHM_HELLO_LEN || nfds != SHM_HELLO_FDS) {
 		for (int i = 0; i < nfds; i++)
@@ -318,7 +430,7 @@ static void shm_exchange_recv(shm_conn *c)
 		         SHM_WHO ": peer %s sent %zd bytes and %d descriptors where %d and %d were "
 		         "expected (spec 2.3.1.b)",
 		         c->core.peer, n, nfds, SHM_HELLO_LEN, SHM_HELLO_FDS);
-		return;
+		return -1;
 	}
 	for (int i = 0; i < 2; i++)
 		c->peer_tokens[i] = (uint32_t)hello[4 * i] | (uint32_t)hello[4 * i + 1] << 8 |
@@ -330,17 +442,16 @@ static void shm_exchange_recv(shm_conn *c)
 		tw__sys_close(fds[2]);
 		tw__sys_close(fds[3]);
 		shm_fail(c, st, "%s (peer %s)", d, c->core.peer);
-		return;
+		return -1;
 	}
 	st = tw__ring_load(&c->outbox, fds[2], fds[3], TW_RING_INBOX_CAPACITY,
 	                   SHM_WHO ": the peer's inbox", d, sizeof(d));
 	if (st != TW_OK) {
 		shm_fail(c, st, "%s (peer %s)", d, c->core.peer);
-		return;
+		return -1;
 	}
-	c->core.phase = TW_CONN_OPEN;
-	c->connected = true;
-	uv_timer_stop(&c->timer);
+	c->peer_rings = true;
+	return 1;
 }
 
 static void shm_try_connect(shm_conn *c)
@@ -369,9 +480,13 @@ static void shm_drive(shm_conn *c)
 {
 	bool exchange = c->core.phase == TW_CONN_SETUP && c->sock_connected;
 	if (exchange && !c->hello_sent)
-		shm_exchange_send(c);
-	if (exchange && c->core.phase == TW_CONN_SETUP && c->hello_sent)
-		shm_exchange_recv(c);
+		(void)shm_exchange_send(c);
+	if (exchange && c->core.phase == TW_CONN_SETUP && c->hello_sent &&
+	    shm_exchange_recv(c) == 1) {
+		c->core.phase = TW_CONN_OPEN;
+		c->connected = true;
+		uv_timer_stop(&c->timer);
+	}
 	if (c->core.phase == TW_CONN_OPEN) {
 		shm_drive_writes(c);
 		shm_drive_reads(c);
