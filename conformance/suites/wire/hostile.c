@@ -42,6 +42,37 @@ twc_outcome_t twc_hostile_then_good(twc_case_env *env, const twc_hostile_run *r)
 	return TWC_PASS;
 }
 
+static uint64_t g_tensor_len;
+
+static int shape_len(int index, twc_agent_msg *m)
+{
+	return twc_msg_one_tensor(m, 5, g_tensor_len + (uint64_t)index);
+}
+
+twc_outcome_t twc_hostile_basic(twc_case_env *env, const char *transport, const char *url,
+                                twc_hostile_fn hostile, int kind, uint64_t tensor_len,
+                                uint64_t seed_base, const char *after)
+{
+	g_tensor_len = tensor_len; /* one case at a time in a runner's child */
+	twc_hostile_run r = {
+		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name",
+		                 transport, "kind", transport, "priority", 0, "channels", "name", "basic",
+		                 "kind", "basic", "priority", 0),
+		.urls = json_pack("[s]", url), .transport = transport, .channel = "basic",
+		.hostile = hostile, .kind = kind, .shape = shape_len, .seed_base = seed_base,
+		.after = after};
+	return twc_hostile_then_good(env, &r);
+}
+
+int twc_hostile_take_strays(twc_session *s, char *why, size_t len)
+{
+	if (twc_session_take_strays(s, 1000) < 0) {
+		snprintf(why, len, "%s", s->reason);
+		return -1;
+	}
+	return 0;
+}
+
 uint64_t twc_hostile_next(uint64_t *x)
 {
 	*x ^= *x << 13;

@@ -22,10 +22,8 @@
  * GID of that port, IPv4-mapped first (RoCE), none on InfiniBand (LID).
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -151,29 +149,6 @@ static int post_recvs(raw_ibv *p)
 		p->recvs_posted++;
 	}
 	return 0;
-}
-
-static int connect_tcp(const char *url, char *why, size_t len)
-{
-	const char *hp = url + strlen("ibv://");
-	const char *colon = strrchr(hp, ':');
-	char host[64];
-	if (!colon || (size_t)(colon - hp) >= sizeof(host)) {
-		snprintf(why, len, "harness: ibv address '%s' is not A.B.C.D:port", url);
-		return -1;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - hp), hp);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-	int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (sock < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
-	    connect(sock, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		snprintf(why, len, "harness: connect to the IUT's ibv listener %s: %s", url,
-		         strerror(errno));
-		if (sock >= 0)
-			close(sock);
-		return -1;
-	}
-	return sock;
 }
 
 static void raw_ibv_close(raw_ibv *p)
@@ -309,7 +284,12 @@ static int raw_ibv_open(raw_ibv *p, const char *url, char *why, size_t len)
 		snprintf(why, len, "harness: queue pair to INIT, receives: %s", strerror(rc ? rc : errno));
 		return -1;
 	}
-	if ((p->sock = connect_tcp(url, why, len)) < 0 || exchange(p, why, len) != 0)
+	char err[256];
+	if ((p->sock = twc_raw_connect(url, 3000, err, sizeof(err))) < 0) {
+		snprintf(why, len, "harness: connect to the IUT's ibv listener: %s", err);
+		return -1;
+	}
+	if (exchange(p, why, len) != 0)
 		return -1;
 	return to_rts(p, why, len);
 }
@@ -553,28 +533,13 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 	if (rc != 0)
 		return -1;
 	/* a hello and Brochure that got through made the listener accept a pipe */
-	if (twc_session_take_strays(s, 1000) < 0) {
-		snprintf(why, len, "%s", s->reason);
-		return -1;
-	}
-	return 0;
-}
-
-static int shape_one(int index, twc_agent_msg *m)
-{
-	return twc_msg_one_tensor(m, 5, 3 * 1024 * 1024 + (uint64_t)index);
+	return twc_hostile_take_strays(s, why, len);
 }
 
 static twc_outcome_t run_ibv_ring(const twc_case *c, twc_case_env *env)
 {
-	twc_hostile_run r = {
-		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
-		                 "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
-		                 "basic", "priority", 0),
-		.urls = json_pack("[s]", "ibv://127.0.0.1:0"), .transport = "ibv", .channel = "basic",
-		.hostile = hostile, .kind = (int)(intptr_t)c->arg, .shape = shape_one,
-		.seed_base = UINT64_C(17) << 40, .after = "after the hostile ring traffic"};
-	return twc_hostile_then_good(env, &r);
+	return twc_hostile_basic(env, "ibv", "ibv://127.0.0.1:0", hostile, (int)(intptr_t)c->arg,
+	                         3 * 1024 * 1024, UINT64_C(17) << 40, "after the hostile ring traffic");
 }
 
 #define IBV_RING(id_, what_, req_, kind_)                                                         \
@@ -603,9 +568,7 @@ static const twc_case cases[] = {
 	         "more than was sent; it MUST NOT trust either into a copy. Its listener MUST "     \
 	         "serve the next peer (3.3.f).",                                                    \
 	         RING_FUZZ + n_)
-	IBV_RING_FUZZ(0), IBV_RING_FUZZ(1), IBV_RING_FUZZ(2), IBV_RING_FUZZ(3),
-	IBV_RING_FUZZ(4), IBV_RING_FUZZ(5), IBV_RING_FUZZ(6), IBV_RING_FUZZ(7),
-	IBV_RING_FUZZ(8), IBV_RING_FUZZ(9), IBV_RING_FUZZ(10), IBV_RING_FUZZ(11),
+	TWC_SEEDS_12(IBV_RING_FUZZ),
 };
 
 const twc_case *twc_suite_wire_ibv_ring(int *count_out)

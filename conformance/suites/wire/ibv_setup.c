@@ -12,9 +12,7 @@
  * simverbs-run, or rxe or an HCA): the IUT must listen on ibv.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,24 +108,10 @@ static size_t fuzz_build(unsigned seed, uint8_t *rec, size_t cap, bool *close_ea
 static int hostile(twc_session *s, int k, char *why, size_t len)
 {
 	ibv_bad kind = (ibv_bad)k;
-	const char *url = s->url;
-	/* "ibv://A.B.C.D:port" */
-	const char *hp = url + strlen("ibv://");
-	const char *colon = strrchr(hp, ':');
-	char host[64];
-	if (!colon || (size_t)(colon - hp) >= sizeof(host)) {
-		snprintf(why, len, "harness: ibv address '%s' is not A.B.C.D:port", url);
-		return -1;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - hp), hp);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-	int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (sock < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
-	    connect(sock, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		snprintf(why, len, "harness: connect to the IUT's ibv listener %s: %s", url,
-		         strerror(errno));
-		if (sock >= 0)
-			close(sock);
+	char err[256];
+	int sock = twc_raw_connect(s->url, 3000, err, sizeof(err));
+	if (sock < 0) {
+		snprintf(why, len, "harness: connect to the IUT's ibv listener: %s", err);
 		return -1;
 	}
 	if (kind == IBV_BAD_SILENT) {
@@ -164,21 +148,10 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 	return rc;
 }
 
-static int shape_one(int index, twc_agent_msg *m)
-{
-	return twc_msg_one_tensor(m, 5, 3 * 1024 * 1024 + (uint64_t)index);
-}
-
 static twc_outcome_t run_ibv_setup(const twc_case *c, twc_case_env *env)
 {
-	twc_hostile_run r = {
-		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
-		                 "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
-		                 "basic", "priority", 0),
-		.urls = json_pack("[s]", "ibv://127.0.0.1:0"), .transport = "ibv", .channel = "basic",
-		.hostile = hostile, .kind = (int)(intptr_t)c->arg, .shape = shape_one,
-		.seed_base = UINT64_C(13) << 40, .after = "after the hostile set-up"};
-	return twc_hostile_then_good(env, &r);
+	return twc_hostile_basic(env, "ibv", "ibv://127.0.0.1:0", hostile, (int)(intptr_t)c->arg,
+	                         3 * 1024 * 1024, UINT64_C(13) << 40, "after the hostile set-up");
 }
 
 #define IBV_BAD(id_, sec_, what_, req_, kind_)                                                    \
@@ -215,9 +188,7 @@ static const twc_case cases[] = {
 	        "A receiver MUST survive any set-up record and its listener MUST serve the next "  \
 	        "peer (2.4.1, 3.3.f).",                                                            \
 	        IBV_FUZZ + n_)
-	IBV_FUZZ_CASE(0), IBV_FUZZ_CASE(1), IBV_FUZZ_CASE(2), IBV_FUZZ_CASE(3),
-	IBV_FUZZ_CASE(4), IBV_FUZZ_CASE(5), IBV_FUZZ_CASE(6), IBV_FUZZ_CASE(7),
-	IBV_FUZZ_CASE(8), IBV_FUZZ_CASE(9), IBV_FUZZ_CASE(10), IBV_FUZZ_CASE(11),
+	TWC_SEEDS_12(IBV_FUZZ_CASE),
 };
 
 const twc_case *twc_suite_wire_ibv(int *count_out)

@@ -247,8 +247,7 @@ static const twc_case cases[] = {
 	 .requirement = "A lane listener MUST survive any first frame, and the IUT MUST serve the " \
 	                "next mpt pipe (4.3.b, 3.3.f).",                                            \
 	 .timeout_s = 60, .run = run_mpt_lane, .arg = (const void *)(intptr_t)(LANE_FUZZ + n_)}
-	MPT_FUZZ(0), MPT_FUZZ(1), MPT_FUZZ(2), MPT_FUZZ(3), MPT_FUZZ(4), MPT_FUZZ(5),
-	MPT_FUZZ(6), MPT_FUZZ(7), MPT_FUZZ(8), MPT_FUZZ(9), MPT_FUZZ(10), MPT_FUZZ(11),
+	TWC_SEEDS_12(MPT_FUZZ),
 };
 
 const twc_case *twc_suite_wire_mpt(int *count_out)

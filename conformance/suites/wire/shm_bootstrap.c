@@ -588,11 +588,7 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 			return -1;
 		/* a hello and Brochure that got through made the listener accept a
 		 * pipe (failed now: the harness is gone); the application takes it */
-		if (twc_session_take_strays(s, 1000) < 0) {
-			snprintf(why, len, "%s", s->reason);
-			return -1;
-		}
-		return 0;
+		return twc_hostile_take_strays(s, why, len);
 	}
 	int sock = shm_connect(s->url, why, len);
 	if (sock < 0)
@@ -657,21 +653,10 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 	return rc;
 }
 
-static int shape_one(int index, twc_agent_msg *m)
-{
-	return twc_msg_one_tensor(m, 5, 65536 + (uint64_t)index);
-}
-
 static twc_outcome_t run_shm_bootstrap(const twc_case *c, twc_case_env *env)
 {
-	twc_hostile_run r = {
-		.ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "shm",
-		                 "kind", "shm", "priority", 0, "channels", "name", "basic", "kind",
-		                 "basic", "priority", 0),
-		.urls = json_pack("[s]", "shm://"), .transport = "shm", .channel = "basic",
-		.hostile = hostile, .kind = (int)(intptr_t)c->arg, .shape = shape_one,
-		.seed_base = UINT64_C(9) << 40, .after = "after the hostile exchange"};
-	return twc_hostile_then_good(env, &r);
+	return twc_hostile_basic(env, "shm", "shm://", hostile, (int)(intptr_t)c->arg, 65536,
+	                         UINT64_C(9) << 40, "after the hostile exchange");
 }
 
 #define SHM_BAD(id_, sec_, what_, req_, kind_)                                                    \
@@ -706,8 +691,7 @@ static const twc_case cases[] = {
 	        "A receiver MUST survive any exchange and its listener MUST serve the next peer "  \
 	        "(2.3.1.b, 2.3.2.a, 3.3.f).",                                                      \
 	        BAD_FUZZ + n_)
-	SHM_FUZZ(0), SHM_FUZZ(1), SHM_FUZZ(2), SHM_FUZZ(3), SHM_FUZZ(4), SHM_FUZZ(5),
-	SHM_FUZZ(6), SHM_FUZZ(7), SHM_FUZZ(8), SHM_FUZZ(9), SHM_FUZZ(10), SHM_FUZZ(11),
+	TWC_SEEDS_12(SHM_FUZZ),
 	SHM_BAD("ring_good", "2.3.1 (2.3.1.e), 2.3.3",
 	        "a good exchange, then the hello and a Brochure (shm+basic) written into the "
 	        "IUT's inbox by hand and its inbox token into its reactor; a BrochureAnswer "
@@ -726,9 +710,7 @@ static const twc_case cases[] = {
 	        "markers more than capacity apart (2.3.2), and its listener MUST serve the next " \
 	        "peer (3.3.f).",                                                                  \
 	        RING_FUZZ + n_)
-	SHM_RING_FUZZ(0), SHM_RING_FUZZ(1), SHM_RING_FUZZ(2), SHM_RING_FUZZ(3),
-	SHM_RING_FUZZ(4), SHM_RING_FUZZ(5), SHM_RING_FUZZ(6), SHM_RING_FUZZ(7),
-	SHM_RING_FUZZ(8), SHM_RING_FUZZ(9), SHM_RING_FUZZ(10), SHM_RING_FUZZ(11),
+	TWC_SEEDS_12(SHM_RING_FUZZ),
 };
 
 const twc_case *twc_suite_wire_shm(int *count_out)
