@@ -7,9 +7,14 @@
  *   shm     shared-memory flag ping-pong: the sender copies into a shared
  *           region and bumps a sequence flag, the receiver spins on it and
  *           copies out (2 memcpy per direction, as a shm transport must)
+ *   cma     the same flags, but the receiver copies the message straight
+ *           out of the sender's buffer with process_vm_readv: one copy per
+ *           direction, the limit of a channel that reads its peer's memory
+ *           (cma)
  * These are what no library can beat on this machine; they must stay
  * minimal (no framing, no allocation beyond the buffer policy).
  */
+#define _GNU_SOURCE
 #include "twb.h"
 
 #include <arpa/inet.h>
@@ -23,7 +28,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -321,6 +328,105 @@ static void limits_shm_client(const twb_args *a)
 	free(rbuf);
 }
 
+/* ---- cma: one process_vm_readv per direction ------------------------------------ */
+
+struct limits_cma_hdr {
+	struct limits_shm_hdr f;
+	_Alignas(64) _Atomic uint64_t client_pid, client_buf, server_pid, server_buf;
+};
+
+/* Copies len bytes of process pid at addr into dst, in as many calls as
+ * the kernel needs (one call moves at most 0x7ffff000 bytes). */
+static void limits_cma_read(pid_t pid, uint64_t addr, unsigned char *dst, uint64_t len)
+{
+	uint64_t done = 0;
+	while (done < len) {
+		struct iovec l = {dst + done, (size_t)(len - done)};
+		struct iovec r = {(void *)(uintptr_t)(addr + done), (size_t)(len - done)};
+		ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+		if (n <= 0)
+			twb_die_errno("process_vm_readv");
+		done += (uint64_t)n;
+	}
+}
+
+static void limits_cma_server(const twb_args *a)
+{
+	const twb_schedule *s = &a->sched;
+	uint64_t max = twb_schedule_max(s), seq = 0;
+	char name[64];
+	unsigned char *buf, *prev = NULL;
+	struct limits_cma_hdr *h;
+	twb_cursor c = {0, 0};
+
+	(void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* YAMA scope 1 */
+	snprintf(name, sizeof(name), "/twb-cma-%d", (int)getpid());
+	h = (struct limits_cma_hdr *)limits_shm_map(name, 0, true);
+	atomic_store(&h->server_pid, (uint64_t)getpid());
+	buf = a->policy == TWB_POLICY_REUSED ? twb_alloc_prefaulted(max) : NULL;
+	twb_ready(name);
+	limits_wait(&h->f.attached, 1);
+	shm_unlink(name);
+	pid_t peer = (pid_t)atomic_load(&h->client_pid);
+	for (; twb_cursor_valid(&c, s); twb_cursor_next(&c, s)) {
+		uint64_t len = s->sizes[c.idx];
+		limits_wait(&h->f.c2s, ++seq);
+		unsigned char *b = buf ? buf : twb_alloc_fresh(len);
+		if (!buf) { /* the client has read the last reply: it sent again */
+			free(prev);
+			prev = b;
+		}
+		limits_cma_read(peer, atomic_load(&h->client_buf), b, len);
+		twb_fault_apply(b, len);
+		atomic_store(&h->server_buf, (uint64_t)(uintptr_t)b);
+		atomic_store_explicit(&h->f.s2c, seq, memory_order_release);
+	}
+	limits_wait(&h->f.attached, 2); /* the client read the last reply */
+	munmap(h, LIMITS_SHM_DATA);
+	free(prev);
+	free(buf);
+}
+
+static void limits_cma_client(const twb_args *a)
+{
+	const twb_schedule *s = &a->sched;
+	uint64_t max = twb_schedule_max(s), seq = 0;
+	struct limits_cma_hdr *h = (struct limits_cma_hdr *)limits_shm_map(a->addr, 0, false);
+	unsigned char *sbuf = twb_alloc_prefaulted(max);
+	unsigned char *rbuf = a->policy == TWB_POLICY_REUSED ? twb_alloc_prefaulted(max) : NULL;
+	twb_results res;
+	twb_cursor c = {0, 0};
+
+	(void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+	atomic_store(&h->client_pid, (uint64_t)getpid());
+	atomic_store(&h->client_buf, (uint64_t)(uintptr_t)sbuf);
+	atomic_store_explicit(&h->f.attached, 1, memory_order_release);
+	pid_t peer = (pid_t)atomic_load(&h->server_pid);
+	twb_results_init(&res, s);
+	for (; twb_cursor_valid(&c, s); twb_cursor_next(&c, s)) {
+		uint64_t len = s->sizes[c.idx], t0, t1;
+		unsigned char *r;
+		twb_fill(sbuf, len, twb_seed(c.idx, c.iter));
+		t0 = twb_now_ns();
+		atomic_store_explicit(&h->f.c2s, ++seq, memory_order_release);
+		r = rbuf ? rbuf : twb_alloc_fresh(len);
+		limits_wait(&h->f.s2c, seq);
+		limits_cma_read(peer, atomic_load(&h->server_buf), r, len);
+		t1 = twb_now_ns();
+		twb_record(&res, &c, t0, t1, r, len);
+		if (!rbuf)
+			free(r);
+	}
+	atomic_store_explicit(&h->f.attached, 2, memory_order_release);
+	twb_results_write(&res, a, "shared sequence flags, spin (pause, sched_yield every 256 "
+	                  "spins); each side copies the message out of the other's buffer with "
+	                  "process_vm_readv: 1 copy per direction");
+	twb_results_free(&res);
+	munmap(h, LIMITS_SHM_DATA);
+	free(sbuf);
+	free(rbuf);
+}
+
 int main(int argc, char **argv)
 {
 	twb_args a;
@@ -338,8 +444,13 @@ int main(int argc, char **argv)
 			limits_shm_server(&a);
 		else
 			limits_shm_client(&a);
+	} else if (!strcmp(a.system, "cma")) {
+		if (a.role == TWB_ROLE_SERVER)
+			limits_cma_server(&a);
+		else
+			limits_cma_client(&a);
 	} else {
-		twb_die(2, "unknown --system '%s' (memcpy, tcp, unix, shm)", a.system);
+		twb_die(2, "unknown --system '%s' (memcpy, tcp, unix, shm, cma)", a.system);
 	}
 	return 0;
 }
