@@ -269,10 +269,19 @@ static void combo_unoffered(const twc_iut_info *who, const char *combo, char *wh
 
 /* A profile's exception for a run: "<id>@<combo>" first, then the plain id,
  * which holds on every combination. */
-static const char *profile_find(const twc_profile *p, const char *key, const char *id)
+static const char *profile_find(const twc_profile *p, const char *key, const char *id,
+                                const char *role)
 {
-	const char *x = twc_profile_find(p, key);
-	return x ? x : twc_profile_find(p, id);
+	const char *x = twc_profile_find(p, key, role);
+	return x ? x : twc_profile_find(p, id, role);
+}
+
+/* The side implementation `who` plays in run r (profile.h), or NULL. */
+static const char *run_role(const twc_result *r, const twc_iut_info *who)
+{
+	if (!r->peer)
+		return NULL;
+	return who == r->iut && who == r->peer ? "both" : who == r->iut ? "client" : "server";
 }
 
 /* Whether a battery run's IUT or peer lacks its combination (why says). */
@@ -1266,7 +1275,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 				 * adapter dying in a mixed pair. */
 				if (r->gone[0] && strcmp(r->gone, who[p]->name) != 0)
 					continue;
-				const char *x = profile_find(profiles[p], pkey, r->c->id);
+				const char *x = profile_find(profiles[p], pkey, r->c->id, run_role(r, who[p]));
 				if (x) {
 					char was[1024];
 					snprintf(was, sizeof(was), "%s", r->reason);
@@ -1281,7 +1290,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 			 * may pass because the other side did the part it gets wrong */
 			for (int p = 0; p < nwho; p++)
 				if (who[p] == r->iut && (!r->peer || r->peer == r->iut) &&
-				    profile_find(profiles[p], pkey, r->c->id))
+				    profile_find(profiles[p], pkey, r->c->id, run_role(r, who[p])))
 					fprintf(stderr, "tensorwire-conform: note: %s passes now; its %s profile "
 					                "exception can go\n", pkey, who[p]->impl);
 		}

@@ -16,6 +16,7 @@
 struct twc_profile {
 	size_t n;
 	char **glob;
+	char **role; /* "client", "server" or NULL (any) */
 	char **reason;
 	char sources[2048]; /* the files read, ", "-separated */
 };
@@ -55,6 +56,13 @@ static int profile_read(twc_profile *p, const char *path, char *err, unsigned lo
 			goto bad;
 		*sp++ = '\0';
 		char *rest = trim(sp);
+		const char *role = NULL;
+		if (!strncmp(rest, "role=client", 11) || !strncmp(rest, "role=server", 11)) {
+			if (!isspace((unsigned char)rest[11]))
+				goto bad;
+			role = rest[5] == 'c' ? "client" : "server";
+			rest = trim(rest + 11);
+		}
 		if (strncmp(rest, "XFAIL", 5) != 0 || !isspace((unsigned char)rest[5]))
 			goto bad;
 		char *reason = trim(rest + 5);
@@ -66,14 +74,20 @@ static int profile_read(twc_profile *p, const char *path, char *err, unsigned lo
 		char **nr = realloc(p->reason, (p->n + 1) * sizeof(char *));
 		if (nr)
 			p->reason = nr;
-		if (!ng || !nr)
+		char **nro = realloc(p->role, (p->n + 1) * sizeof(char *));
+		if (nro)
+			p->role = nro;
+		if (!ng || !nr || !nro)
 			goto bad;
+		p->role[p->n] = role ? strdup(role) : NULL;
 		p->glob[p->n] = strdup(glob);
 		p->reason[p->n] = strdup(reason);
 		p->n++;
 		continue;
 bad:
-		snprintf(err, errlen, "profile %s:%d: expected '<case glob> XFAIL <reason> -- <link>'",
+		snprintf(err, errlen,
+		         "profile %s:%d: expected '<case glob> [role=client|role=server] XFAIL <reason> "
+		         "-- <link>'",
 		         path, lineno);
 		free(line);
 		fclose(f);
@@ -119,11 +133,14 @@ const char *twc_profile_sources(const twc_profile *p)
 	return p && p->sources[0] ? p->sources : "none";
 }
 
-const char *twc_profile_find(const twc_profile *p, const char *id)
+const char *twc_profile_find(const twc_profile *p, const char *id, const char *role)
 {
-	for (size_t i = 0; p && i < p->n; i++)
+	for (size_t i = 0; p && i < p->n; i++) {
+		if (p->role[i] && (!role || (strcmp(role, "both") && strcmp(role, p->role[i]))))
+			continue;
 		if (fnmatch(p->glob[i], id, 0) == 0)
 			return p->reason[i];
+	}
 	return NULL;
 }
 
@@ -133,9 +150,11 @@ void twc_profile_free(twc_profile *p)
 		return;
 	for (size_t i = 0; i < p->n; i++) {
 		free(p->glob[i]);
+		free(p->role[i]);
 		free(p->reason[i]);
 	}
 	free(p->glob);
+	free(p->role);
 	free(p->reason);
 	free(p);
 }

@@ -10,6 +10,10 @@
  * A battery case run on another transport+channel than uv+basic (--combo)
  * is looked up as <case id>@<transport>+<channel> first, then by its plain
  * id (an exception without '@' holds on every combination).
+ * A pairwise case's exception may name the side the implementation's fault
+ * is on: "<glob> role=client XFAIL ..." (or role=server) excuses a run only
+ * where that implementation is the client (the server); where it is the
+ * other side, the failure is the peer's to answer for.
  * e.g.
  *   wire.bad_type_byte  XFAIL  aborts the process (uncaught exception)  --  docs/stock-bad-input.md
  */
@@ -29,8 +33,11 @@ twc_profile *twc_profile_load(const char *const *dirs, int ndirs, const char *im
 /* The files a profile was read from (", "-separated), or "none". */
 const char *twc_profile_sources(const twc_profile *p);
 
-/* The exception for case `id` ("reason -- link"), or NULL. */
-const char *twc_profile_find(const twc_profile *p, const char *id);
+/* The exception for case `id` ("reason -- link"), or NULL. role: the
+ * implementation's side in a pairwise run ("client", "server", "both" when
+ * it is both), or NULL for a single-IUT run; an exception with a role holds
+ * only where the role matches (never in a single-IUT run). */
+const char *twc_profile_find(const twc_profile *p, const char *id, const char *role);
 
 void twc_profile_free(twc_profile *p);
 

@@ -4,7 +4,8 @@
 # these will be fixed there; each is observed, not assumed (see
 # docs/stock-bad-input.md for the raw observations and how to reproduce them).
 #
-# Format: <case id or glob>  XFAIL  <reason>  --  <link>
+# Format: <case id or glob>  [role=client|role=server]  XFAIL  <reason>  --  <link>
+# (role: in a pairwise case, only where this implementation is that side)
 
 wire.close_before_hello       XFAIL  the listener dies when a connection closes before its hello; no further pipe is accepted (a port scan or health check is enough)  --  docs/stock-bad-input.md, wire.md 5.4 (5.4.a)
 wire.bad_type_byte            XFAIL  aborts the whole process: uncaught "Unexpected Encoding Type" on the loop thread  --  docs/stock-bad-input.md, wire.md 5.2 (5.2.b, 5.2.c)
@@ -51,7 +52,7 @@ rdma.gid_link_local_first     XFAIL  takes GID index 0, a link-local RoCE v1 ent
 rdma.no_srq                   XFAIL  aborts the whole process: ibv_create_srq's EOPNOTSUPP is thrown as std::system_error (common/ibv.h:172) when the context is created  --  wire.md 2.4.3, docs/stock-tensorpipe-findings.md F33 (T30)
 rdma.small_queues             XFAIL  aborts the whole process: its fixed queue sizes (2048 sends, 3072 completions) exceed the device's max_qp_wr/max_cqe, and the EINVAL is thrown (common/ibv.h:151)  --  wire.md 2.4.3 (2.4.3.d), docs/stock-tensorpipe-findings.md F33
 rdma.small_max_msg            XFAIL  RDMA writes of up to 2 MiB on a port whose max_msg_sz is 64 KiB: the write completes in error and the pipe ends (stock to stock: no verdict at all within the case's bound)  --  wire.md 2.4.3 (2.4.3.d), docs/stock-tensorpipe-findings.md F34 (H2)
-rdma.fork_stream              XFAIL  never calls ibv_fork_init: after its sending process forks, the device reads the pre-fork copies of its registered outbox, so the receiver gets stale bytes (a tensorwire receiver: "bad Descriptor"; a stock receiver: SIGSEGV in NopHolder<Descriptor>::read); a stock receiver of a tensorwire sender passes  --  wire.md 2.4.5, docs/stock-tensorpipe-findings.md F43 (T26)
+rdma.fork_stream              role=client XFAIL  never calls ibv_fork_init: after its sending process forks, the device reads the pre-fork copies of its registered outbox, so the receiver gets stale bytes (a tensorwire receiver: "bad Descriptor"; a stock receiver: SIGSEGV in NopHolder<Descriptor>::read); a stock receiver of a tensorwire sender passes  --  wire.md 2.4.5, docs/stock-tensorpipe-findings.md F43 (T26)
 semantic.packet_limit@ibv+*     XFAIL  aborts the whole process on ibv (simverbs) the same way: "len_ > outbox.getSize()" (common/ringbuffer_read_write_ops.h:288)  --  wire.md 2.5 (2.5.a), 2.3.3
 semantic.silent_peer_deadline    XFAIL  no operation deadline: a read_descriptor on a pipe whose peer is stopped (SIGSTOP) stays pending until the pipe is closed (the adapter reports operation_timeout_ms as unhonoured); stock has no liveness bound either (spec 5.8.a-b)  --  wire.md 5.8 (5.8.c)
 wire.registration_timeout        XFAIL  no handshake timeout: a server pipe whose client never opens its requested connections waits until it is closed, holding its registration ids and sockets (the adapter reports handshake_timeout_ms as unhonoured)  --  wire.md 3.8 (3.8.e) Stock deviates
