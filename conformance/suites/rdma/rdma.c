@@ -93,10 +93,12 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 		return twc_case_result(env, TWC_ERROR, "cannot write the simverbs configuration %s",
 		                       path);
 	static char ccmd[4 * PATH_MAX], scmd2[4 * PATH_MAX];
-	/* the adapters run through /bin/sh -c: assignments before the command */
+	/* more of the environment: after the configuration's "env NAME=path ",
+	 * or behind an "env" of its own (a runner may put "exec" in front) */
 	const char *more = sp->env ? sp->env : "";
-	snprintf(ccmd, sizeof(ccmd), "%s%s%s", prefix, more, env->iut_cmd);
-	snprintf(scmd2, sizeof(scmd2), "%s%s%s", prefix, more, scmd);
+	const char *env_word = more[0] && !prefix[0] ? "env " : "";
+	snprintf(ccmd, sizeof(ccmd), "%s%s%s%s", env_word, prefix, more, env->iut_cmd);
+	snprintf(scmd2, sizeof(scmd2), "%s%s%s%s", env_word, prefix, more, scmd);
 	printf("# client: %s\n# server: %s\n", ccmd, scmd2);
 	json_t *ctx = json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name", "ibv",
 	                        "kind", "ibv", "priority", 0, "channels", "name", "basic", "kind",
