@@ -382,7 +382,12 @@ tw_status_t tw__ring_read_all(tw_ring *r, void *buf, uint64_t len, bool *done_ou
 unsigned tw__ring_repair(tw_ring *r, bool *producer_seen)
 {
 	unsigned mended = 0;
-	if (__atomic_exchange_n(tw__ring_flag(r, TW_RING_CONSUMER), 0, __ATOMIC_ACQ_REL))
+	/* called on every look at an empty reactor: loads only, unless
+	 * something is wrong (a write would take the header's cache line from
+	 * the producers each time) */
+	uint8_t *cflag = tw__ring_flag(r, TW_RING_CONSUMER);
+	if (__atomic_load_n(cflag, __ATOMIC_ACQUIRE) &&
+	    __atomic_exchange_n(cflag, 0, __ATOMIC_ACQ_REL))
 		mended |= TW_RING_REPAIRED_CONSUMER_FLAG;
 	uint64_t head = tw__ring_load_marker(r, TW_RING_PRODUCER);
 	if (head - tw__ring_load_marker(r, TW_RING_CONSUMER) > r->capacity) {

@@ -206,15 +206,18 @@ static void shm_linger_drive(shm_conn *c)
 		tw_iov iov = { c->linger, c->linger_len };
 		tw_ring_writer w;
 		uint64_t moved;
-		bool done;
+		bool woken;
 		char d[TW_DETAIL_MAX];
 		if (tw__ring_writer_init(&w, &iov, 1, TW_WRITE_OBJECT, TW_RING_INBOX_CAPACITY, SHM_WHO,
 		                         d, sizeof(d)) == TW_OK &&
 		    tw__ring_write_some(&c->outbox, &w, 0, &moved, d, sizeof(d)) == TW_OK &&
-		    tw__ring_writer_done(&w) &&
-		    tw__shm_reactor_notify(&c->peer_reactor, c->peer_tokens[0], &done, d, sizeof(d)) !=
-		            TW_OK)
-			done = false; /* a broken reactor: the peer finds the frame when it looks */
+		    tw__ring_writer_done(&w)) {
+			/* best effort: with its reactor busy or broken, the peer finds
+			 * the frame the next time it looks at this inbox */
+			tw_status_t st = tw__shm_reactor_notify(&c->peer_reactor, c->peer_tokens[0], &woken,
+			                                        d, sizeof(d));
+			(void)st;
+		}
 	}
 	shm_linger_end(c);
 }
