@@ -26,8 +26,8 @@ static uint64_t tw__loop_spin_ns(const tw_loop *l)
 
 static void tw__loop_run_deferred(tw_loop *l)
 {
-	/* Run only what was queued before this pass: work deferred by these
-	 * functions runs in the next pass, so nothing can starve the loop. */
+	/* Run only what was queued before this round: work deferred by these
+	 * functions runs in the next round (tw__loop_on_idle bounds them). */
 	tw_deferred *d = l->def_head;
 	l->def_head = l->def_tail = NULL;
 	if (d && tw__loop_spin_ns(l))
@@ -46,7 +46,8 @@ static void tw__loop_check(tw_loop *l)
 {
 	uint64_t spin_ns = tw__loop_spin_ns(l);
 	bool spin = spin_ns && !l->finishing && uv_hrtime() - l->last_work_ns < spin_ns;
-	if (l->def_head == NULL && !l->posted_here && !spin && l->idle_active) {
+	if (l->def_head == NULL && l->yield_head == NULL && !l->posted_here && !spin &&
+	    l->idle_active) {
 		uv_idle_stop(&l->idle);
 		l->idle_active = false;
 	} else if (spin && !l->idle_active) {
@@ -83,10 +84,25 @@ static void tw__loop_run_posted(tw_loop *l)
 static void tw__loop_on_idle(uv_idle_t *h)
 {
 	tw_loop *l = h->data;
+	/* What gave way to I/O in the last pass (tw__loop_yield) runs first. */
+	if (l->yield_head) {
+		l->yield_tail->next = l->def_head;
+		if (!l->def_head)
+			l->def_tail = l->yield_tail;
+		l->def_head = l->yield_head;
+		l->yield_head = l->yield_tail = NULL;
+	}
 	bool work = l->posted_here || l->def_head;
-	if (l->posted_here)
-		tw__loop_run_posted(l);
-	tw__loop_run_deferred(l);
+	/* Rounds, each taking what the one before queued, until nothing is
+	 * left or the bound is reached: a chain of completions (a read, its
+	 * callback, the application's next call, its write) finishes in one
+	 * pass instead of one pass, and one epoll_wait, per link. The bound
+	 * keeps the sockets polled however much work keeps queueing more. */
+	for (int round = 0; round < TW_LOOP_ROUNDS && (l->posted_here || l->def_head); round++) {
+		if (l->posted_here)
+			tw__loop_run_posted(l);
+		tw__loop_run_deferred(l);
+	}
 	tw__loop_check(l);
 	/* A pass of busy polling that found nothing to do lets another thread
 	 * of this CPU run first (the peer we wait for may share it: without
@@ -259,6 +275,22 @@ void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 	}
 }
 
+void tw__loop_yield(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+{
+	d->next = NULL;
+	d->fn = fn;
+	d->arg = arg;
+	if (l->yield_tail)
+		l->yield_tail->next = d;
+	else
+		l->yield_head = d;
+	l->yield_tail = d;
+	if (!l->idle_active) {
+		uv_idle_start(&l->idle, tw__loop_on_idle);
+		l->idle_active = true;
+	}
+}
+
 void tw__loop_set_spin(tw_loop *l, uint64_t us)
 {
 	uint64_t want = us * 1000, have = tw__loop_spin_ns(l);
@@ -277,7 +309,7 @@ bool tw__loop_finish(tw_loop *l)
 {
 	if (l->finishing)
 		return true;
-	if (l->def_head)
+	if (l->def_head || l->yield_head)
 		return false;
 	pthread_mutex_lock(&l->mu);
 	if (l->posted_head) {

@@ -7,10 +7,13 @@
  *     loop thread posts, on the loop's next pass through its idle handle,
  *     without a wake-up). This is how public API calls are marshalled onto
  *     the loop.
- *   - deferred work (tw__loop_defer): loop-thread only; the function runs in
- *     a later pass of the loop, never inside the caller's stack. This is how
- *     every callback (ours to the application, and transports/channels to the
- *     core) is made "never inline".
+ *   - deferred work (tw__loop_defer): loop-thread only; the function runs
+ *     later, never inside the caller's stack: in the next round of the
+ *     loop's idle pass, which runs up to TW_LOOP_ROUNDS rounds before the
+ *     loop polls its sockets again. This is how every callback (ours to the
+ *     application, and transports/channels to the core) is made "never
+ *     inline". Work that must give way to I/O (a long copy in steps) uses
+ *     tw__loop_yield: the next pass, after the sockets were polled.
  *
  * Both queues are intrusive (the caller embeds a tw_deferred), so queueing
  * never allocates and never fails. The loop must not know what a context,
@@ -26,6 +29,9 @@
 #include <uv.h>
 
 #include "tensorwire/tensorwire.h"
+
+/* Rounds of deferred work per pass of the loop (tw__loop_defer). */
+#define TW_LOOP_ROUNDS 16
 
 typedef struct tw_deferred {
 	struct tw_deferred *next;
@@ -47,6 +53,8 @@ typedef struct tw_loop {
 	bool exited;                /* under mu: the thread returned from uv_run */
 	tw_deferred *def_head;      /* loop thread only */
 	tw_deferred *def_tail;
+	tw_deferred *yield_head;    /* loop thread only: tw__loop_yield, the next pass */
+	tw_deferred *yield_tail;
 	bool idle_active;
 	bool posted_here;           /* loop thread: it posted work since the queue was last run */
 	uint64_t spin_ns;           /* busy polling after work (0: off); atomic: set by any thread */
@@ -72,8 +80,14 @@ TW_NODISCARD bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), 
  * (directly if already on the loop thread). False if the loop has finished. */
 TW_NODISCARD bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg);
 
-/* Loop thread: runs fn(arg) in a later pass of the loop. */
+/* Loop thread: runs fn(arg) later, in the next round of the loop's pass
+ * (after what was deferred before it), never inside the caller's stack. */
 void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
+
+/* Loop thread: runs fn(arg) in the next pass of the loop, after it has
+ * polled its sockets: for work done in steps that must not keep I/O waiting
+ * (each step yields). */
+void tw__loop_yield(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
 
 /* Any thread: after any posted or deferred work has run, the loop keeps
  * polling (epoll_wait with no timeout, through its idle handle) for `us`

@@ -278,12 +278,16 @@ static tw_status_t cma_send(tw_channel *base, const tw_buffer *buf, tw_channel_c
 
 static void cma_copy_step(void *arg);
 
-static void cma_schedule(cma_channel *ch)
+/* The next copy step: at once in the loop's pass, or, after a step that
+ * copied (`yield`), in its next pass, so that a long copy lets the loop
+ * poll its sockets between steps of CMA_COPY_BUDGET. */
+static void cma_schedule(cma_channel *ch, bool yield)
 {
 	if (!ch->copying && !tw__list_empty(&ch->copies)) {
 		ch->copying = true;
 		ch->refs++;
-		tw__loop_defer(ch->base.ctx->env->loop, &ch->copy_dfr, cma_copy_step, ch);
+		(yield ? tw__loop_yield : tw__loop_defer)(ch->base.ctx->env->loop, &ch->copy_dfr,
+		                                          cma_copy_step, ch);
 	}
 }
 
@@ -310,7 +314,7 @@ static void cma_copy_step(void *arg)
 		tw__list_remove(&op->link);
 		cma_fail_op(op, ch->failed, ch->failed_detail);
 		cma_settle(op);
-		cma_schedule(ch);
+		cma_schedule(ch, false);
 		cma_unref(ch);
 		return;
 	}
@@ -342,7 +346,7 @@ static void cma_copy_step(void *arg)
 		tw__list_remove(&op->link);
 		cma_fail_op(op, ch->failed, ch->failed_detail);
 		cma_settle(op);
-		cma_schedule(ch);
+		cma_schedule(ch, false);
 		cma_unref(ch);
 		return;
 	}
@@ -356,7 +360,7 @@ static void cma_copy_step(void *arg)
 			cma_settle(op);
 		}
 	}
-	cma_schedule(ch);
+	cma_schedule(ch, true);
 	cma_unref(ch);
 }
 
@@ -397,7 +401,7 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 		return;
 	}
 	tw__list_push_back(&ch->copies, &op->link);
-	cma_schedule(ch);
+	cma_schedule(ch, false);
 }
 
 static void cma_on_inline_piece(tw_conn *c, tw_status_t st, const char *detail, void *buf,
