@@ -2,7 +2,8 @@
  * fault_sweep_test.c - "fail the Nth call" sweeps over the library's fault
  * points (platform/fault_points.h), SQLite-style: for N = 1, 2, ... a child
  * process runs a small but complete scenario (listen, connect, handshake, a
- * message with a payload and a tensor without target device, close) with
+ * message with a payload, a tensor with a target device and one without,
+ * close) with
  * TW_FAULTS=<point>:<N>, until a run where the point never fired. Each run
  * must end with an allowed outcome: every API call either succeeds or fails
  * with a status and detail, every armed callback fires exactly once, nothing
@@ -49,9 +50,10 @@ static int scenario(void)
 	tu_rec acc, est, w, d, r;
 	tu_rec_init(&acc), tu_rec_init(&est), tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
 	bool armed_acc = false, armed_est = false, armed_w = false, armed_d = false, armed_r = false;
-	uint8_t pay[300], ten[2000], rpay[300], rten[2000];
+	uint8_t pay[300], ten[2000], ten2[700], rpay[300], rten[2000], rten2[700];
 	tu_fill_at(pay, sizeof(pay), 1);
 	tu_fill_at(ten, sizeof(ten), 2);
+	tu_fill_at(ten2, sizeof(ten2), 3);
 
 	if (tw_context_create("s", &s) != TW_OK)
 		goto out;
@@ -76,8 +78,15 @@ static int scenario(void)
 	if (tw_pipe_on_established(cp, tu_on_status, &est) == TW_OK)
 		armed_est = true;
 	tw_payload p = { pay, sizeof(pay), NULL, 0 };
-	tw_tensor t = { ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL };
-	tw_message m = { "m", 1, 1, &p, 1, &t };
+	/* one tensor whose target device is named (its bytes go at once, and
+	 * wait unread on the server's channel connection until the read: the
+	 * transport's end watch sees them) and one without (the receiver
+	 * answers with a DescriptorReply first) */
+	tw_tensor t[2] = {
+		{ ten2, sizeof(ten2), tw_device_cpu(), true, tw_device_cpu(), NULL, 0, NULL },
+		{ ten, sizeof(ten), tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL },
+	};
+	tw_message m = { "m", 1, 1, &p, 2, t };
 	if (tw_pipe_write(cp, &m, tu_on_status, &w) != TW_OK)
 		goto out; /* no message: nothing more to wait for */
 	armed_w = true;
@@ -89,9 +98,11 @@ static int scenario(void)
 	armed_d = true;
 	if (!wait_unless_failed(&d, &est, &w))
 		goto out;
+	/* the named tensor's bytes sit unread meanwhile (see above) */
+	usleep(20000);
 	void *pays[1] = { rpay };
-	tw_tensor_allocation ta = { rten, tw_device_cpu(), NULL };
-	tw_allocation a = { 1, pays, 1, &ta };
+	tw_tensor_allocation ta[2] = { { rten2, tw_device_cpu(), NULL }, { rten, tw_device_cpu(), NULL } };
+	tw_allocation a = { 1, pays, 2, ta };
 	if (tw_pipe_read(acc.pipe, &a, tu_on_status, &r) != TW_OK)
 		goto out;
 	armed_r = true;
@@ -99,6 +110,7 @@ static int scenario(void)
 		/* If it says it worked, the bytes must be right. */
 		CHECK(memcmp(rpay, pay, sizeof(pay)) == 0);
 		CHECK(memcmp(rten, ten, sizeof(ten)) == 0);
+		CHECK(memcmp(rten2, ten2, sizeof(ten2)) == 0);
 	}
 out:
 	/* Close everything; then every armed callback has fired exactly once. */

@@ -33,7 +33,13 @@
  * is empty, the socket is polled for readability and then peeked at (1 byte,
  * MSG_PEEK): 0 means the peer closed with nothing left unread, an error is a
  * reset; bytes waiting stop the readability polling until a read is queued,
- * because only a read can move past them. While bytes wait unread (in the
+ * because only a read can move past them. The peek waits for a second
+ * readability report: the first is usually the data the read queued in the
+ * loop's next pass is for (a channel's bytes arrive behind the pipe's
+ * Descriptor), and taking it then costs no peek and no two changes of what
+ * is polled (each a pair of epoll_ctl calls in libuv). Level-triggered
+ * polling repeats the report at the loop's next pass, so an end is seen one
+ * pass later at most. While bytes wait unread (in the
  * socket or the read buffer) and no read is queued, the socket is polled for
  * UV_DISCONNECT instead (EPOLLRDHUP: the peer's FIN, seen without reading;
  * a reset still shows as POLLERR): that is the hang-up, reported once, after
@@ -118,6 +124,7 @@ struct tcp_conn {
 	bool write_full;
 	/* the end watch */
 	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
+	uint8_t watch_reports; /* readability reports while the watch polls (it peeks at the second) */
 	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
 	tw_conn_opts opts;
 	bool connected;       /* the connect completed (accepted: always) */
@@ -584,6 +591,7 @@ static void tcp_drive_reads(tcp_conn *c)
 static tw_status_t tcp_queue_read(tcp_conn *c, tcp_op *op)
 {
 	c->watch_saw_data = false; /* the read moves past whatever the watch saw */
+	c->watch_reports = 0;
 	if (tw__conn_queue(&c->core, &op->op, false))
 		tcp_drive(c);
 	return TW_OK;
@@ -645,6 +653,12 @@ static void tcp_drive_hangup(tcp_conn *c)
 static void tcp_drive_watch(tcp_conn *c)
 {
 	while (c->core.phase == TW_CONN_OPEN && tcp_watch_polls(c) && !c->read_drained) {
+		/* One pass of grace (see the file comment): the first report
+		 * waits for the next, which level-triggered polling brings on
+		 * the loop's next pass unless a read took the bytes meanwhile. */
+		if (c->watch_reports < 2)
+			return;
+		c->watch_reports = 0;
 		ssize_t r = tw__sys_peek(c->fd);
 		if (r > 0) {
 			c->watch_saw_data = true;
@@ -742,8 +756,11 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		c->hup_seen = true;
 		c->read_drained = false;
 	}
-	if (events & UV_READABLE)
+	if (events & UV_READABLE) {
 		c->read_drained = false;
+		if (tcp_watch_polls(c) && c->watch_reports < 2)
+			c->watch_reports++;
+	}
 	if (events & UV_WRITABLE)
 		c->write_full = false;
 	if (c->core.phase == TW_CONN_SETUP && (events & UV_WRITABLE))
