@@ -121,8 +121,8 @@ static void twd_copy(void *dst, const void *src, uint64_t len, bool to_device)
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
-	/* "<transport>-<channel>[-spin][-td]": -spin asks the transport (uv or
-	 * shm) to busy-poll for 100 ms after the last activity (option
+	/* "<transport>-<channel>[-spin][-td]": -spin asks the transport (uv,
+	 * shm or ibv) to busy-poll for 100 ms after the last activity (option
 	 * busy_poll_us), as stock's shm spins;
 	 * -td: every tensor names its target device (twd_target) */
 	char sys[64], channel[32];

@@ -66,6 +66,8 @@ const twr_system twr_systems[] = {
 	 true, false, NULL, NULL},
 	{"tw-ibv-basic", "tensorwire ibv+basic", G_TW, "twb-tw", "ibv-basic", false, true, false,
 	 "tp-ibv-basic", NULL},
+	{"tw-ibv-basic-spin", "tensorwire ibv+basic, busy_poll_us=100000", G_TW, "twb-tw",
+	 "ibv-basic-spin", false, true, false, "tp-ibv-basic", NULL},
 	{"tw-uv-cuda_basic", "tensorwire uv+cuda_basic, cuda:0 tensors", G_TW, "twb-tw",
 	 "uv-cuda_basic", false, false, false, "torchrpc-uv-cuda_basic", NULL},
 	{"tw-uv-cuda_ipc", "tensorwire uv+cuda_ipc, cuda:0 tensors", G_TW, "twb-tw", "uv-cuda_ipc",

@@ -190,13 +190,15 @@ TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_ou
  * accepts from a peer before failing that pipe with TW_ERR_PROTO (default
  * 64 MiB; the last registration that sets it wins; payload and tensor frames
  * are not limited by it). Must be called before the first listen or connect.
- * Opt-in busy polling, "busy_poll_us=N" (uv and shm; 0 = off, the default):
+ * Opt-in busy polling, "busy_poll_us=N" (uv, shm and ibv; 0 = off, the default):
  * after work, the context's loop thread polls for N microseconds instead of
  * sleeping, so a message that arrives meanwhile costs no wake-up; that
  * thread uses a whole CPU while it polls, and two polling peers pinned to
  * one CPU slow each other down badly. On uv the bound is the context's (the
  * longest asked for by a registered transport that carries a connection
- * wins).
+ * wins). On ibv the completion queues are polled unarmed for the bound, so
+ * a completion costs no event (a read of the completion channel and a
+ * re-arm, each a system call on rxe).
  * Names starting with "tensorwire." are reserved (spec/wire.md 8.1) and
  * refused with TW_ERR_INVAL.
  * Returns TW_ERR_UNSUPPORTED (with the reason) if the kind is not viable on

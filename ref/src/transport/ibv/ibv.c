@@ -65,6 +65,7 @@
 #include "transport/ibv/ibv.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -157,6 +158,7 @@ struct ib_conn {
 	/* closed with RDMA writes in flight: kept until they land */
 	bool lingering;
 	tw_list linger_link;
+	tw_list cq_link; /* in the transport's `cqs` from its completion queue on */
 };
 
 struct ib_transport {
@@ -172,12 +174,21 @@ struct ib_transport {
 	uint64_t answer_wait_ms;
 	char describe[TW_DETAIL_MAX];
 	tw_list lingering; /* closed connections whose writes are landing */
+	tw_list cqs;       /* every connection that has a completion queue */
+	/* busy polling (option busy_poll_us; 0: off): after activity the loop
+	 * polls every completion queue on each pass, unarmed, for busy_ns */
+	uint64_t busy_ns;
+	uint64_t last_ns;
+	uv_idle_t spin;
+	bool spin_init;
+	bool spinning;
 };
 
 static const tw_conn_ops ib_conn_ops;
 
 static void ib_drive(ib_conn *c);
 static void ib_update_poll(ib_conn *c);
+static void ib_kick(ib_transport *t);
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -244,6 +255,8 @@ static void ib_fail_errno(ib_conn *c, const char *what, int err)
 static void ib_free_conn(tw_conn_core *core)
 {
 	ib_conn *c = (ib_conn *)core;
+	if (tw__list_linked(&c->cq_link))
+		tw__list_remove(&c->cq_link);
 	if (c->qp)
 		(void)ibv_destroy_qp(c->qp);
 	if (c->cq)
@@ -406,6 +419,7 @@ static void ib_post_writes(ib_conn *c)
 		}
 		c->sent += n;
 		c->sq_used++;
+		ib_kick(t);
 	}
 }
 
@@ -426,6 +440,7 @@ static void ib_post_credit(ib_conn *c)
 		ib_fail_verb(c, "ibv_post_send (credit)", rc);
 		return;
 	}
+	ib_kick(c->t);
 	c->credit_owed = 0;
 	c->sq_used++;
 }
@@ -603,25 +618,88 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 		c->landed += wc->wr_id >> 1;
 }
 
-/* Drains the connection's completion queue (and re-arms it first, so no
- * completion arriving meanwhile goes unnoticed). */
-static void ib_drain_cq(ib_conn *c)
+/* Drains the connection's completion queue, re-arming it first (so no
+ * completion arriving meanwhile goes unnoticed) unless the loop is busy
+ * polling (it looks again on its next pass). Returns the completions. */
+static unsigned ib_drain_cq(ib_conn *c)
 {
 	if (c->core.phase == TW_CONN_CLOSED && !c->t->srq && !c->lingering)
-		return;
-	int rc = ibv_req_notify_cq(c->cq, 0);
-	if (rc != 0 && !tw__conn_done(&c->core)) {
-		ib_fail_verb(c, "ibv_req_notify_cq", rc);
-		return;
+		return 0;
+	if (!c->t->spinning) {
+		int rc = ibv_req_notify_cq(c->cq, 0);
+		if (rc != 0 && !tw__conn_done(&c->core)) {
+			ib_fail_verb(c, "ibv_req_notify_cq", rc);
+			return 0;
+		}
 	}
 	struct ibv_wc wc[IBV_POLL_BATCH];
 	int n;
-	while ((n = ibv_poll_cq(c->cq, IBV_POLL_BATCH, wc)) > 0)
+	unsigned got = 0;
+	while ((n = ibv_poll_cq(c->cq, IBV_POLL_BATCH, wc)) > 0) {
+		got += (unsigned)n;
 		for (int i = 0; i < n; i++)
 			ib_on_completion(c, &wc[i]);
+	}
 	if (n < 0 && !tw__conn_done(&c->core))
 		ib_fail(c, TW_ERR_SYS, IBV_WHO ": ibv_poll_cq on %s (peer %s) failed", ib_dev(c),
 		        c->core.peer);
+	return got;
+}
+
+/* ---- busy polling (option busy_poll_us) ---- */
+
+static void ib_on_spin(uv_idle_t *h);
+
+/* Activity (a completion, a post): polling goes on for busy_ns from now. */
+static void ib_kick(ib_transport *t)
+{
+	if (!t->busy_ns)
+		return;
+	t->last_ns = uv_hrtime();
+	if (t->spinning)
+		return;
+	if (!t->spin_init) {
+		uv_idle_init(&t->base.loop->uv, &t->spin);
+		t->spin.data = t;
+		t->spin_init = true;
+	}
+	uv_idle_start(&t->spin, ib_on_spin);
+	t->spinning = true;
+}
+
+/* Drains every completion queue (re-armed while not spinning) and drives
+ * the connections that had completions. */
+static unsigned ib_drain_all(ib_transport *t)
+{
+	unsigned got = 0;
+	for (tw_list *n = t->cqs.next; n != &t->cqs; n = n->next) {
+		ib_conn *c = TW_CONTAINER_OF(n, ib_conn, cq_link);
+		unsigned k = ib_drain_cq(c);
+		got += k;
+		if (k && !tw__conn_done(&c->core))
+			ib_drive(c);
+	}
+	return got;
+}
+
+/* A pass of the loop while busy polling. When the bound has passed with
+ * nothing, every queue is armed again (and drained: a completion between
+ * the last look and the arming raises no event). */
+static void ib_on_spin(uv_idle_t *h)
+{
+	ib_transport *t = h->data;
+	uint64_t now = uv_hrtime();
+	if (ib_drain_all(t)) {
+		t->last_ns = now;
+	} else if (now - t->last_ns > t->busy_ns) {
+		uv_idle_stop(&t->spin);
+		t->spinning = false;
+		ib_drain_all(t);
+	} else {
+		/* nothing this pass: another thread of this CPU first (the peer
+		 * may share it; tw__loop_on_idle does the same) */
+		sched_yield();
+	}
 }
 
 /* The completion channel is readable: each event names one connection's
@@ -639,6 +717,7 @@ static void ib_on_channel(uv_poll_t *h, int status, int events)
 			break; /* EAGAIN: nothing more */
 		ibv_ack_cq_events(cq, 1);
 		ib_conn *c = ctx;
+		ib_kick(t);
 		ib_drain_cq(c);
 		if (!tw__conn_done(&c->core))
 			ib_drive(c);
@@ -995,6 +1074,8 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 	char eb[128];
 	c->cq = ibv_create_cq(t->ch.ctx, (int)t->cq_depth, c, t->chan, 0);
 	int err = c->cq ? 0 : errno;
+	if (c->cq)
+		tw__list_push_back(&t->cqs, &c->cq_link);
 	if (!err && (err = ibv_req_notify_cq(c->cq, 0)) != 0)
 		verb = "ibv_req_notify_cq";
 	if (!err) {
@@ -1162,6 +1243,7 @@ typedef struct ib_opts {
 	char hca[128];
 	uint64_t gid_index; /* UINT64_MAX: choose */
 	uint64_t answer_wait_ms;
+	uint64_t busy_poll_us;
 	bool srq;
 	bool fork_safe;
 } ib_opts;
@@ -1194,6 +1276,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 		{ "srq", TW_OPT_BOOL, offsetof(ib_opts, srq), 0, 0, 0 },
 		{ "fork_safe", TW_OPT_BOOL, offsetof(ib_opts, fork_safe), 0, 0, 0 },
 		{ "answer_wait_ms", TW_OPT_U64, offsetof(ib_opts, answer_wait_ms), 0, 0, 60000 },
+		{ "busy_poll_us", TW_OPT_U64, offsetof(ib_opts, busy_poll_us), 0, 0, 10000000 },
 	};
 	memset(o, 0, sizeof(*o));
 	o->gid_index = UINT64_MAX;
@@ -1234,7 +1317,9 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->base.ops = &tw__ibv_transport_ops;
 	t->base.loop = loop;
 	t->answer_wait_ms = o.answer_wait_ms;
+	t->busy_ns = o.busy_poll_us * 1000;
 	tw__list_init(&t->lingering);
+	tw__list_init(&t->cqs);
 	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,
 	                    detail_len);
 	if (st != TW_OK) {
@@ -1356,6 +1441,9 @@ static void ib_shutdown(tw_transport *base)
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
 	if (t->chan_poll_on)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
+	if (t->spin_init)
+		uv_close((uv_handle_t *)&t->spin, ib_on_chan_closed);
+	t->spinning = false;
 }
 
 static void ib_destroy(tw_transport *base)
