@@ -259,36 +259,33 @@ bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 	return true;
 }
 
-void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+/* Loop thread: appends to one of the loop-thread queues and makes sure
+ * the idle handle takes it. */
+static void tw__loop_enqueue(tw_loop *l, tw_deferred **head, tw_deferred **tail, tw_deferred *d,
+                             void (*fn)(void *), void *arg)
 {
 	d->next = NULL;
 	d->fn = fn;
 	d->arg = arg;
-	if (l->def_tail)
-		l->def_tail->next = d;
+	if (*tail)
+		(*tail)->next = d;
 	else
-		l->def_head = d;
-	l->def_tail = d;
+		*head = d;
+	*tail = d;
 	if (!l->idle_active) {
 		uv_idle_start(&l->idle, tw__loop_on_idle);
 		l->idle_active = true;
 	}
 }
 
+void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+{
+	tw__loop_enqueue(l, &l->def_head, &l->def_tail, d, fn, arg);
+}
+
 void tw__loop_yield(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 {
-	d->next = NULL;
-	d->fn = fn;
-	d->arg = arg;
-	if (l->yield_tail)
-		l->yield_tail->next = d;
-	else
-		l->yield_head = d;
-	l->yield_tail = d;
-	if (!l->idle_active) {
-		uv_idle_start(&l->idle, tw__loop_on_idle);
-		l->idle_active = true;
-	}
+	tw__loop_enqueue(l, &l->yield_head, &l->yield_tail, d, fn, arg);
 }
 
 void tw__loop_set_spin(tw_loop *l, uint64_t us)
