@@ -62,6 +62,8 @@ struct sv_chan_event {
 struct sv_cm_chan {
 	struct rdma_event_channel ch;
 	struct sv_chan_event *head, *tail;
+	bool dead;                 /* destroyed: kept, never reused (see below) */
+	struct sv_cm_chan *next_dead;
 };
 
 struct sv_id {
@@ -132,17 +134,43 @@ EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	return &c->ch;
 }
 
+/* Destroyed channels. An application may destroy a channel while another
+ * of its threads is inside rdma_get_cm_event on it (rping does, at exit):
+ * librdmacm's event read is one system call on the channel's descriptor,
+ * so it never touches the channel's memory after the call returns, and
+ * neither may ours, which takes the event from the channel's queue after
+ * its eventfd says one is there. So a destroyed channel's memory is kept
+ * (a few dozen bytes per channel a process ever destroys) and marked dead.
+ * A reader that wakes on it then waits until the process exits, as one
+ * blocked in the kernel on the descriptor it holds would. So does a call
+ * made after the destroy: librdmacm has freed the channel by then (the
+ * call is undefined), and rping's event thread makes it when the main
+ * thread's teardown is quicker than its own loop back; failing it would
+ * make rping exit with an error that real hardware's timing hides. */
+static struct sv_cm_chan *dead_chans;
+
+static void sv_cm_wait_forever(void)
+{
+	for (;;)
+		pause();
+}
+
 EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct sv_cm_chan *c = (struct sv_cm_chan *)channel;
+	pthread_mutex_lock(&cm_lock);
 	struct sv_chan_event *e = c->head;
+	c->head = c->tail = NULL;
+	c->dead = true;
+	c->next_dead = dead_chans;
+	dead_chans = c;
+	pthread_mutex_unlock(&cm_lock);
 	while (e) {
 		struct sv_chan_event *n = e->next;
 		free(e);
 		e = n;
 	}
 	close(channel->fd);
-	free(c);
 }
 
 /* caller holds cm_lock */
@@ -150,7 +178,7 @@ static void post_event(struct sv_id *id, struct sv_id *listen, enum rdma_cm_even
 		       int status, const struct cm_msg *m)
 {
 	struct sv_cm_chan *c = (struct sv_cm_chan *)id->id.channel;
-	if (!c)
+	if (!c || c->dead)
 		return;
 	struct sv_chan_event *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -210,10 +238,19 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 {
 	struct sv_cm_chan *c = (struct sv_cm_chan *)channel;
 	uint64_t v;
+	pthread_mutex_lock(&cm_lock);
+	bool dead = c->dead;
+	pthread_mutex_unlock(&cm_lock);
+	if (dead) /* a call after the destroy (see dead_chans) */
+		sv_cm_wait_forever();
 	if (read(channel->fd, &v, sizeof(v)) != sizeof(v))
 		return -1; /* EAGAIN when the application made the fd non-blocking */
 again:
 	pthread_mutex_lock(&cm_lock);
+	if (c->dead) { /* destroyed while this call waited (see dead_chans) */
+		pthread_mutex_unlock(&cm_lock);
+		sv_cm_wait_forever();
+	}
 	struct sv_chan_event *e = c->head;
 	if (e) {
 		c->head = e->next;
