@@ -8,9 +8,15 @@
  *   spin    with busy polling asked for, the loop thread stays awake
  *           (polls) for the bound after work, then sleeps again; without
  *           it, it sleeps at once
+ *   rounds  a chain of deferred work (each link deferring the next) runs
+ *           TW_LOOP_ROUNDS links before the loop polls its descriptors
+ *           again, not one: a readable descriptor's callback comes after
+ *           link TW_LOOP_ROUNDS, and then again before the chain's end
+ *           (the bound lets I/O in); yielded work runs only after a poll
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,16 +231,123 @@ static void case_spin(void)
 	printf("ok - spin\n");
 }
 
+/* ---- rounds ---------------------------------------------------------------------- */
+
+enum { CHAIN = 3 * TW_LOOP_ROUNDS + 5 };
+
+struct rounds {
+	tw_loop loop;
+	uv_poll_t poll;
+	int fds[2];
+	tw_deferred links[CHAIN];
+	tw_deferred yielded;
+	int done;          /* links run so far */
+	int polled_at[8];  /* `done` at each poll callback */
+	int polls;
+	int yield_done_at; /* `done` when the yielded work ran (-1: not yet) */
+	int yield_polls;   /* polls seen by then */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool finished;
+};
+
+static void rounds_link(void *arg);
+
+static void rounds_on_poll(uv_poll_t *h, int status, int events)
+{
+	(void)status;
+	(void)events;
+	struct rounds *r = h->data;
+	if (r->polls < 8)
+		r->polled_at[r->polls] = r->done;
+	r->polls++;
+}
+
+static void rounds_on_yield(void *arg)
+{
+	struct rounds *r = arg;
+	r->yield_done_at = r->done;
+	r->yield_polls = r->polls;
+}
+
+static void rounds_closed(uv_handle_t *h)
+{
+	struct rounds *r = h->data;
+	pthread_mutex_lock(&r->mu);
+	r->finished = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void rounds_link(void *arg)
+{
+	struct rounds *r = arg;
+	r->done++;
+	if (r->done == 1) /* from an idle pass: runs in the next one */
+		tw__loop_yield(&r->loop, &r->yielded, rounds_on_yield, r);
+	if (r->done < CHAIN) {
+		tw__loop_defer(&r->loop, &r->links[r->done], rounds_link, r);
+		return;
+	}
+	uv_poll_stop(&r->poll);
+	uv_close((uv_handle_t *)&r->poll, rounds_closed);
+}
+
+/* On the loop thread: a descriptor that stays readable is polled, and the
+ * chain starts (its first link yields a piece of work). */
+static void rounds_begin(void *arg)
+{
+	struct rounds *r = arg;
+	CHECK(uv_poll_init(&r->loop.uv, &r->poll, r->fds[0]) == 0);
+	r->poll.data = r;
+	CHECK(uv_poll_start(&r->poll, UV_READABLE, rounds_on_poll) == 0);
+	tw__loop_defer(&r->loop, &r->links[0], rounds_link, r);
+}
+
+static void case_rounds(void)
+{
+	static struct rounds r;
+	r.yield_done_at = -1;
+	pthread_mutex_init(&r.mu, NULL);
+	pthread_cond_init(&r.cv, NULL);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, r.fds) == 0);
+	CHECK(write(r.fds[1], "x", 1) == 1); /* readable until the end */
+	start(&r.loop);
+	CHECK(tw__loop_call_sync(&r.loop, rounds_begin, &r));
+	pthread_mutex_lock(&r.mu);
+	while (!r.finished)
+		pthread_cond_wait(&r.cv, &r.mu);
+	pthread_mutex_unlock(&r.mu);
+	stop(&r.loop);
+	printf("# a chain of %d deferred links, a descriptor readable all along: polled %d times, "
+	       "the first after link %d, the second after link %d; the yielded work ran after "
+	       "link %d and %d polls\n", CHAIN, r.polls, r.polled_at[0],
+	       r.polls > 1 ? r.polled_at[1] : -1, r.yield_done_at, r.yield_polls);
+	/* the first poll comes once the first pass's rounds are over */
+	CHECK(r.polls >= 2);
+	CHECK(r.polled_at[0] == TW_LOOP_ROUNDS);
+	/* the bound lets I/O in before the chain is over */
+	CHECK(r.polled_at[1] == 2 * TW_LOOP_ROUNDS);
+	/* yielded work waits for the next pass, after a poll */
+	CHECK(r.yield_polls == 1);
+	CHECK(r.yield_done_at == TW_LOOP_ROUNDS);
+	close(r.fds[0]);
+	close(r.fds[1]);
+	printf("ok - rounds\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: loop_test order|spin\n");
+		fprintf(stderr, "usage: loop_test order|spin|rounds\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "order"))
 		case_order();
 	else if (!strcmp(argv[1], "spin"))
 		case_spin();
+	else if (!strcmp(argv[1], "rounds"))
+		case_rounds();
 	else
 		return 2;
 	return 0;
