@@ -179,9 +179,8 @@ struct ib_transport {
 	 * polls every completion queue on each pass, unarmed, for busy_ns */
 	uint64_t busy_ns;
 	uint64_t last_ns;
-	uv_idle_t spin;
+	uv_idle_t spin; /* active while polling (ib_spinning) */
 	bool spin_init;
-	bool spinning;
 };
 
 static const tw_conn_ops ib_conn_ops;
@@ -189,6 +188,12 @@ static const tw_conn_ops ib_conn_ops;
 static void ib_drive(ib_conn *c);
 static void ib_update_poll(ib_conn *c);
 static void ib_kick(ib_transport *t);
+
+/* The loop polls the completion queues (busy polling): they stay unarmed. */
+static bool ib_spinning(const ib_transport *t)
+{
+	return t->spin_init && uv_is_active((const uv_handle_t *)&t->spin);
+}
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -625,7 +630,7 @@ static unsigned ib_drain_cq(ib_conn *c)
 {
 	if (c->core.phase == TW_CONN_CLOSED && !c->t->srq && !c->lingering)
 		return 0;
-	if (!c->t->spinning) {
+	if (!ib_spinning(c->t)) {
 		int rc = ibv_req_notify_cq(c->cq, 0);
 		if (rc != 0 && !tw__conn_done(&c->core)) {
 			ib_fail_verb(c, "ibv_req_notify_cq", rc);
@@ -656,7 +661,7 @@ static void ib_kick(ib_transport *t)
 	if (!t->busy_ns)
 		return;
 	t->last_ns = uv_hrtime();
-	if (t->spinning)
+	if (ib_spinning(t))
 		return;
 	if (!t->spin_init) {
 		uv_idle_init(&t->base.loop->uv, &t->spin);
@@ -664,7 +669,6 @@ static void ib_kick(ib_transport *t)
 		t->spin_init = true;
 	}
 	uv_idle_start(&t->spin, ib_on_spin);
-	t->spinning = true;
 }
 
 /* Drains every completion queue (re-armed while not spinning) and drives
@@ -693,7 +697,6 @@ static void ib_on_spin(uv_idle_t *h)
 		t->last_ns = now;
 	} else if (now - t->last_ns > t->busy_ns) {
 		uv_idle_stop(&t->spin);
-		t->spinning = false;
 		ib_drain_all(t);
 	} else {
 		/* nothing this pass: another thread of this CPU first (the peer
@@ -1441,9 +1444,9 @@ static void ib_shutdown(tw_transport *base)
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
 	if (t->chan_poll_on)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
+	t->busy_ns = 0; /* no kick restarts the handle being closed */
 	if (t->spin_init)
 		uv_close((uv_handle_t *)&t->spin, ib_on_chan_closed);
-	t->spinning = false;
 }
 
 static void ib_destroy(tw_transport *base)
