@@ -10,5 +10,5 @@ for preset in ci ci-tsan; do
   echo "=== test.sh: preset $preset ==="
   cmake --preset "$preset"
   cmake --build --preset "$preset" -j "$jobs"
-  ctest --preset "$preset" -j "$jobs"
+  ctest --preset "$preset" -j "$jobs" || { rc=$?; bash ci/recap.sh "build/$preset"; exit $rc; }
 done
