@@ -296,13 +296,15 @@ static int raw_ibv_open(raw_ibv *p, const char *url, char *why, size_t len)
 
 /* Takes completions for up to ms: receives (immediates into our inbox, or
  * the IUT's credits) are counted and re-posted; returns once the send
- * `want` completed (0) or failed (its status, > 0), or -1 on the bound. */
+ * `want` completed (0) or failed (its status, > 0), or -1 on the bound.
+ * Every completion of a batch is taken before returning: a receive polled
+ * together with the awaited send is counted too. */
 static int pump(raw_ibv *p, uint64_t want, int ms)
 {
 	long long end = now_ms() + ms;
 	for (;;) {
 		struct ibv_wc wc[16];
-		int n = ibv_poll_cq(p->cq, 16, wc);
+		int n = ibv_poll_cq(p->cq, 16, wc), verdict = -1;
 		for (int i = 0; i < n; i++) {
 			if (wc[i].wr_id == 1) { /* a receive: status first (2.4.3.f) */
 				p->recvs_posted--;
@@ -312,9 +314,11 @@ static int pump(raw_ibv *p, uint64_t want, int ms)
 				continue;
 			}
 			if (want && wc[i].wr_id == want)
-				return wc[i].status == IBV_WC_SUCCESS ? 0 : (int)wc[i].status;
+				verdict = wc[i].status == IBV_WC_SUCCESS ? 0 : (int)wc[i].status;
 		}
 		(void)post_recvs(p); /* fails once the queue pair is in error: no matter */
+		if (verdict >= 0)
+			return verdict;
 		if (n == 0 && now_ms() >= end)
 			return -1;
 		if (n == 0)
