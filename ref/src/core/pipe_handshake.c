@@ -97,7 +97,9 @@ static void tw__pipe_establish(tw_pipe *p)
 	         pp ? p->chans[pp->chan].reg->name : "");
 	snprintf(p->info.remote_name, sizeof(p->info.remote_name), "%s", p->remote_name);
 	snprintf(p->info.transport_detail, sizeof(p->info.transport_detail), "%s",
-	         p->reg->ops->describe ? p->reg->ops->describe(p->reg->t) : "");
+	         p->d && p->d->ops->describe ? p->d->ops->describe(p->d)
+	         : p->reg->ops->describe     ? p->reg->ops->describe(p->reg->t)
+	                                     : "");
 	p->info.is_server = p->is_server;
 	pthread_mutex_unlock(&p->ctx->mu);
 	if (p->est_pending) {

@@ -194,6 +194,12 @@ typedef struct tw_conn_ops {
 	 * completed; an accepted one always). A client may try again a connect
 	 * that failed before, never one the server may have seen bytes of. */
 	bool (*was_connected)(tw_conn *c);
+	/* Optional (NULL: the transport's describe says all): what
+	 * tw_pipe_info's transport_detail says of a pipe whose descriptor
+	 * connection this is, where a connection differs from its transport
+	 * (ibv: the GID this connection uses, how its set-up went). Never NULL
+	 * once established. Loop thread. */
+	const char *(*describe)(tw_conn *c);
 } tw_conn_ops;
 
 struct tw_conn {
