@@ -11,6 +11,15 @@
  *            configuration has one)
  *   refused  registering ibv fails with TW_ERR_UNSUPPORTED and a reason
  *            containing TW_WANT (naming the device, port and verb)
+ *   memo     (a port whose GID 0 is of another family than the choice) two
+ *            pipes from one client context to one listener: the first's
+ *            client answers the listener's record, which the listener sent
+ *            after waiting for the client's (spec 2.4.5.b); the second's
+ *            client sends its record first, in the family the listener
+ *            used before, and the listener answers it without waiting
+ *            (2.4.5.d); both pipes carry 3 MiB both ways. TW_WANT is the
+ *            GID both ends use. Run with a long TW_IB_ANSWER_WAIT_MS, so
+ *            that "without waiting" holds on a loaded machine too
  *   port_down the port goes down (simverbs' control file, SIMVERBS_CONTROL)
  *            while a pipe carries 3 MiB messages: the write in flight fails
  *            within 20 s (the queue pair's retries run out), with a detail
@@ -34,7 +43,7 @@ static const char *want(void)
 	return w;
 }
 
-static void check_detail(tw_pipe *p)
+static void check_detail_has(tw_pipe *p, const char *also)
 {
 	tw_pipe_info info;
 	CHECK_OK(tw_pipe_get_info(p, &info));
@@ -42,6 +51,12 @@ static void check_detail(tw_pipe *p)
 	       info.transport_detail);
 	CHECK(!strcmp(info.transport, "ibv"));
 	CHECK(strstr(info.transport_detail, want()));
+	CHECK(!also || strstr(info.transport_detail, also));
+}
+
+static void check_detail(tw_pipe *p)
+{
+	check_detail_has(p, NULL);
 }
 
 static void send_big(tw_pipe *from, tw_pipe *to, uint8_t seed)
@@ -77,6 +92,34 @@ static void case_choice(void)
 	check_detail(p.s);
 	send_big(p.c, p.s, 1);
 	send_big(p.s, p.c, 2);
+	tu_pair_close(&p);
+}
+
+static void case_memo(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	check_detail_has(p.c, "set-up record answered the listener's");
+	check_detail_has(p.s, "set-up record sent after waiting for the peer's");
+	send_big(p.c, p.s, 4);
+	/* a second pipe from the same client context to the same listener */
+	tu_rec acc, e1, e2;
+	tu_rec_init(&acc), tu_rec_init(&e1), tu_rec_init(&e2);
+	CHECK_OK(tw_listener_accept(p.l, tu_on_accept, &acc));
+	tw_pipe *c2;
+	CHECK_OK(tw_context_connect(p.cctx, p.url, &c2));
+	tu_expect(&acc, TW_OK, NULL);
+	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &e1));
+	CHECK_OK(tw_pipe_on_established(c2, tu_on_status, &e2));
+	tu_expect(&e1, TW_OK, NULL);
+	tu_expect(&e2, TW_OK, NULL);
+	check_detail_has(c2, "set-up record sent first, in the family this listener used before");
+	check_detail_has(acc.pipe, "set-up record answered the peer's, which came first");
+	send_big(c2, acc.pipe, 5);
+	send_big(acc.pipe, c2, 6);
+	tw_pipe_destroy(c2);
+	tw_pipe_destroy(acc.pipe);
+	tu_once(&acc), tu_once(&e1), tu_once(&e2);
 	tu_pair_close(&p);
 }
 
@@ -136,6 +179,7 @@ static void case_port_down(void)
 static const tu_case cases[] = {
 	{ "choice", case_choice },
 	{ "refused", case_refused },
+	{ "memo", case_memo },
 	{ "port_down", case_port_down },
 };
 

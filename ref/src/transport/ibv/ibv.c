@@ -13,8 +13,13 @@
  * (device.h, tw__ibv_match_gid); the side that accepts waits up to
  * TW_IB_ANSWER_WAIT_MS for the peer's record (a stock client's comes at
  * once) and answers it the same way, or sends its own first when none came
- * (a tensorwire client waits for it). Records whose GIDs still differ in
- * family fail the connection, saying so. Then its RC
+ * (a tensorwire client waits for it). A connecting side that remembers
+ * the GID a listener's record had (the transport keeps the last
+ * IBV_MEMO listeners, by address) sends its own first in that family, and
+ * a tensorwire listener reads it within its wait: no wait between two
+ * tensorwire peers after their first connection. Records whose GIDs still
+ * differ in family fail the connection, saying so (and a remembered
+ * family that led there is forgotten). Then its RC
  * queue pair goes to RTR and RTS towards the peer's, and the socket carries
  * nothing more: it is watched only to learn that the peer is gone.
  *
@@ -92,7 +97,8 @@
 /* How long the accepting side waits for the peer's set-up record before
  * sending its own (option answer_wait_ms, TW_IB_ANSWER_WAIT_MS; 0: never
  * waits), where the port's GID 0 (stock's) is of another family than ours.
- * Paid once per connection between two tensorwire peers there; a stock
+ * Paid on the first connection between two tensorwire peers there (later
+ * ones send first in the remembered family, spec 2.4.5.d); a stock
  * record later than that (a loaded or emulated host) meets a GID it cannot
  * reach, and the connection fails saying so. */
 #define TW_IB_ANSWER_WAIT_MS 100
@@ -106,6 +112,8 @@
  * still in flight (see ib_conn_close) when neither they complete nor the
  * queue pair's retries give up (a peer out of receives retries forever). */
 #define IBV_LINGER_MS 10000
+/* How many listeners' GIDs a transport remembers (spec 2.4.5.d) */
+#define IBV_MEMO 64
 
 typedef struct ib_conn ib_conn;
 typedef struct ib_transport ib_transport;
@@ -127,6 +135,11 @@ struct ib_conn {
 	 * sends its own (an answering peer, ours, waits for it). */
 	bool answers;
 	bool await_peer;
+	bool accepted;
+	bool memo_used; /* sent first, in the family this listener used before */
+	enum { IB_REC_ANSWERED, IB_REC_REMEMBERED, IB_REC_AT_ONCE, IB_REC_PEER_FIRST,
+	       IB_REC_WAITED } rec_order; /* for describe */
+	char describe[TW_DETAIL_MAX];    /* once the queue pair is connected */
 	uint64_t deadline; /* the connect deadline (loop ms), 0: none */
 	int gid_index;
 	union ibv_gid gid;
@@ -173,6 +186,13 @@ struct ib_transport {
 	uint32_t max_write;
 	uint64_t answer_wait_ms;
 	char describe[TW_DETAIL_MAX];
+	/* the GID of each listener's last record, by its address (the
+	 * connecting side's peer string), oldest replaced first (2.4.5.d) */
+	struct ib_memo {
+		char peer[sizeof(((tw_conn_core *)0)->peer)];
+		union ibv_gid gid;
+	} memo[IBV_MEMO];
+	unsigned memo_next;
 	tw_list lingering; /* closed connections whose writes are landing */
 	tw_list cqs;       /* every connection that has a completion queue */
 	/* busy polling (option busy_poll_us; 0: off): after activity the loop
@@ -193,6 +213,34 @@ static void ib_kick(ib_transport *t);
 static bool ib_spinning(const ib_transport *t)
 {
 	return t->spin_init && uv_is_active((const uv_handle_t *)&t->spin);
+}
+
+/* ---- what listeners answered (2.4.5.d) ---------------------------------------- */
+
+static struct ib_memo *ib_memo_find(ib_transport *t, const char *peer)
+{
+	for (unsigned i = 0; i < IBV_MEMO; i++)
+		if (t->memo[i].peer[0] && strcmp(t->memo[i].peer, peer) == 0)
+			return &t->memo[i];
+	return NULL;
+}
+
+static void ib_memo_put(ib_transport *t, const char *peer, const union ibv_gid *gid)
+{
+	struct ib_memo *m = ib_memo_find(t, peer);
+	if (!m) {
+		m = &t->memo[t->memo_next];
+		t->memo_next = (t->memo_next + 1) % IBV_MEMO;
+		snprintf(m->peer, sizeof(m->peer), "%s", peer);
+	}
+	m->gid = *gid;
+}
+
+static void ib_memo_forget(ib_transport *t, const char *peer)
+{
+	struct ib_memo *m = ib_memo_find(t, peer);
+	if (m)
+		m->peer[0] = '\0';
 }
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -352,6 +400,12 @@ static bool ib_conn_has_unread(tw_conn *base)
 {
 	ib_conn *c = (ib_conn *)base;
 	return tw__ring_conn_unread(&c->core, &c->inbox) > 0;
+}
+
+static const char *ib_conn_describe(tw_conn *base)
+{
+	ib_conn *c = (ib_conn *)base;
+	return c->describe[0] ? c->describe : c->t->describe;
 }
 
 static bool ib_conn_was_connected(tw_conn *base)
@@ -745,6 +799,24 @@ static void ib_record_fill(ib_conn *c)
 }
 
 /* Moves the queue pair to RTR and RTS towards the peer's record. */
+/* tw_pipe_info's transport_detail for a pipe whose descriptor connection
+ * this is: the transport's choice, then this connection's GID (it answers
+ * in the peer's family, 2.4.5) and how the set-up records went. */
+static void ib_describe_conn(ib_conn *c)
+{
+	static const char *const order[] = {
+		[IB_REC_ANSWERED] = "answered the listener's",
+		[IB_REC_REMEMBERED] = "sent first, in the family this listener used before",
+		[IB_REC_AT_ONCE] = "sent at once",
+		[IB_REC_PEER_FIRST] = "answered the peer's, which came first",
+		[IB_REC_WAITED] = "sent after waiting for the peer's (answer_wait_ms)",
+	};
+	char a[INET6_ADDRSTRLEN] = "?";
+	(void)inet_ntop(AF_INET6, c->gid.raw, a, sizeof(a));
+	snprintf(c->describe, sizeof(c->describe), "%.380s; this connection: GID %d (%s), set-up record %s",
+	         c->t->describe, c->gid_index, a, order[c->rec_order]);
+}
+
 static void ib_connect_qp(ib_conn *c)
 {
 	const tw_ibv_choice *ch = &c->t->ch;
@@ -765,13 +837,18 @@ static void ib_connect_qp(ib_conn *c)
 		char pa[INET6_ADDRSTRLEN] = "?", oa[INET6_ADDRSTRLEN] = "?";
 		(void)inet_ntop(AF_INET6, peer_gid.raw, pa, sizeof(pa));
 		(void)inet_ntop(AF_INET6, c->gid.raw, oa, sizeof(oa));
+		if (c->memo_used) /* the listener changed: the next connection reads first */
+			ib_memo_forget(c->t, c->core.peer);
 		ib_fail(c, TW_ERR_UNSUPPORTED,
 		        IBV_WHO ": peer %s uses GID %s (%s) and this side GID %d, %s (%s) on %s: RoCE "
-		        "packets between addresses of two families go nowhere (spec 2.4.5). A peer "
+		        "packets between addresses of two families go nowhere (spec 2.4.5)%s. A peer "
 		        "with a link-local GID is likely stock TensorPipe, which always uses GID "
 		        "index 0: set TW_IB_GID_INDEX to an index of that family here",
 		        c->core.peer, pa, tw__ibv_gid_family_name(pf), c->gid_index, oa,
-		        tw__ibv_gid_family_name(of), ch->dev_name);
+		        tw__ibv_gid_family_name(of), ch->dev_name,
+		        c->memo_used ? "; this side sent its record first, in the family this "
+		                       "listener used before, which is forgotten now"
+		                     : "");
 		return;
 	}
 	c->peer_addr = (uint64_t)ib_get32(r + 40) | (uint64_t)ib_get32(r + 44) << 32;
@@ -785,6 +862,9 @@ static void ib_connect_qp(ib_conn *c)
 	}
 	c->qp_ready = true;
 	c->connected = true;
+	if (!c->accepted)
+		ib_memo_put(c->t, c->core.peer, &peer_gid);
+	ib_describe_conn(c);
 	if (c->lingering) { /* closed meanwhile: only its last bytes go */
 		ib_post_writes(c);
 		if (c->lingering && c->landed >= ib_outbox_head(c))
@@ -852,8 +932,10 @@ static void ib_exchange(ib_conn *c)
 {
 	if (ib_reads_first(c) && !ib_read_record(c))
 		return;
-	if (c->await_peer)
+	if (c->await_peer) { /* within the wait */
+		c->rec_order = IB_REC_PEER_FIRST;
 		ib_end_await(c);
+	}
 	while (c->out_done < IBV_RECORD_LEN) {
 		struct iovec iov = { c->rec_out + c->out_done, IBV_RECORD_LEN - c->out_done };
 		ssize_t n = tw__sys_writev(c->fd, &iov, 1);
@@ -984,6 +1066,7 @@ static void ib_on_timer(uv_timer_t *h)
 {
 	ib_conn *c = h->data;
 	if (c->await_peer) { /* no record came: ours first (an answering peer's turn next) */
+		c->rec_order = IB_REC_WAITED;
 		ib_end_await(c);
 		ib_drive(c);
 		return;
@@ -1151,10 +1234,18 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 	c->opts = *opts;
 	c->sock_connected = accepted;
 	c->connected = accepted; /* accepted: always (transport.h) */
+	c->accepted = accepted;
 	c->answers = !accepted;
 	c->await_peer = accepted && t->answer_wait_ms > 0 && t->ch.stock_gid_differs;
 	c->gid_index = t->ch.gid_index;
 	c->gid = t->ch.gid;
+	c->rec_order = c->await_peer ? IB_REC_PEER_FIRST : accepted ? IB_REC_AT_ONCE : IB_REC_ANSWERED;
+	const struct ib_memo *m = accepted ? NULL : ib_memo_find(t, peer);
+	if (m && tw__ibv_match_gid(&t->ch, &m->gid, &c->gid_index, &c->gid)) {
+		c->answers = false; /* 2.4.5.d: its record needs no answer first */
+		c->memo_used = true;
+		c->rec_order = IB_REC_REMEMBERED;
+	}
 	tw__ring_none(&c->inbox);
 	tw__ring_none(&c->outbox);
 	tw_status_t st = ib_watch_channel(t, detail, detail_len);
@@ -1469,6 +1560,7 @@ static const tw_conn_ops ib_conn_ops = {
 	.read_alloc = ib_conn_read_alloc,
 	.watch_end = ib_conn_watch_end,
 	.close = ib_conn_close,
+	.describe = ib_conn_describe,
 	.peer = ib_conn_peer,
 	.has_unread = ib_conn_has_unread,
 	.was_connected = ib_conn_was_connected,
