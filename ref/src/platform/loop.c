@@ -24,14 +24,25 @@ static uint64_t tw__loop_spin_ns(const tw_loop *l)
 	return __atomic_load_n(&l->spin_ns, __ATOMIC_RELAXED);
 }
 
+/* Work ran: where busy polling was asked for (tw__loop_set_spin), the loop
+ * polls from now on for that long. */
+static void tw__loop_spin_kick(tw_loop *l)
+{
+	uint64_t ns = tw__loop_spin_ns(l);
+	if (ns) {
+		l->spin.busy_ns = ns;
+		tw__loop_poller_kick(l, &l->spin);
+	}
+}
+
 static void tw__loop_run_deferred(tw_loop *l)
 {
 	/* Run only what was queued before this round: work deferred by these
 	 * functions runs in the next round (tw__loop_on_idle bounds them). */
 	tw_deferred *d = l->def_head;
 	l->def_head = l->def_tail = NULL;
-	if (d && tw__loop_spin_ns(l))
-		l->last_work_ns = uv_hrtime();
+	if (d)
+		tw__loop_spin_kick(l);
 	while (d) {
 		tw_deferred *next = d->next;
 		d->next = NULL;
@@ -42,17 +53,21 @@ static void tw__loop_run_deferred(tw_loop *l)
 
 static void tw__loop_on_idle(uv_idle_t *h);
 
+/* Keeps the idle handle active while anything waits for the next pass. */
+static void tw__loop_idle_on(tw_loop *l)
+{
+	if (!l->idle_active) {
+		uv_idle_start(&l->idle, tw__loop_on_idle);
+		l->idle_active = true;
+	}
+}
+
 static void tw__loop_check(tw_loop *l)
 {
-	uint64_t spin_ns = tw__loop_spin_ns(l);
-	bool spin = spin_ns && !l->finishing && uv_hrtime() - l->last_work_ns < spin_ns;
-	if (l->def_head == NULL && l->yield_head == NULL && !l->posted_here && !spin &&
+	if (l->def_head == NULL && l->yield_head == NULL && !l->posted_here && !l->pollers &&
 	    l->idle_active) {
 		uv_idle_stop(&l->idle);
 		l->idle_active = false;
-	} else if (spin && !l->idle_active) {
-		uv_idle_start(&l->idle, tw__loop_on_idle);
-		l->idle_active = true;
 	}
 	if (!l->finishing && l->idle_check)
 		l->idle_check(l->idle_check_arg);
@@ -70,8 +85,7 @@ static void tw__loop_run_posted(tw_loop *l)
 		pthread_mutex_unlock(&l->mu);
 		if (!d)
 			break;
-		if (tw__loop_spin_ns(l))
-			l->last_work_ns = uv_hrtime();
+		tw__loop_spin_kick(l);
 		while (d) {
 			tw_deferred *next = d->next;
 			d->next = NULL;
@@ -79,6 +93,60 @@ static void tw__loop_run_posted(tw_loop *l)
 			d = next;
 		}
 	}
+}
+
+static void tw__loop_poller_unlink(tw_loop *l, tw_loop_poller *p)
+{
+	for (tw_loop_poller **pp = &l->pollers; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	p->next = NULL;
+	p->active = false;
+}
+
+void tw__loop_poller_kick(tw_loop *l, tw_loop_poller *p)
+{
+	if (!p->busy_ns || l->finishing)
+		return;
+	p->last_ns = uv_hrtime();
+	if (p->active)
+		return;
+	p->active = true;
+	p->next = l->pollers;
+	l->pollers = p;
+	tw__loop_idle_on(l);
+	if (p->started)
+		p->started(p);
+}
+
+void tw__loop_poller_cancel(tw_loop *l, tw_loop_poller *p)
+{
+	if (p->active)
+		tw__loop_poller_unlink(l, p);
+}
+
+/* One look by each active poller; those whose bound passed with nothing
+ * found stop. A poller's callbacks may kick any poller and cancel only
+ * themselves. Returns whether any found something. */
+static bool tw__loop_run_pollers(tw_loop *l)
+{
+	bool found = false;
+	for (tw_loop_poller *p = l->pollers, *next; p; p = next) {
+		next = p->next;
+		unsigned n = p->poll ? p->poll(p) : 0;
+		uint64_t now = uv_hrtime();
+		if (n) {
+			p->last_ns = now;
+			found = true;
+		} else if (p->active && now - p->last_ns > p->busy_ns) {
+			tw__loop_poller_unlink(l, p);
+			if (p->stopped)
+				p->stopped(p);
+		}
+	}
+	return found;
 }
 
 static void tw__loop_on_idle(uv_idle_t *h)
@@ -103,6 +171,8 @@ static void tw__loop_on_idle(uv_idle_t *h)
 			tw__loop_run_posted(l);
 		tw__loop_run_deferred(l);
 	}
+	if (l->pollers && !l->finishing)
+		work = tw__loop_run_pollers(l) || work;
 	tw__loop_check(l);
 	/* A pass of busy polling that found nothing to do lets another thread
 	 * of this CPU run first (the peer we wait for may share it: without
@@ -225,10 +295,7 @@ bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 	pthread_mutex_unlock(&l->mu);
 	if (here) {
 		l->posted_here = true;
-		if (!l->idle_active) {
-			uv_idle_start(&l->idle, tw__loop_on_idle);
-			l->idle_active = true;
-		}
+		tw__loop_idle_on(l);
 	}
 	return true;
 }
@@ -272,10 +339,7 @@ static void tw__loop_enqueue(tw_loop *l, tw_deferred **head, tw_deferred **tail,
 	else
 		*head = d;
 	*tail = d;
-	if (!l->idle_active) {
-		uv_idle_start(&l->idle, tw__loop_on_idle);
-		l->idle_active = true;
-	}
+	tw__loop_idle_on(l);
 }
 
 void tw__loop_defer(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)

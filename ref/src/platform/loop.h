@@ -39,6 +39,26 @@ typedef struct tw_deferred {
 	void *arg;
 } tw_deferred;
 
+/* A busy poller: opt-in busy polling of what wakes the loop otherwise (a
+ * ring read by a thread, completion queues with their events). After
+ * activity (tw__loop_poller_kick) the loop calls `poll` on each of its
+ * passes, never sleeping in between, until `busy_ns` have passed with
+ * nothing found; then the poller is off its list and `stopped` runs
+ * (re-arm the wake-up, and take what came before it was armed). `started`
+ * runs when polling begins. A pass on which neither work nor any poller
+ * found anything lets another thread of this CPU run first (the peer
+ * waited for may share it). Every callback is optional. Loop thread. */
+typedef struct tw_loop_poller tw_loop_poller;
+struct tw_loop_poller {
+	unsigned (*poll)(tw_loop_poller *p); /* one look: how much it found */
+	void (*started)(tw_loop_poller *p);
+	void (*stopped)(tw_loop_poller *p);
+	uint64_t busy_ns;      /* how long after the last activity (0: kicks do nothing) */
+	uint64_t last_ns;      /* uv_hrtime() of the last activity */
+	tw_loop_poller *next;  /* in the loop's active pollers */
+	bool active;
+};
+
 typedef struct tw_loop {
 	uv_loop_t uv;
 	uv_async_t async;
@@ -58,7 +78,8 @@ typedef struct tw_loop {
 	bool idle_active;
 	bool posted_here;           /* loop thread: it posted work since the queue was last run */
 	uint64_t spin_ns;           /* busy polling after work (0: off); atomic: set by any thread */
-	uint64_t last_work_ns;      /* loop thread: uv_hrtime() when work last ran */
+	tw_loop_poller spin;        /* loop thread: that polling (tw__loop_set_spin) */
+	tw_loop_poller *pollers;    /* loop thread: the active ones */
 	bool finishing;
 	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
 	void *idle_check_arg;
@@ -97,6 +118,15 @@ void tw__loop_yield(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
  * while it polls: opt-in (option busy_poll_us of the uv transport, asked by
  * each of its connections). */
 void tw__loop_set_spin(tw_loop *l, uint64_t us);
+
+/* Loop thread: activity now; p polls from the loop's next pass on (for
+ * p->busy_ns after the last activity) unless p->busy_ns is 0 or the loop
+ * is finishing. */
+void tw__loop_poller_kick(tw_loop *l, tw_loop_poller *p);
+
+/* Loop thread: p stops polling at once, without its `stopped` (its owner
+ * goes away). */
+void tw__loop_poller_cancel(tw_loop *l, tw_loop_poller *p);
 
 /* True on the loop's own thread. */
 bool tw__loop_on_thread(tw_loop *l);

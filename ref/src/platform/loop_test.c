@@ -13,6 +13,12 @@
  *           again, not one: a readable descriptor's callback comes after
  *           link TW_LOOP_ROUNDS, and then again before the chain's end
  *           (the bound lets I/O in); yielded work runs only after a poll
+ *   poller  a busy poller (tw_loop_poller) kicked once is started once, looked
+ *           at on every pass while it finds something, stopped once when
+ *           its bound has passed with nothing (not before), and the loop
+ *           sleeps after that; kicked again from its own `stopped`, it
+ *           starts again; one cancelled is never stopped; one with no
+ *           bound never starts
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -336,10 +342,113 @@ static void case_rounds(void)
 	printf("ok - rounds\n");
 }
 
+/* ---- poller ---------------------------------------------------------------------------- */
+
+struct probe {
+	tw_loop_poller p;
+	tw_loop *loop;
+	atomic_int started, stopped, looks;
+	int finds;          /* looks left that find something */
+	int restarts;       /* kicks from its own `stopped` still to make */
+	uint64_t found_ns;  /* the last look that found something */
+	uint64_t gap_ns;    /* from that look to `stopped` */
+};
+
+static unsigned probe_poll(tw_loop_poller *p)
+{
+	struct probe *pr = (struct probe *)p;
+	atomic_fetch_add(&pr->looks, 1);
+	if (pr->finds <= 0)
+		return 0;
+	pr->finds--;
+	pr->found_ns = uv_hrtime();
+	return 1;
+}
+
+static void probe_started(tw_loop_poller *p)
+{
+	atomic_fetch_add(&((struct probe *)p)->started, 1);
+}
+
+static void probe_stopped(tw_loop_poller *p)
+{
+	struct probe *pr = (struct probe *)p;
+	pr->gap_ns = uv_hrtime() - pr->found_ns;
+	atomic_fetch_add(&pr->stopped, 1);
+	if (pr->restarts > 0) {
+		pr->restarts--;
+		pr->finds = 3;
+		tw__loop_poller_kick(pr->loop, p); /* from inside the loop's own pass */
+	}
+}
+
+static void probe_kick(void *arg)
+{
+	struct probe *pr = arg;
+	pr->found_ns = uv_hrtime();
+	tw__loop_poller_kick(pr->loop, &pr->p);
+}
+
+static void probe_cancel(void *arg)
+{
+	struct probe *pr = arg;
+	tw__loop_poller_cancel(pr->loop, &pr->p);
+}
+
+static void probe_init(struct probe *pr, tw_loop *l, uint64_t busy_ms, int finds, int restarts)
+{
+	memset(pr, 0, sizeof(*pr));
+	pr->p = (tw_loop_poller){ .poll = probe_poll, .started = probe_started,
+		                  .stopped = probe_stopped, .busy_ns = busy_ms * 1000000 };
+	pr->loop = l;
+	pr->finds = finds;
+	pr->restarts = restarts;
+}
+
+static void case_poller(void)
+{
+	tw_loop l;
+	start(&l);
+	CHECK(tw__loop_call_sync(&l, who, NULL));
+	struct probe a, b, c;
+	probe_init(&a, &l, 50, 5, 1);
+	CHECK(tw__loop_call_sync(&l, probe_kick, &a));
+	for (int i = 0; i < 400 && atomic_load(&a.stopped) < 2; i++)
+		usleep(10 * 1000);
+	int slept = awake(10);
+	printf("# poller: started %d, stopped %d, %d looks, %.1f ms from the last find to the stop; "
+	       "loop thread awake in %d of 10 looks afterwards\n",
+	       atomic_load(&a.started), atomic_load(&a.stopped), atomic_load(&a.looks),
+	       (double)a.gap_ns / 1e6, slept);
+	CHECK(atomic_load(&a.started) == 2); /* the kick, then the one from its `stopped` */
+	CHECK(atomic_load(&a.stopped) == 2);
+	CHECK(atomic_load(&a.looks) >= 5 + 3 + 2); /* every find, and one empty look per stop */
+	CHECK(a.gap_ns >= 50 * 1000000ull);        /* the bound, from the last find */
+	CHECK(slept <= 2);
+
+	probe_init(&b, &l, 60000, 0, 0); /* a minute: only the cancel ends it */
+	CHECK(tw__loop_call_sync(&l, probe_kick, &b));
+	usleep(50 * 1000);
+	CHECK(tw__loop_call_sync(&l, probe_cancel, &b));
+	int looks = atomic_load(&b.looks);
+	usleep(50 * 1000);
+	int slept_b = awake(10);
+	CHECK(atomic_load(&b.started) == 1 && atomic_load(&b.stopped) == 0);
+	CHECK(looks > 0 && atomic_load(&b.looks) == looks); /* no look after the cancel */
+	CHECK(slept_b <= 2);
+
+	probe_init(&c, &l, 0, 5, 0); /* no bound: kicks do nothing */
+	CHECK(tw__loop_call_sync(&l, probe_kick, &c));
+	usleep(50 * 1000);
+	CHECK(atomic_load(&c.started) == 0 && atomic_load(&c.looks) == 0);
+	stop(&l);
+	printf("ok - poller\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: loop_test order|spin|rounds\n");
+		fprintf(stderr, "usage: loop_test order|spin|rounds|poller\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "order"))
@@ -348,6 +457,8 @@ int main(int argc, char **argv)
 		case_spin();
 	else if (!strcmp(argv[1], "rounds"))
 		case_rounds();
+	else if (!strcmp(argv[1], "poller"))
+		case_poller();
 	else
 		return 2;
 	return 0;

@@ -70,7 +70,6 @@
 #include "transport/ibv/ibv.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -197,10 +196,7 @@ struct ib_transport {
 	tw_list cqs;       /* every connection that has a completion queue */
 	/* busy polling (option busy_poll_us; 0: off): after activity the loop
 	 * polls every completion queue on each pass, unarmed, for busy_ns */
-	uint64_t busy_ns;
-	uint64_t last_ns;
-	uv_idle_t spin; /* active while polling (ib_spinning) */
-	bool spin_init;
+	tw_loop_poller poller; /* active while polling (ib_spinning) */
 };
 
 static const tw_conn_ops ib_conn_ops;
@@ -212,7 +208,7 @@ static void ib_kick(ib_transport *t);
 /* The loop polls the completion queues (busy polling): they stay unarmed. */
 static bool ib_spinning(const ib_transport *t)
 {
-	return t->spin_init && uv_is_active((const uv_handle_t *)&t->spin);
+	return t->poller.active;
 }
 
 /* ---- what listeners answered (2.4.5.d) ---------------------------------------- */
@@ -707,22 +703,10 @@ static unsigned ib_drain_cq(ib_conn *c)
 
 /* ---- busy polling (option busy_poll_us) ---- */
 
-static void ib_on_spin(uv_idle_t *h);
-
 /* Activity (a completion, a post): polling goes on for busy_ns from now. */
 static void ib_kick(ib_transport *t)
 {
-	if (!t->busy_ns)
-		return;
-	t->last_ns = uv_hrtime();
-	if (ib_spinning(t))
-		return;
-	if (!t->spin_init) {
-		uv_idle_init(&t->base.loop->uv, &t->spin);
-		t->spin.data = t;
-		t->spin_init = true;
-	}
-	uv_idle_start(&t->spin, ib_on_spin);
+	tw__loop_poller_kick(t->base.loop, &t->poller);
 }
 
 /* Drains every completion queue (re-armed while not spinning) and drives
@@ -740,23 +724,17 @@ static unsigned ib_drain_all(ib_transport *t)
 	return got;
 }
 
-/* A pass of the loop while busy polling. When the bound has passed with
- * nothing, every queue is armed again (and drained: a completion between
- * the last look and the arming raises no event). */
-static void ib_on_spin(uv_idle_t *h)
+/* A pass of the loop while busy polling (loop.h's poller). */
+static unsigned ib_poll(tw_loop_poller *p)
 {
-	ib_transport *t = h->data;
-	uint64_t now = uv_hrtime();
-	if (ib_drain_all(t)) {
-		t->last_ns = now;
-	} else if (now - t->last_ns > t->busy_ns) {
-		uv_idle_stop(&t->spin);
-		ib_drain_all(t);
-	} else {
-		/* nothing this pass: another thread of this CPU first (the peer
-		 * may share it; tw__loop_on_idle does the same) */
-		sched_yield();
-	}
+	return ib_drain_all(TW_CONTAINER_OF(p, ib_transport, poller));
+}
+
+/* Polling ended: every queue is armed again, and drained (a completion
+ * between the last look and the arming raises no event). */
+static void ib_unspin(tw_loop_poller *p)
+{
+	(void)ib_drain_all(TW_CONTAINER_OF(p, ib_transport, poller));
 }
 
 /* The completion channel is readable: each event names one connection's
@@ -1411,7 +1389,9 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->base.ops = &tw__ibv_transport_ops;
 	t->base.loop = loop;
 	t->answer_wait_ms = o.answer_wait_ms;
-	t->busy_ns = o.busy_poll_us * 1000;
+	t->poller.busy_ns = o.busy_poll_us * 1000;
+	t->poller.poll = ib_poll;
+	t->poller.stopped = ib_unspin;
 	tw__list_init(&t->lingering);
 	tw__list_init(&t->cqs);
 	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,
@@ -1535,9 +1515,8 @@ static void ib_shutdown(tw_transport *base)
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
 	if (t->chan_poll_on)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
-	t->busy_ns = 0; /* no kick restarts the handle being closed */
-	if (t->spin_init)
-		uv_close((uv_handle_t *)&t->spin, ib_on_chan_closed);
+	t->poller.busy_ns = 0; /* no kick restarts polling */
+	tw__loop_poller_cancel(t->base.loop, &t->poller);
 }
 
 static void ib_destroy(tw_transport *base)

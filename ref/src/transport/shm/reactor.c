@@ -8,8 +8,8 @@
  * is woken, so a token that arrives while it runs wakes it again.
  *
  * Busy polling (opt-in, busy_poll_us): after a token or a write, the loop
- * thread reads the ring itself on every pass (a uv_idle handle, so the loop
- * never sleeps) until busy_poll_us pass without a token; meanwhile byte 18
+ * thread reads the ring itself on every pass (a loop poller, loop.h, so
+ * the loop never sleeps) until busy_poll_us pass without a token; meanwhile byte 18
  * of the ring's header says so (spec 2.3.1.e), our producers skip their
  * futex wake and the reading thread stays asleep. When polling stops the
  * byte is cleared and the reading thread woken, so that a token whose
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "platform/error.h"
+#include "platform/list.h"
 #include "platform/platform.h"
 
 #define TW_SHM_REACTOR_BUSY_MIN_US 50
@@ -49,10 +50,7 @@ struct tw_shm_reactor {
 	size_t num_pending;
 	/* loop thread */
 	uv_async_t async;
-	uint64_t busy_ns;        /* busy polling: how long after the last activity (0: off) */
-	uint64_t last_ns;        /* uv_hrtime() of the last activity */
-	uv_idle_t spin;          /* active while busy polling */
-	bool spinning;
+	tw_loop_poller poller;   /* busy polling (its busy_ns 0: off) */
 	uint32_t *work;          /* the batch being run (swapped with pending) */
 	void **conns;            /* TW_SHM_MAX_CONNS */
 	uint32_t *free_slots;
@@ -209,34 +207,36 @@ static void *tw__shm_reactor_main(void *arg)
 
 /* ---- the loop side ---- */
 
-static void tw__shm_reactor_on_spin(uv_idle_t *h);
+static tw_shm_reactor *tw__shm_poller_reactor(tw_loop_poller *p)
+{
+	return TW_CONTAINER_OF(p, tw_shm_reactor, poller);
+}
 
 void tw__shm_reactor_set_busy_poll(tw_shm_reactor *r, uint64_t us)
 {
-	r->busy_ns = us * 1000;
+	r->poller.busy_ns = us * 1000;
 }
 
 void tw__shm_reactor_kick(tw_shm_reactor *r)
 {
-	if (!r->busy_ns || !r->thread_started)
-		return;
-	r->last_ns = uv_hrtime();
-	if (!r->spinning) {
-		uv_idle_start(&r->spin, tw__shm_reactor_on_spin);
-		r->spinning = true;
-		atomic_store(&r->polling, true);
-		__atomic_store_n(tw__shm_polling_byte(&r->ring), 1, __ATOMIC_SEQ_CST);
-	}
+	if (r->thread_started)
+		tw__loop_poller_kick(r->loop, &r->poller);
+}
+
+/* Loop thread: polling begins; our producers see byte 18 and skip their
+ * futex wake. */
+static void tw__shm_reactor_polling(tw_loop_poller *p)
+{
+	tw_shm_reactor *r = tw__shm_poller_reactor(p);
+	atomic_store(&r->polling, true);
+	__atomic_store_n(tw__shm_polling_byte(&r->ring), 1, __ATOMIC_SEQ_CST);
 }
 
 /* Loop thread: polling ends; the reading thread takes over (woken, so that
  * a token whose producer saw the flag still set is not left waiting). */
-static void tw__shm_reactor_unspin(tw_shm_reactor *r)
+static void tw__shm_reactor_unspin(tw_loop_poller *p)
 {
-	if (!r->spinning)
-		return;
-	uv_idle_stop(&r->spin);
-	r->spinning = false;
+	tw_shm_reactor *r = tw__shm_poller_reactor(p);
 	atomic_store(&r->polling, false);
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
@@ -245,29 +245,20 @@ static void tw__shm_reactor_unspin(tw_shm_reactor *r)
 /* A pass of the loop while busy polling: the tokens in the ring wake their
  * connections here, on the loop thread (the reading thread may take some
  * too: the ring's consumer flag lets one of the two in at a time). */
-static void tw__shm_reactor_on_spin(uv_idle_t *h)
+static unsigned tw__shm_reactor_poll(tw_loop_poller *p)
 {
-	tw_shm_reactor *r = h->data;
-	bool any = false;
+	tw_shm_reactor *r = tw__shm_poller_reactor(p);
+	unsigned got = 0;
 	uint32_t token;
 	while (tw__shm_reactor_next(r, &token)) {
 		uint32_t slot = token / 2;
 		if (slot < r->next_slot && r->conns[slot])
 			r->wake(r->conns[slot]);
-		any = true;
+		got++;
 	}
 	if (atomic_load(&r->rewake))
 		uv_async_send(&r->async); /* wakes every connection, as the thread does */
-	uint64_t now = uv_hrtime();
-	if (any) {
-		r->last_ns = now;
-	} else if (now - r->last_ns > r->busy_ns) {
-		tw__shm_reactor_unspin(r);
-	} else {
-		/* nothing this pass: let another thread of this CPU run first (the
-		 * peer may share it; tw__loop_on_idle does the same) */
-		sched_yield();
-	}
+	return got;
 }
 
 static void tw__shm_reactor_on_async(uv_async_t *h)
@@ -305,15 +296,15 @@ static tw_status_t tw__shm_reactor_start(tw_shm_reactor *r, char *detail, size_t
 		return TW_ERR_SYS;
 	}
 	r->async.data = r;
-	uv_idle_init(&r->loop->uv, &r->spin);
-	r->spin.data = r;
+	r->poller.poll = tw__shm_reactor_poll;
+	r->poller.started = tw__shm_reactor_polling;
+	r->poller.stopped = tw__shm_reactor_unspin;
 	rc = pthread_create(&r->thread, NULL, tw__shm_reactor_main, r);
 	if (rc != 0) {
 		char eb[128];
 		tw__detail(detail, detail_len, "shm transport: reactor: pthread_create: %s",
 		           tw__strerror(rc, eb, sizeof(eb)));
 		uv_close((uv_handle_t *)&r->async, NULL);
-		uv_close((uv_handle_t *)&r->spin, NULL);
 		return TW_ERR_SYS;
 	}
 	r->thread_started = true;
@@ -368,8 +359,8 @@ void tw__shm_reactor_stop(tw_shm_reactor *r)
 	pthread_join(r->thread, NULL);
 	r->thread_started = false;
 	uv_close((uv_handle_t *)&r->async, NULL); /* r outlives the loop */
-	uv_close((uv_handle_t *)&r->spin, NULL);
-	r->spinning = false;
+	tw__loop_poller_cancel(r->loop, &r->poller);
+	atomic_store(&r->polling, false);
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 }
 
