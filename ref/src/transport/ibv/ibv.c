@@ -135,10 +135,11 @@ struct ib_conn {
 	bool answers;
 	bool await_peer;
 	bool accepted;
-	bool memo_used; /* sent first, in the family this listener used before */
+	/* how the set-up records went (IB_REC_REMEMBERED: sent first, in the
+	 * family this listener used before, 2.4.5.d) */
 	enum { IB_REC_ANSWERED, IB_REC_REMEMBERED, IB_REC_AT_ONCE, IB_REC_PEER_FIRST,
-	       IB_REC_WAITED } rec_order; /* for describe */
-	char describe[TW_DETAIL_MAX];    /* once the queue pair is connected */
+	       IB_REC_WAITED } rec_order;
+	char describe[TW_DETAIL_MAX]; /* ib_conn_describe's, once asked */
 	uint64_t deadline; /* the connect deadline (loop ms), 0: none */
 	int gid_index;
 	union ibv_gid gid;
@@ -398,10 +399,27 @@ static bool ib_conn_has_unread(tw_conn *base)
 	return tw__ring_conn_unread(&c->core, &c->inbox) > 0;
 }
 
+/* tw_pipe_info's transport_detail for a pipe whose descriptor connection
+ * this is: the transport's choice, then this connection's GID (it answers
+ * in the peer's family, 2.4.5) and how the set-up records went. Made when
+ * asked (once per pipe), not for every connection. */
 static const char *ib_conn_describe(tw_conn *base)
 {
+	static const char *const order[] = {
+		[IB_REC_ANSWERED] = "answered the listener's",
+		[IB_REC_REMEMBERED] = "sent first, in the family this listener used before",
+		[IB_REC_AT_ONCE] = "sent at once",
+		[IB_REC_PEER_FIRST] = "answered the peer's, which came first",
+		[IB_REC_WAITED] = "sent after waiting for the peer's (answer_wait_ms)",
+	};
 	ib_conn *c = (ib_conn *)base;
-	return c->describe[0] ? c->describe : c->t->describe;
+	if (!c->qp_ready)
+		return c->t->describe;
+	char a[INET6_ADDRSTRLEN] = "?";
+	(void)inet_ntop(AF_INET6, c->gid.raw, a, sizeof(a));
+	snprintf(c->describe, sizeof(c->describe), "%.380s; this connection: GID %d (%s), set-up record %s",
+	         c->t->describe, c->gid_index, a, order[c->rec_order]);
+	return c->describe;
 }
 
 static bool ib_conn_was_connected(tw_conn *base)
@@ -734,7 +752,7 @@ static unsigned ib_poll(tw_loop_poller *p)
  * between the last look and the arming raises no event). */
 static void ib_unspin(tw_loop_poller *p)
 {
-	(void)ib_drain_all(TW_CONTAINER_OF(p, ib_transport, poller));
+	(void)ib_poll(p);
 }
 
 /* The completion channel is readable: each event names one connection's
@@ -777,24 +795,6 @@ static void ib_record_fill(ib_conn *c)
 }
 
 /* Moves the queue pair to RTR and RTS towards the peer's record. */
-/* tw_pipe_info's transport_detail for a pipe whose descriptor connection
- * this is: the transport's choice, then this connection's GID (it answers
- * in the peer's family, 2.4.5) and how the set-up records went. */
-static void ib_describe_conn(ib_conn *c)
-{
-	static const char *const order[] = {
-		[IB_REC_ANSWERED] = "answered the listener's",
-		[IB_REC_REMEMBERED] = "sent first, in the family this listener used before",
-		[IB_REC_AT_ONCE] = "sent at once",
-		[IB_REC_PEER_FIRST] = "answered the peer's, which came first",
-		[IB_REC_WAITED] = "sent after waiting for the peer's (answer_wait_ms)",
-	};
-	char a[INET6_ADDRSTRLEN] = "?";
-	(void)inet_ntop(AF_INET6, c->gid.raw, a, sizeof(a));
-	snprintf(c->describe, sizeof(c->describe), "%.380s; this connection: GID %d (%s), set-up record %s",
-	         c->t->describe, c->gid_index, a, order[c->rec_order]);
-}
-
 static void ib_connect_qp(ib_conn *c)
 {
 	const tw_ibv_choice *ch = &c->t->ch;
@@ -815,7 +815,8 @@ static void ib_connect_qp(ib_conn *c)
 		char pa[INET6_ADDRSTRLEN] = "?", oa[INET6_ADDRSTRLEN] = "?";
 		(void)inet_ntop(AF_INET6, peer_gid.raw, pa, sizeof(pa));
 		(void)inet_ntop(AF_INET6, c->gid.raw, oa, sizeof(oa));
-		if (c->memo_used) /* the listener changed: the next connection reads first */
+		bool remembered = c->rec_order == IB_REC_REMEMBERED;
+		if (remembered) /* the listener changed: the next connection reads first */
 			ib_memo_forget(c->t, c->core.peer);
 		ib_fail(c, TW_ERR_UNSUPPORTED,
 		        IBV_WHO ": peer %s uses GID %s (%s) and this side GID %d, %s (%s) on %s: RoCE "
@@ -824,7 +825,7 @@ static void ib_connect_qp(ib_conn *c)
 		        "index 0: set TW_IB_GID_INDEX to an index of that family here",
 		        c->core.peer, pa, tw__ibv_gid_family_name(pf), c->gid_index, oa,
 		        tw__ibv_gid_family_name(of), ch->dev_name,
-		        c->memo_used ? "; this side sent its record first, in the family this "
+		        remembered ? "; this side sent its record first, in the family this "
 		                       "listener used before, which is forgotten now"
 		                     : "");
 		return;
@@ -842,7 +843,6 @@ static void ib_connect_qp(ib_conn *c)
 	c->connected = true;
 	if (!c->accepted)
 		ib_memo_put(c->t, c->core.peer, &peer_gid);
-	ib_describe_conn(c);
 	if (c->lingering) { /* closed meanwhile: only its last bytes go */
 		ib_post_writes(c);
 		if (c->lingering && c->landed >= ib_outbox_head(c))
@@ -1221,7 +1221,6 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 	const struct ib_memo *m = accepted ? NULL : ib_memo_find(t, peer);
 	if (m && tw__ibv_match_gid(&t->ch, &m->gid, &c->gid_index, &c->gid)) {
 		c->answers = false; /* 2.4.5.d: its record needs no answer first */
-		c->memo_used = true;
 		c->rec_order = IB_REC_REMEMBERED;
 	}
 	tw__ring_none(&c->inbox);
