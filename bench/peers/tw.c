@@ -121,9 +121,11 @@ static void twd_copy(void *dst, const void *src, uint64_t len, bool to_device)
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
-	/* "<transport>-<channel>[-spin][-td]": -spin asks the transport (uv,
-	 * shm or ibv) to busy-poll for 100 ms after the last activity (option
-	 * busy_poll_us), as stock's shm spins;
+	/* "<transport>-<channel>[-spin|-sleep][-td]": -spin asks the transport
+	 * (uv, shm or ibv) to busy-poll for 100 ms after the last activity
+	 * (option busy_poll_us), as stock's shm and ibv poll all the time;
+	 * -sleep asks it not to poll at all (busy_poll_us=0: shm and ibv
+	 * otherwise poll for 1 ms after activity);
 	 * -td: every tensor names its target device (twd_target) */
 	char sys[64], channel[32];
 	snprintf(sys, sizeof(sys), "%s", a->system);
@@ -132,11 +134,16 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	if (twd_target)
 		sys[sl -= 3] = '\0';
 	bool spin = sl > 5 && !strcmp(sys + sl - 5, "-spin");
+	bool nopoll = sl > 6 && !strcmp(sys + sl - 6, "-sleep");
 	if (spin)
 		sys[sl - 5] = '\0';
+	if (nopoll)
+		sys[sl - 6] = '\0';
 	const char *dash = strchr(sys, '-');
 	if (!dash || (size_t)(dash - sys) >= tlen || !dash[1] || strlen(dash + 1) >= sizeof(channel))
-		twb_die(2, "bad --system '%s' (want <transport>-<channel>[-spin], e.g. uv-basic)",
+		twb_die(2,
+		        "bad --system '%s' (want <transport>-<channel>[-spin|-sleep][-td], e.g. "
+		        "uv-basic)",
 		        a->system);
 	memcpy(transport, sys, (size_t)(dash - sys));
 	transport[dash - sys] = '\0';
@@ -153,7 +160,9 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	twd_check(tw_context_create(a->role == TWB_ROLE_SERVER ? "twb-server" : "twb-client", &ctx),
 	          "tw_context_create");
 	twd_check(tw_context_register_transport(ctx, transport, NULL, 0,
-	                                        spin ? "busy_poll_us=100000" : NULL),
+	                                        spin     ? "busy_poll_us=100000"
+	                                        : nopoll ? "busy_poll_us=0"
+	                                                 : NULL),
 	          "tw_context_register_transport");
 	twd_check(tw_context_register_channel(ctx, channel, NULL, 10, NULL),
 	          "tw_context_register_channel");

@@ -299,7 +299,7 @@ static inline pid_t tu_fork_url_child(int fds[2], char *url, size_t len)
 /* A test written once runs on every transport x channel combination the
  * build lists (CMake's tw_battery, TW_REF_COMBOS, nng's NUTS pattern): CTest
  * passes the combination as TW_TEST_COMBO="<transport>[@<options>]+<channel>"
- * (options: the transport's, e.g. shm@busy_poll_us=20000+basic) and the
+ * (options: the transport's, e.g. uv@busy_poll_us=20000+basic) and the
  * test asks here instead of naming "uv" or "basic". Without the variable:
  * uv+basic. */
 typedef struct tu_combo {

@@ -119,6 +119,13 @@ void tw__loop_yield(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
  * each of its connections). */
 void tw__loop_set_spin(tw_loop *l, uint64_t us);
 
+/* The default busy-polling bound of the transports whose stock
+ * counterpart polls all the time (shm's reactor ring, ibv's completion
+ * queues): a message that comes within this long of the last one is taken
+ * without a thread wake-up, as stock takes every message, and the thread
+ * sleeps once this long passes with nothing, where stock's never does. */
+#define TW_LOOP_BUSY_DEFAULT_US 1000
+
 /* Loop thread: activity now; p polls from the loop's next pass on (for
  * p->busy_ns after the last activity) unless p->busy_ns is 0 or the loop
  * is finishing. */

@@ -80,6 +80,7 @@
 
 #include "platform/error.h"
 #include "platform/list.h"
+#include "platform/loop.h"
 #include "platform/mutant.h"
 #include "platform/options.h"
 #include "platform/platform.h"
@@ -195,8 +196,9 @@ struct ib_transport {
 	unsigned memo_next;
 	tw_list lingering; /* closed connections whose writes are landing */
 	tw_list cqs;       /* every connection that has a completion queue */
-	/* busy polling (option busy_poll_us; 0: off): after activity the loop
-	 * polls every completion queue on each pass, unarmed, for busy_ns */
+	/* busy polling (option busy_poll_us, TW_LOOP_BUSY_DEFAULT_US unless
+	 * given; 0: off): after activity the loop polls every completion queue
+	 * on each pass, unarmed, for busy_ns */
 	tw_loop_poller poller; /* active while polling (ib_spinning) */
 };
 
@@ -1354,6 +1356,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	o->srq = true;
 	o->fork_safe = true;
 	o->answer_wait_ms = TW_IB_ANSWER_WAIT_MS;
+	o->busy_poll_us = TW_LOOP_BUSY_DEFAULT_US;
 	const char *e = getenv("TW_IB_HCA");
 	if (e)
 		snprintf(o->hca, sizeof(o->hca), "%s", e);

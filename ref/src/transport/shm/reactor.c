@@ -7,10 +7,10 @@
  * is woken with a uv_async. A slot's flag is cleared before its connection
  * is woken, so a token that arrives while it runs wakes it again.
  *
- * Busy polling (opt-in, busy_poll_us): after a token or a write, the loop
- * thread reads the ring itself on every pass (a loop poller, loop.h, so
- * the loop never sleeps) until busy_poll_us pass without a token; meanwhile byte 18
- * of the ring's header says so (spec 2.3.1.e), our producers skip their
+ * Busy polling (busy_poll_us, 1 ms unless given; 0: off): after a token
+ * or a write, the loop thread reads the ring itself on every pass (a loop
+ * poller, loop.h, so the loop never sleeps) until busy_poll_us pass
+ * without a token; meanwhile byte 18 of the ring's header says so (spec 2.3.1.e), our producers skip their
  * futex wake and the reading thread stays asleep. When polling stops the
  * byte is cleared and the reading thread woken, so that a token whose
  * producer still saw the byte set is taken.

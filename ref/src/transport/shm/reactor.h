@@ -11,12 +11,15 @@
  * connection wake it the same way: the connection re-checks both rings.
  *
  * Waiting. Stock's reactor thread spins on its ring (yielding when idle).
- * Ours sleeps in futex(2) on the low word of the ring's head marker: our
- * own producers (tw__shm_reactor_notify) wake it at once after each token;
- * a producer that does not (a stock peer) is caught by the sleep's bound,
- * 50 us right after activity, doubling to `idle_us` (1 ms by default).
- * So ours to ours wakes at once without burning a core, and stock to ours
- * costs at most idle_us of latency after a quiet spell.
+ * Ours is polled by the loop thread for a short while after activity
+ * (busy polling, below); after that a reading thread sleeps in futex(2)
+ * on the low word of the ring's head marker: our own producers
+ * (tw__shm_reactor_notify) wake it at once after each token; a producer
+ * that does not (a stock peer) is caught by the sleep's bound, 50 us right
+ * after activity, doubling to `idle_us` (1 ms by default). So a message
+ * within the busy bound of the last costs no wake-up, ours to ours wakes at
+ * once after that without burning a core, and stock to ours costs at most
+ * idle_us of latency after a quiet spell.
  *
  * A peer can write anything into our ring: a token that is not a live
  * connection's is ignored; markers a peer made inconsistent stop token
@@ -44,11 +47,12 @@ typedef struct tw_shm_reactor tw_shm_reactor;
 TW_NODISCARD tw_status_t tw__shm_reactor_new(tw_loop *loop, uint64_t idle_us,
                                              void (*wake)(void *conn), tw_shm_reactor **out,
                                              char *detail, size_t detail_len);
-/* Opt-in busy polling (option busy_poll_us of the shm transport): for
- * `us` microseconds after the last token or write, the loop thread itself
- * reads the reactor ring on every pass instead of sleeping, so a message
- * crosses no thread hand-off; it burns that thread's core while it does.
- * 0 (the default) leaves it off. Before the first connection. */
+/* Busy polling (option busy_poll_us of the shm transport,
+ * TW_LOOP_BUSY_DEFAULT_US unless given): for `us` microseconds after the
+ * last token or write, the loop thread itself reads the reactor ring on
+ * every pass instead of sleeping, so a message crosses no thread hand-off;
+ * it burns that thread's core while it does. 0 leaves it off: every
+ * wake-up goes through the reading thread. Before the first connection. */
 void tw__shm_reactor_set_busy_poll(tw_shm_reactor *r, uint64_t us);
 /* Loop thread: there was activity (a write to a peer): keep polling. */
 void tw__shm_reactor_kick(tw_shm_reactor *r);

@@ -42,6 +42,7 @@
 
 #include "platform/error.h"
 #include "platform/identity.h"
+#include "platform/loop.h"
 #include "platform/options.h"
 #include "platform/platform.h"
 #include "transport/ring/ring.h"
@@ -801,7 +802,8 @@ static tw_status_t shm_create(tw_loop *loop, const char *options, tw_transport *
 	/* idle_us: how long the reactor sleeps at most when no peer of ours
 	 * woke it (reactor.h): the latency a stock peer may add. */
 	/* busy_poll_us: how long the loop thread polls the reactor ring itself
-	 * after the last token or write instead of sleeping (reactor.h); 0: off. */
+	 * after the last token or write instead of sleeping (reactor.h); 0: off,
+	 * every wake-up goes through the reading thread. */
 	typedef struct shm_opts {
 		uint64_t idle_us, busy_poll_us;
 	} shm_opts;
@@ -809,7 +811,7 @@ static tw_status_t shm_create(tw_loop *loop, const char *options, tw_transport *
 		{ "idle_us", TW_OPT_U64, offsetof(shm_opts, idle_us), 0, 1, 1000000 },
 		{ "busy_poll_us", TW_OPT_U64, offsetof(shm_opts, busy_poll_us), 0, 0, 10000000 },
 	};
-	shm_opts o = { 1000, 0 };
+	shm_opts o = { 1000, TW_LOOP_BUSY_DEFAULT_US };
 	tw_status_t st =
 	    tw__options_parse(SHM_WHO, options, table, 2, &o, NULL, 0, detail, detail_len);
 	if (st != TW_OK)
