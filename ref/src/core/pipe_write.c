@@ -127,6 +127,16 @@ static void tw__pipe_on_tensor_sent(tw_channel *ch, tw_status_t status, const ch
 	tw__pipe_release(p);
 }
 
+/* A send on a channel acked by the peer (cma, cuda_ipc, cuda_xth) is done
+ * once the peer says it copied the bytes: its answer was due meanwhile. */
+static void tw__pipe_on_tensor_acked(tw_channel *ch, tw_status_t status, const char *detail,
+                                     void *arg)
+{
+	tw_out_msg *m = arg;
+	tw__loop_answer_due(&m->pipe->ctx->loop, false);
+	tw__pipe_on_tensor_sent(ch, status, detail, arg);
+}
+
 /* Applies the DescriptorReply in buf to message m (spec 3.11). */
 static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint64_t len)
 {
@@ -402,8 +412,14 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 		all_acked = all_acked && ch->ops->acked_by_peer;
 		all_land = all_land && ch->ops->sends_land && ch->ops->sends_land(ch);
 		m->peer_acked = all_acked || all_land;
-		tw_status_t st = ch->ops->send(ch, &b, tw__pipe_on_tensor_sent, m);
+		bool acked = ch->ops->acked_by_peer;
+		if (acked) /* before the send: its callback may not wait for us */
+			tw__loop_answer_due(&p->ctx->loop, true);
+		tw_status_t st =
+		    ch->ops->send(ch, &b, acked ? tw__pipe_on_tensor_acked : tw__pipe_on_tensor_sent, m);
 		if (st != TW_OK) {
+			if (acked)
+				tw__loop_answer_due(&p->ctx->loop, false);
 			tw__pipe_fail(p, st, "sending tensor %zu: out of memory", i);
 			return st;
 		}

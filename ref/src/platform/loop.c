@@ -127,20 +127,30 @@ void tw__loop_poller_cancel(tw_loop *l, tw_loop_poller *p)
 		tw__loop_poller_unlink(l, p);
 }
 
+void tw__loop_answer_due(tw_loop *l, bool due)
+{
+	if (due)
+		l->answers_due++;
+	else if (l->answers_due > 0)
+		l->answers_due--;
+}
+
 /* One look by each active poller; those whose bound passed with nothing
  * found stop. A poller's callbacks may kick any poller and cancel only
  * themselves. Returns whether any found something. */
 static bool tw__loop_run_pollers(tw_loop *l)
 {
 	bool found = false;
+	uint64_t due_ns = l->answers_due ? (uint64_t)TW_LOOP_ANSWER_DUE_US * 1000 : 0;
 	for (tw_loop_poller *p = l->pollers, *next; p; p = next) {
 		next = p->next;
 		unsigned n = p->poll ? p->poll(p) : 0;
 		uint64_t now = uv_hrtime();
+		uint64_t bound = p->busy_ns > due_ns ? p->busy_ns : due_ns;
 		if (n) {
 			p->last_ns = now;
 			found = true;
-		} else if (p->active && now - p->last_ns > p->busy_ns) {
+		} else if (p->active && now - p->last_ns > bound) {
 			tw__loop_poller_unlink(l, p);
 			if (p->stopped)
 				p->stopped(p);

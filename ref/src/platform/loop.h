@@ -80,6 +80,7 @@ typedef struct tw_loop {
 	uint64_t spin_ns;           /* busy polling after work (0: off); atomic: set by any thread */
 	tw_loop_poller spin;        /* loop thread: that polling (tw__loop_set_spin) */
 	tw_loop_poller *pollers;    /* loop thread: the active ones */
+	unsigned answers_due;       /* loop thread: tw__loop_answer_due */
 	bool finishing;
 	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
 	void *idle_check_arg;
@@ -126,10 +127,24 @@ void tw__loop_set_spin(tw_loop *l, uint64_t us);
  * sleeps once this long passes with nothing, where stock's never does. */
 #define TW_LOOP_BUSY_DEFAULT_US 1000
 
+/* While an answer is due (tw__loop_answer_due), an active poller's bound
+ * is at least this long: the peer is busy for us (copying our tensor out
+ * of our memory) and answers when it is done, which can take longer than
+ * the default bound; stock polls through it, and a sleeping thread's
+ * wake-up would be on the message's path. */
+#define TW_LOOP_ANSWER_DUE_US 100000
+
 /* Loop thread: activity now; p polls from the loop's next pass on (for
  * p->busy_ns after the last activity) unless p->busy_ns is 0 or the loop
  * is finishing. */
 void tw__loop_poller_kick(tw_loop *l, tw_loop_poller *p);
+
+/* Loop thread: a peer's answer is due (true) or came (false, once per
+ * true): a send waits for the peer's confirmation that it copied the
+ * bytes. While any is due, active pollers poll for at least
+ * TW_LOOP_ANSWER_DUE_US after their last find; pollers that are off
+ * (busy_ns 0) stay off. */
+void tw__loop_answer_due(tw_loop *l, bool due);
 
 /* Loop thread: p stops polling at once, without its `stopped` (its owner
  * goes away). */

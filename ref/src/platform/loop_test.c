@@ -19,6 +19,11 @@
  *           sleeps after that; kicked again from its own `stopped`, it
  *           starts again; one cancelled is never stopped; one with no
  *           bound never starts
+ *   answer_due  while a peer's answer is due (tw__loop_answer_due), a
+ *           poller with a 1 ms bound keeps polling past it, stopping
+ *           TW_LOOP_ANSWER_DUE_US after its last find at the latest; once
+ *           the answer came it stops at its own bound again; a poller with
+ *           no bound never starts, answer due or not
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -445,10 +450,65 @@ static void case_poller(void)
 	printf("ok - poller\n");
 }
 
+static void due_set(void *arg)
+{
+	tw__loop_answer_due(((struct probe *)arg)->loop, true);
+}
+
+static void due_clear(void *arg)
+{
+	tw__loop_answer_due(((struct probe *)arg)->loop, false);
+}
+
+/* Waits up to a second for pr's `stopped` count to reach n. */
+static void wait_stopped(struct probe *pr, int n)
+{
+	for (int i = 0; i < 100 && atomic_load(&pr->stopped) < n; i++)
+		usleep(10 * 1000);
+}
+
+static void case_answer_due(void)
+{
+	const uint64_t cap_ns = (uint64_t)TW_LOOP_ANSWER_DUE_US * 1000;
+	tw_loop l;
+	start(&l);
+	struct probe d, e;
+	probe_init(&d, &l, 1, 0, 0); /* a 1 ms bound, never finds anything */
+	CHECK(tw__loop_call_sync(&l, due_set, &d));
+	CHECK(tw__loop_call_sync(&l, probe_kick, &d));
+	usleep(50 * 1000);
+	int stopped_early = atomic_load(&d.stopped);
+	wait_stopped(&d, 1);
+	uint64_t held_gap = d.gap_ns;
+	CHECK(tw__loop_call_sync(&l, probe_kick, &d)); /* still due */
+	usleep(10 * 1000);
+	int stopped_held = atomic_load(&d.stopped);
+	CHECK(tw__loop_call_sync(&l, due_clear, &d));
+	wait_stopped(&d, 2);
+	printf("# answer_due: a 1 ms poller polled %.1f ms with an answer due (cap %.0f ms), "
+	       "%.1f ms once it came\n",
+	       (double)held_gap / 1e6, (double)cap_ns / 1e6, (double)d.gap_ns / 1e6);
+	CHECK(stopped_early == 0);  /* past its own bound while due */
+	CHECK(atomic_load(&d.started) == 2);
+	CHECK(held_gap >= cap_ns);  /* the cap, from the last find */
+	CHECK(stopped_held == 1);
+	CHECK(atomic_load(&d.stopped) == 2);
+	CHECK(d.gap_ns < cap_ns);   /* stopped at its own bound once the answer came */
+
+	probe_init(&e, &l, 0, 5, 0); /* no bound: off, answer due or not */
+	CHECK(tw__loop_call_sync(&l, due_set, &e));
+	CHECK(tw__loop_call_sync(&l, probe_kick, &e));
+	usleep(20 * 1000);
+	CHECK(atomic_load(&e.started) == 0 && atomic_load(&e.looks) == 0);
+	CHECK(tw__loop_call_sync(&l, due_clear, &e));
+	stop(&l);
+	printf("ok - answer_due\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: loop_test order|spin|rounds|poller\n");
+		fprintf(stderr, "usage: loop_test order|spin|rounds|poller|answer_due\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "order"))
@@ -459,6 +519,8 @@ int main(int argc, char **argv)
 		case_rounds();
 	else if (!strcmp(argv[1], "poller"))
 		case_poller();
+	else if (!strcmp(argv[1], "answer_due"))
+		case_answer_due();
 	else
 		return 2;
 	return 0;
