@@ -129,8 +129,10 @@ void tw__loop_poller_cancel(tw_loop *l, tw_loop_poller *p)
 
 void tw__loop_answer_due(tw_loop *l, bool due)
 {
-	if (due)
+	if (due) {
 		l->answers_due++;
+		l->due_since_ns = uv_hrtime();
+	}
 	else if (l->answers_due > 0)
 		l->answers_due--;
 }
@@ -141,7 +143,9 @@ void tw__loop_answer_due(tw_loop *l, bool due)
 static bool tw__loop_run_pollers(tw_loop *l)
 {
 	bool found = false;
-	uint64_t due_ns = l->answers_due ? (uint64_t)TW_LOOP_ANSWER_DUE_US * 1000 : 0;
+	const uint64_t cap_ns = (uint64_t)TW_LOOP_ANSWER_DUE_US * 1000;
+	uint64_t due_ns =
+	    l->answers_due && uv_hrtime() - l->due_since_ns < cap_ns ? cap_ns : 0;
 	for (tw_loop_poller *p = l->pollers, *next; p; p = next) {
 		next = p->next;
 		unsigned n = p->poll ? p->poll(p) : 0;

@@ -39,11 +39,12 @@ typedef struct tw_deferred {
 	void *arg;
 } tw_deferred;
 
-/* A busy poller: opt-in busy polling of what wakes the loop otherwise (a
+/* A busy poller: bounded busy polling of what wakes the loop otherwise (a
  * ring read by a thread, completion queues with their events). After
  * activity (tw__loop_poller_kick) the loop calls `poll` on each of its
- * passes, never sleeping in between, until `busy_ns` have passed with
- * nothing found; then the poller is off its list and `stopped` runs
+ * passes, never sleeping in between, until `busy_ns` (or, while an answer
+ * is due, TW_LOOP_ANSWER_DUE_US) have passed with nothing found; then the
+ * poller is off its list and `stopped` runs
  * (re-arm the wake-up, and take what came before it was armed). `started`
  * runs when polling begins. A pass on which neither work nor any poller
  * found anything lets another thread of this CPU run first (the peer
@@ -81,6 +82,7 @@ typedef struct tw_loop {
 	tw_loop_poller spin;        /* loop thread: that polling (tw__loop_set_spin) */
 	tw_loop_poller *pollers;    /* loop thread: the active ones */
 	unsigned answers_due;       /* loop thread: tw__loop_answer_due */
+	uint64_t due_since_ns;      /* loop thread: uv_hrtime() of the newest answer due */
 	bool finishing;
 	void (*idle_check)(void *arg); /* loop thread: after each batch of work */
 	void *idle_check_arg;
@@ -128,10 +130,11 @@ void tw__loop_set_spin(tw_loop *l, uint64_t us);
 #define TW_LOOP_BUSY_DEFAULT_US 1000
 
 /* While an answer is due (tw__loop_answer_due), an active poller's bound
- * is at least this long: the peer is busy for us (copying our tensor out
- * of our memory) and answers when it is done, which can take longer than
- * the default bound; stock polls through it, and a sleeping thread's
- * wake-up would be on the message's path. */
+ * is at least this long, for this long after the newest answer became
+ * due: the peer is busy for us (copying our tensor out of our memory) and
+ * answers when it is done, which can take longer than the default bound;
+ * stock polls through it, and a sleeping thread's wake-up would be on the
+ * message's path. An answer that never comes keeps nobody polling longer. */
 #define TW_LOOP_ANSWER_DUE_US 100000
 
 /* Loop thread: activity now; p polls from the loop's next pass on (for
@@ -141,9 +144,9 @@ void tw__loop_poller_kick(tw_loop *l, tw_loop_poller *p);
 
 /* Loop thread: a peer's answer is due (true) or came (false, once per
  * true): a send waits for the peer's confirmation that it copied the
- * bytes. While any is due, active pollers poll for at least
- * TW_LOOP_ANSWER_DUE_US after their last find; pollers that are off
- * (busy_ns 0) stay off. */
+ * bytes. While any is due, and for at most TW_LOOP_ANSWER_DUE_US after the
+ * newest became due, active pollers poll for at least that long after
+ * their last find; pollers that are off (busy_ns 0) stay off. */
 void tw__loop_answer_due(tw_loop *l, bool due);
 
 /* Loop thread: p stops polling at once, without its `stopped` (its owner

@@ -10,7 +10,8 @@
  * Busy polling (busy_poll_us, 1 ms unless given; 0: off): after a token
  * or a write, the loop thread reads the ring itself on every pass (a loop
  * poller, loop.h, so the loop never sleeps) until busy_poll_us pass
- * without a token; meanwhile byte 18 of the ring's header says so (spec 2.3.1.e), our producers skip their
+ * without a token (longer while an answer is due, loop.h); meanwhile byte
+ * 18 of the ring's header says so (spec 2.3.1.e), our producers skip their
  * futex wake and the reading thread stays asleep. When polling stops the
  * byte is cleared and the reading thread woken, so that a token whose
  * producer still saw the byte set is taken.
@@ -232,14 +233,20 @@ static void tw__shm_reactor_polling(tw_loop_poller *p)
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 1, __ATOMIC_SEQ_CST);
 }
 
-/* Loop thread: polling ends; the reading thread takes over (woken, so that
- * a token whose producer saw the flag still set is not left waiting). */
+static unsigned tw__shm_reactor_poll(tw_loop_poller *p);
+
+/* Loop thread: polling ends; the reading thread takes over. A producer
+ * that still saw the byte set skipped its futex wake: its token is taken
+ * here, by one more look after the byte is cleared (the reading thread,
+ * woken too, may have read the head word before that token and would
+ * sleep its bound with the token in the ring). */
 static void tw__shm_reactor_unspin(tw_loop_poller *p)
 {
 	tw_shm_reactor *r = tw__shm_poller_reactor(p);
 	atomic_store(&r->polling, false);
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+	(void)tw__shm_reactor_poll(p);
 }
 
 /* A pass of the loop while busy polling: the tokens in the ring wake their
