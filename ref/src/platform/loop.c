@@ -138,7 +138,9 @@ void tw__loop_answer_due(tw_loop *l, bool due)
 }
 
 /* One look by each active poller; those whose bound passed with nothing
- * found stop. A poller's callbacks may kick any poller and cancel only
+ * found stop, and take one more look once `stopped` has re-armed their
+ * wake-up (what came in between raises none), unless `stopped` kicked them
+ * again. A poller's callbacks may kick any poller and cancel only
  * themselves. Returns whether any found something. */
 static bool tw__loop_run_pollers(tw_loop *l)
 {
@@ -158,6 +160,8 @@ static bool tw__loop_run_pollers(tw_loop *l)
 			tw__loop_poller_unlink(l, p);
 			if (p->stopped)
 				p->stopped(p);
+			if (p->poll && !p->active)
+				(void)p->poll(p);
 		}
 	}
 	return found;

@@ -15,8 +15,10 @@
  *           (the bound lets I/O in); yielded work runs only after a poll
  *   poller  a busy poller (tw_loop_poller) kicked once is started once, looked
  *           at on every pass while it finds something, stopped once when
- *           its bound has passed with nothing (not before), and the loop
- *           sleeps after that; kicked again from its own `stopped`, it
+ *           its bound has passed with nothing (not before), looked at once
+ *           more after that (what came before its wake-up was re-armed),
+ *           and the loop sleeps after that; kicked again from its own
+ *           `stopped`, it
  *           starts again; one cancelled is never stopped; one with no
  *           bound never starts
  *   answer_due  while a peer's answer is due (tw__loop_answer_due), a
@@ -358,6 +360,7 @@ struct probe {
 	int restarts;       /* kicks from its own `stopped` still to make */
 	uint64_t found_ns;  /* the last look that found something */
 	uint64_t gap_ns;    /* from that look to `stopped` */
+	int looks_at_stop;  /* looks when `stopped` last ran */
 };
 
 static unsigned probe_poll(tw_loop_poller *p)
@@ -380,6 +383,7 @@ static void probe_stopped(tw_loop_poller *p)
 {
 	struct probe *pr = (struct probe *)p;
 	pr->gap_ns = uv_hrtime() - pr->found_ns;
+	pr->looks_at_stop = atomic_load(&pr->looks);
 	atomic_fetch_add(&pr->stopped, 1);
 	if (pr->restarts > 0) {
 		pr->restarts--;
@@ -411,6 +415,13 @@ static void probe_init(struct probe *pr, tw_loop *l, uint64_t busy_ms, int finds
 	pr->restarts = restarts;
 }
 
+/* Waits up to four seconds for pr's `stopped` count to reach n. */
+static void wait_stopped(struct probe *pr, int n)
+{
+	for (int i = 0; i < 400 && atomic_load(&pr->stopped) < n; i++)
+		usleep(10 * 1000);
+}
+
 static void case_poller(void)
 {
 	tw_loop l;
@@ -419,8 +430,7 @@ static void case_poller(void)
 	struct probe a, b, c;
 	probe_init(&a, &l, 50, 5, 1);
 	CHECK(tw__loop_call_sync(&l, probe_kick, &a));
-	for (int i = 0; i < 400 && atomic_load(&a.stopped) < 2; i++)
-		usleep(10 * 1000);
+	wait_stopped(&a, 2);
 	int slept = awake(10);
 	printf("# poller: started %d, stopped %d, %d looks, %.1f ms from the last find to the stop; "
 	       "loop thread awake in %d of 10 looks afterwards\n",
@@ -429,6 +439,7 @@ static void case_poller(void)
 	CHECK(atomic_load(&a.started) == 2); /* the kick, then the one from its `stopped` */
 	CHECK(atomic_load(&a.stopped) == 2);
 	CHECK(atomic_load(&a.looks) >= 5 + 3 + 2); /* every find, and one empty look per stop */
+	CHECK(atomic_load(&a.looks) == a.looks_at_stop + 1); /* one more after the last stop */
 	CHECK(a.gap_ns >= 50 * 1000000ull);        /* the bound, from the last find */
 	CHECK(slept <= 2);
 
@@ -459,13 +470,6 @@ static void due_set(void *arg)
 static void due_clear(void *arg)
 {
 	tw__loop_answer_due(((struct probe *)arg)->loop, false);
-}
-
-/* Waits up to a second for pr's `stopped` count to reach n. */
-static void wait_stopped(struct probe *pr, int n)
-{
-	for (int i = 0; i < 100 && atomic_load(&pr->stopped) < n; i++)
-		usleep(10 * 1000);
 }
 
 static void case_answer_due(void)

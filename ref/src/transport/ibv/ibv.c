@@ -744,17 +744,12 @@ static unsigned ib_drain_all(ib_transport *t)
 	return got;
 }
 
-/* A pass of the loop while busy polling (loop.h's poller). */
+/* A pass of the loop while busy polling (loop.h's poller). Its last, once
+ * polling has ended, arms every queue again as it drains it (a completion
+ * between the last look and the arming raises no event). */
 static unsigned ib_poll(tw_loop_poller *p)
 {
 	return ib_drain_all(TW_CONTAINER_OF(p, ib_transport, poller));
-}
-
-/* Polling ended: every queue is armed again, and drained (a completion
- * between the last look and the arming raises no event). */
-static void ib_unspin(tw_loop_poller *p)
-{
-	(void)ib_poll(p);
 }
 
 /* The completion channel is readable: each event names one connection's
@@ -1393,7 +1388,6 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->answer_wait_ms = o.answer_wait_ms;
 	t->poller.busy_ns = o.busy_poll_us * 1000;
 	t->poller.poll = ib_poll;
-	t->poller.stopped = ib_unspin;
 	tw__list_init(&t->lingering);
 	tw__list_init(&t->cqs);
 	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,

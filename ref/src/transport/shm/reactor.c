@@ -233,20 +233,17 @@ static void tw__shm_reactor_polling(tw_loop_poller *p)
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 1, __ATOMIC_SEQ_CST);
 }
 
-static unsigned tw__shm_reactor_poll(tw_loop_poller *p);
-
 /* Loop thread: polling ends; the reading thread takes over. A producer
  * that still saw the byte set skipped its futex wake: its token is taken
- * here, by one more look after the byte is cleared (the reading thread,
- * woken too, may have read the head word before that token and would
- * sleep its bound with the token in the ring). */
+ * by the loop's look after this (loop.h; the reading thread, woken too,
+ * may have read the head word before that token and would sleep its bound
+ * with the token in the ring). */
 static void tw__shm_reactor_unspin(tw_loop_poller *p)
 {
 	tw_shm_reactor *r = tw__shm_poller_reactor(p);
 	atomic_store(&r->polling, false);
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
-	(void)tw__shm_reactor_poll(p);
 }
 
 /* A pass of the loop while busy polling: the tokens in the ring wake their
