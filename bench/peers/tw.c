@@ -118,6 +118,16 @@ static void twd_copy(void *dst, const void *src, uint64_t len, bool to_device)
 		twb_die(1, "copying a tensor %s the device: %s", to_device ? "to" : "from", err);
 }
 
+/* Cuts `suffix` off the end of s (longer than it); whether it was there. */
+static bool twd_strip(char *s, const char *suffix)
+{
+	size_t sl = strlen(s), xl = strlen(suffix);
+	if (sl <= xl || strcmp(s + sl - xl, suffix) != 0)
+		return false;
+	s[sl - xl] = '\0';
+	return true;
+}
+
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
@@ -129,16 +139,9 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	 * -td: every tensor names its target device (twd_target) */
 	char sys[64], channel[32];
 	snprintf(sys, sizeof(sys), "%s", a->system);
-	size_t sl = strlen(sys);
-	twd_target = sl > 3 && !strcmp(sys + sl - 3, "-td");
-	if (twd_target)
-		sys[sl -= 3] = '\0';
-	bool spin = sl > 5 && !strcmp(sys + sl - 5, "-spin");
-	bool nopoll = sl > 6 && !strcmp(sys + sl - 6, "-sleep");
-	if (spin)
-		sys[sl - 5] = '\0';
-	if (nopoll)
-		sys[sl - 6] = '\0';
+	twd_target = twd_strip(sys, "-td");
+	bool spin = twd_strip(sys, "-spin");
+	bool nopoll = !spin && twd_strip(sys, "-sleep");
 	const char *dash = strchr(sys, '-');
 	if (!dash || (size_t)(dash - sys) >= tlen || !dash[1] || strlen(dash + 1) >= sizeof(channel))
 		twb_die(2,

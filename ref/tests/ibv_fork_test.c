@@ -144,8 +144,8 @@ static void case_stream(void)
 	uint8_t *out = malloc(MSG_BYTES), *in = malloc(MSG_BYTES);
 	CHECK(out && in);
 	int bad = 0;
-	uint32_t sent = 0;
-	for (uint32_t i = 0; i < MESSAGES || !atomic_load(&forks_done); i++, sent++) {
+	uint32_t i;
+	for (i = 0; i < MESSAGES || !atomic_load(&forks_done); i++) {
 		fill(out, i);
 		tw_tensor t = { .data = out, .length = MSG_BYTES, .source_device = tw_device_cpu(),
 			        .has_target_device = true, .target_device = tw_device_cpu() };
@@ -177,7 +177,7 @@ static void case_stream(void)
 			bad++;
 	}
 	CHECK(pthread_join(th, NULL) == 0);
-	printf("   %u messages of 1 MiB, %d children forked meanwhile, %d corrupted\n", sent,
+	printf("   %u messages of 1 MiB, %d children forked meanwhile, %d corrupted\n", i,
 	       CHILDREN, bad);
 	if (bad)
 		exit(1); /* the hazard seen: a plain failure (stream_unsafe expects one) */

@@ -409,10 +409,10 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 		}
 		tw_buffer b = { t->data, t->length, t->source_device, t->cuda_stream };
 		tw_channel *ch = p->chans[pp->chan].ch;
-		all_acked = all_acked && ch->ops->acked_by_peer;
+		bool acked = ch->ops->acked_by_peer;
+		all_acked = all_acked && acked;
 		all_land = all_land && ch->ops->sends_land && ch->ops->sends_land(ch);
 		m->peer_acked = all_acked || all_land;
-		bool acked = ch->ops->acked_by_peer;
 		if (acked) /* before the send: its callback may not wait for us */
 			tw__loop_answer_due(&p->ctx->loop, true);
 		tw_status_t st =
