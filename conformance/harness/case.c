@@ -67,3 +67,59 @@ int twc_tool_path(const char *name, char *buf, size_t len)
 		return -1;
 	return access(buf, X_OK);
 }
+
+/* Runs `cmd`; 0 when it exits 0, else -1 with its first output line in why. */
+static int try_cmd(const char *cmd, char *why, size_t len)
+{
+	char full[4 * PATH_MAX];
+	if (snprintf(full, sizeof(full), "%s 2>&1", cmd) >= (int)sizeof(full))
+		return -1;
+	FILE *f = popen(full, "r");
+	if (!f) {
+		snprintf(why, len, "popen failed");
+		return -1;
+	}
+	char line[512] = "";
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	while (fgetc(f) != EOF) {
+	}
+	int st = pclose(f);
+	line[strcspn(line, "\n")] = '\0';
+	snprintf(why, len, "%s", line[0] ? line : "it failed");
+	return st == 0 ? 0 : -1;
+}
+
+twc_outcome_t twc_contain_prefix(const char *unshare, const char *sandbox, char *prefix,
+                                 size_t len, char *why, size_t why_len)
+{
+	char sb[PATH_MAX], probe[3 * PATH_MAX], reason[512];
+	prefix[0] = '\0';
+	if (geteuid() != 0) {
+		snprintf(why, why_len, "needs root (seccomp as root, capability drops, mount and pid "
+		                       "namespaces)");
+		return TWC_SKIP;
+	}
+	if (twc_tool_path("tw-sandbox", sb, sizeof(sb)) != 0) {
+		snprintf(why, why_len, "tw-sandbox is not beside tensorwire-conform");
+		return TWC_ERROR;
+	}
+	if (unshare) {
+		snprintf(probe, sizeof(probe), "unshare %s -- true", unshare);
+		if (try_cmd(probe, reason, sizeof(reason)) != 0) {
+			snprintf(why, why_len, "unshare %s: %s", unshare, reason);
+			return TWC_SKIP;
+		}
+		snprintf(prefix, len, "unshare %s -- ", unshare);
+	}
+	if (sandbox && sandbox[0]) {
+		snprintf(probe, sizeof(probe), "%s%s %s --check --", prefix, sb, sandbox);
+		if (try_cmd(probe, reason, sizeof(reason)) != 0) {
+			snprintf(why, why_len, "tw-sandbox %s: %s", sandbox, reason);
+			return TWC_SKIP;
+		}
+		size_t off = strlen(prefix);
+		snprintf(prefix + off, len - off, "%s %s -- ", sb, sandbox);
+	}
+	return TWC_PASS;
+}

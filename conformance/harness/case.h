@@ -88,6 +88,14 @@ const char *twc_outcome_name(twc_outcome_t o);
  * tw-xth-dual) into buf; -1 when it is not there or not executable. */
 int twc_tool_path(const char *name, char *buf, size_t len);
 
+/* The prefix that starts a command the way a container would (unshare(1)
+ * with `unshare`'s options, then tw-sandbox with `sandbox`'s, either NULL
+ * or "" for none), each tried first: TWC_PASS with the prefix (ending in a
+ * space), TWC_SKIP with the reason where this machine cannot (not root, no
+ * namespaces, what tw-sandbox said), TWC_ERROR when tw-sandbox is missing. */
+twc_outcome_t twc_contain_prefix(const char *unshare, const char *sandbox, char *prefix,
+                                 size_t len, char *why, size_t why_len);
+
 /* Sets env->reason and returns the outcome, for one-line returns. */
 twc_outcome_t twc_case_result(twc_case_env *env, twc_outcome_t o, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

@@ -49,28 +49,6 @@ static int shape_one(int index, twc_agent_msg *m)
 	return twc_msg_one_tensor(m, 16, g_len);
 }
 
-/* Runs `cmd`; 0 when it exits 0, else -1 with its first output line in why. */
-static int try_cmd(const char *cmd, char *why, size_t len)
-{
-	char full[4 * PATH_MAX];
-	if (snprintf(full, sizeof(full), "%s 2>&1", cmd) >= (int)sizeof(full))
-		return -1;
-	FILE *f = popen(full, "r");
-	if (!f) {
-		snprintf(why, len, "popen failed");
-		return -1;
-	}
-	char line[512] = "";
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	while (fgetc(f) != EOF) {
-	}
-	int st = pclose(f);
-	line[strcspn(line, "\n")] = '\0';
-	snprintf(why, len, "%s", line[0] ? line : "it failed");
-	return st == 0 ? 0 : -1;
-}
-
 /* "a,b,c" as adapter backends, priorities 200, 100, 0 (first highest). */
 static json_t *list_json(const char *csv)
 {
@@ -106,25 +84,11 @@ static twc_outcome_t run_contain(const twc_case *c, twc_case_env *env)
 	const char *why;
 	if (twc_cmd_unavailable(env->iut_cmd, &why) || twc_cmd_unavailable(scmd, &why))
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
-	if (geteuid() != 0)
-		return twc_case_result(env, TWC_SKIP, "needs root (seccomp as root, capability drops, "
-		                                      "mount and pid namespaces)");
-	char sb[PATH_MAX], prefix[2 * PATH_MAX] = "", probe[3 * PATH_MAX], reason[512];
-	if (twc_tool_path("tw-sandbox", sb, sizeof(sb)) != 0)
-		return twc_case_result(env, TWC_ERROR, "tw-sandbox is not beside tensorwire-conform");
-	if (sp->unshare) {
-		snprintf(probe, sizeof(probe), "unshare %s -- true", sp->unshare);
-		if (try_cmd(probe, reason, sizeof(reason)) != 0)
-			return twc_case_result(env, TWC_SKIP, "unshare %s: %s", sp->unshare, reason);
-		snprintf(prefix, sizeof(prefix), "unshare %s -- ", sp->unshare);
-	}
-	if (sp->sandbox[0]) {
-		snprintf(probe, sizeof(probe), "%s%s %s --check --", prefix, sb, sp->sandbox);
-		if (try_cmd(probe, reason, sizeof(reason)) != 0)
-			return twc_case_result(env, TWC_SKIP, "tw-sandbox %s: %s", sp->sandbox, reason);
-		size_t off = strlen(prefix);
-		snprintf(prefix + off, sizeof(prefix) - off, "%s %s -- ", sb, sp->sandbox);
-	}
+	char prefix[2 * PATH_MAX], reason[512];
+	twc_outcome_t o = twc_contain_prefix(sp->unshare, sp->sandbox, prefix, sizeof(prefix), reason,
+	                                     sizeof(reason));
+	if (o != TWC_PASS)
+		return twc_case_result(env, o, "%s", reason);
 	static char ccmd[4 * PATH_MAX], scmd2[4 * PATH_MAX];
 	snprintf(ccmd, sizeof(ccmd), "%s%s", prefix, env->iut_cmd);
 	snprintf(scmd2, sizeof(scmd2), "%s%s", prefix, scmd);
