@@ -74,15 +74,25 @@ typedef struct tw_channel_device {
 
 #define TW_CHANNEL_PROOF 1u /* open(): both ends agreed on spec 8.3 */
 
+/* Every device descriptor the peer offered for one channel, in its order. */
+typedef struct tw_channel_offer {
+	size_t num;
+	const char *const *descriptor;
+	const size_t *len;
+} tw_channel_offer;
+
 typedef struct tw_channel_ops {
 	const char *kind; /* "basic" */
 	/* Any thread. TW_ERR_UNSUPPORTED with the reason if not viable here,
 	 * TW_ERR_INVAL for bad options. Fills the base's device list. */
 	tw_status_t (*create)(const tw_channel_env *env, const char *options, tw_channel_ctx **out,
 	                      char *detail, size_t detail_len);
-	/* NULL means string equality of the two device descriptors. */
+	/* NULL means string equality of the two device descriptors. `remote`
+	 * is one of `offer`'s, the rest let a channel decide what the peer
+	 * would decide, since both ends select (spec 3.7). */
 	bool (*can_communicate)(tw_channel_ctx *c, const tw_channel_device *local,
-	                        const char *remote, size_t remote_len);
+	                        const char *remote, size_t remote_len,
+	                        const tw_channel_offer *offer);
 	/* Connections of the pipe's transport one instance needs (basic: 1). */
 	size_t (*num_connections)(tw_channel_ctx *c);
 	/* Speaks the proof of spec 8.3 (a same-host mechanism shows it works

@@ -39,10 +39,10 @@ static bool tw__transport_accepts(tw_transport_reg *reg, const tw_wire_str *remo
 }
 
 static bool tw__channel_accepts(tw_channel_reg *creg, const tw_channel_device *local,
-                                const tw_wire_str *remote)
+                                const tw_wire_str *remote, const tw_channel_offer *offer)
 {
 	if (creg->ops->can_communicate)
-		return creg->ops->can_communicate(creg->c, local, remote->s, remote->n);
+		return creg->ops->can_communicate(creg->c, local, remote->s, remote->n, offer);
 	return tw__wire_str_eq(remote, local->descriptor, local->descriptor_len);
 }
 
@@ -152,6 +152,19 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 		}
 		size_t idx = p->num_chans;
 		bool won = false;
+		const char **od = tw__calloc(rc->num_devices + 1, sizeof(*od));
+		size_t *ol = tw__calloc(rc->num_devices + 1, sizeof(*ol));
+		if (!od || !ol) {
+			tw__free(od);
+			tw__free(ol);
+			tw__detail(detail, detail_len, "out of memory selecting channels");
+			return TW_ERR_NOMEM;
+		}
+		for (size_t b = 0; b < rc->num_devices; b++) {
+			od[b] = rc->devices[b].descriptor.s;
+			ol[b] = rc->devices[b].descriptor.n;
+		}
+		tw_channel_offer offer = { rc->num_devices, od, ol };
 		for (size_t a = 0; a < creg->c->num_devices; a++) {
 			const tw_channel_device *ld = &creg->c->devices[a];
 			for (size_t b = 0; b < rc->num_devices; b++) {
@@ -162,7 +175,7 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 				tw__device_from_wire(&rd, &rc->devices[b].device);
 				if (tw__pipe_has_pair(p, &ld->device, &rd))
 					continue;
-				if (!tw__channel_accepts(creg, ld, &rc->devices[b].descriptor))
+				if (!tw__channel_accepts(creg, ld, &rc->devices[b].descriptor, &offer))
 					continue;
 				tw_pipe_pair *pp = &p->pairs[p->num_pairs++];
 				pp->local = ld->device;
@@ -171,6 +184,8 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 				won = true;
 			}
 		}
+		tw__free(od);
+		tw__free(ol);
 		if (!won) {
 			const tw_wire_str *rd = rc->num_devices ? &rc->devices[0].descriptor : NULL;
 			tw__detail(p->chan_why[i], TW_WHY_MAX,

@@ -421,7 +421,8 @@ static bool cb_is_cpu(const tw_wire_cuda_basic_device *v)
  * descriptors equal), except that a blob that does not decode is "no"
  * where stock throws. */
 static bool cb_can_communicate(tw_channel_ctx *c, const tw_channel_device *local,
-                               const char *remote, size_t remote_len)
+                               const char *remote, size_t remote_len,
+                               const tw_channel_offer *offer)
 {
 	tw_wire_cuda_basic_device l, r;
 	if (!cb_decode(local->descriptor, local->descriptor_len, &l))

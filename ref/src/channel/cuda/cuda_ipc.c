@@ -578,7 +578,8 @@ static int ci_ordinal_of(ci_ctx *c, const tw_wire_str *uuid)
 }
 
 static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *local,
-                               const char *remote, size_t remote_len)
+                               const char *remote, size_t remote_len,
+                               const tw_channel_offer *offer)
 {
 	ci_ctx *c = (ci_ctx *)base;
 	tw_wire_cuda_ipc_device l, r;
