@@ -22,6 +22,13 @@
  *                   given one GPU each, T03): with cuda_ipc registered on
  *                   both, device tensors still arrive (never cuda_ipc
  *                   between devices one side cannot see)
+ *   ipc_asymmetric  the server sees both GPUs, the client one: both ends
+ *                   select alike, never cuda_ipc for a device one side
+ *                   cannot see (the pipe would fail as inconsistent)
+ *   ipc_containers  the server in a container of its own (pid, ipc, /proc,
+ *                   /dev/shm), the same GPUs: cuda_ipc is selected and no
+ *                   handle opens; with the proof (8.3) the tensors still
+ *                   arrive, inline (T03)
  *   unusable_*      CUDA present but unusable (T08: a stub driver, no
  *                   device, none visible, no driver on the library path):
  *                   the CUDA channels are reported not viable, and a CPU
@@ -63,6 +70,7 @@ typedef struct cuda_spec {
 	const char *client_env;
 	const char *unusable;   /* set: T08, the CUDA channels must be reported not viable */
 	const char *simverbs;   /* a simverbs configuration for the adapters, or NULL */
+	bool server_contained;  /* the server in a container of its own (T03) */
 } cuda_spec;
 
 static const cuda_spec *g_spec;
@@ -158,7 +166,7 @@ static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 	const char *scmd, *sname, *why;
 	if ((why = adapters_missing(env, &scmd, &sname)))
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
-	char senv[4200], cenv[4200], conf[PATH_MAX] = "";
+	char senv[3 * PATH_MAX], cenv[3 * PATH_MAX], conf[PATH_MAX] = "";
 	snprintf(senv, sizeof(senv), "%s", sp->server_env);
 	snprintf(cenv, sizeof(cenv), "%s", sp->client_env);
 	if (sp->unusable && !strcmp(sp->unusable, "no driver")) {
@@ -170,6 +178,18 @@ static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 		snprintf(senv, sizeof(senv), "env LD_LIBRARY_PATH=%s ", lp);
 		snprintf(cenv, sizeof(cenv), "env LD_LIBRARY_PATH=%s ", lp);
 	}
+	if (sp->server_contained) {
+		/* as a container without --ipc=host: pid and ipc namespaces (and a /proc)
+		 * of its own (the server is pid 1 there) and a /dev/shm of its own */
+		char pre[2 * PATH_MAX], reason[512];
+		twc_outcome_t o = twc_contain_prefix("--pid --fork --kill-child --ipc --mount --mount-proc",
+		                                     "--shm-size 64m", pre, sizeof(pre), reason,
+		                                     sizeof(reason));
+		if (o != TWC_PASS)
+			return twc_case_result(env, o, "%s", reason);
+		size_t n = strlen(senv);
+		snprintf(senv + n, sizeof(senv) - n, "%s", pre);
+	}
 	if (sp->simverbs) {
 		char pre[PATH_MAX + 40];
 		if (twc_env_file("SIMVERBS_CONFIG", c->id, sp->simverbs, conf, sizeof(conf), pre,
@@ -180,7 +200,7 @@ static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 		n = strlen(cenv);
 		snprintf(cenv + n, sizeof(cenv) - n, "%s", pre);
 	}
-	static char ccmd[8192], scmd2[8192];
+	static char ccmd[5 * PATH_MAX], scmd2[5 * PATH_MAX];
 	snprintf(ccmd, sizeof(ccmd), "%s%s", cenv, env->iut_cmd);
 	snprintf(scmd2, sizeof(scmd2), "%s%s", senv, scmd);
 	printf("# client: %s\n# server: %s\n", ccmd, scmd2);
@@ -232,43 +252,58 @@ static const uint64_t gdr_small_sizes[] = { 1, MiB, 8, 31, MiB, 32, 33, 64, MiB,
 static const uint64_t four_mib[] = { 4 * MiB, 0 };
 
 static const cuda_spec device_pair = { "cuda_basic", "cuda:0", "cuda:0", small_and_mib, "", "",
-	                               NULL, NULL };
+	                               NULL, NULL, false };
 static const cuda_spec ipc = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0", ipc_sizes, "", "",
-	                       NULL, NULL };
+	                       NULL, NULL, false };
 static const cuda_spec host_to_device = { "cuda_basic", "cpu:0", "cuda:0", small_and_mib, "", "",
-	                                  NULL, NULL };
+	                                  NULL, NULL, false };
 static const cuda_spec device_to_host = { "cuda_basic", "cuda:0", "cpu:0", small_and_mib, "", "",
-	                                  NULL, NULL };
+	                                  NULL, NULL, false };
 static const cuda_spec disjoint = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0", ipc_sizes,
 	                            "env CUDA_VISIBLE_DEVICES=0 ", "env CUDA_VISIBLE_DEVICES=1 ", NULL,
-	                            NULL };
+	                            NULL, false };
+/* T03 as containers meet it: the same GPUs, but the server in its own pid
+ * and ipc namespaces with its own /dev/shm (docker without --ipc=host).
+ * The descriptors match (one boot, different pids, the same UUIDs), so
+ * cuda_ipc is selected, and no IPC handle opens across (simcuda, as the
+ * driver, reaches the exporter's memory through names the other side
+ * cannot see). */
+static const cuda_spec ipc_containers = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0", ipc_sizes, "",
+	                                  "", NULL, NULL, true };
+/* Visibility one way only: the server sees both GPUs, the client only the
+ * second, and tensors go between the server's first GPU and the client's
+ * only one. The server sees the client's device and the two reach each
+ * other; the client does not see the server's. Both ends select (spec
+ * 3.7), so they must decide alike, or the pipe fails. */
+static const cuda_spec ipc_asymmetric = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0", ipc_sizes,
+	                                  "", "env CUDA_VISIBLE_DEVICES=1 ", NULL, NULL, false };
 static const cuda_spec unusable_stub = { "cuda_ipc,cuda_basic", NULL, NULL, NULL,
 	                                 "env SIMCUDA_MODE=stub ", "env SIMCUDA_MODE=stub ",
-	                                 "a stub driver", NULL };
+	                                 "a stub driver", NULL, false };
 static const cuda_spec unusable_no_device = { "cuda_ipc,cuda_basic", NULL, NULL, NULL,
 	                                      "env SIMCUDA_MODE=no_device ",
-	                                      "env SIMCUDA_MODE=no_device ", "no device", NULL };
+	                                      "env SIMCUDA_MODE=no_device ", "no device", NULL, false };
 static const cuda_spec unusable_none_visible = { "cuda_ipc,cuda_basic", NULL, NULL, NULL,
 	                                         "env CUDA_VISIBLE_DEVICES= ",
 	                                         "env CUDA_VISIBLE_DEVICES= ", "none visible",
-	                                         NULL };
+	                                         NULL, false };
 static const cuda_spec unusable_no_driver = { "cuda_ipc,cuda_basic", NULL, NULL, NULL, "", "",
-	                                      "no driver", NULL };
+	                                      "no driver", NULL, false };
 static const cuda_spec gdr_small = { "cuda_gdr", "cuda:0", "cuda:0", gdr_small_sizes, "", "",
-	                             NULL, NULL };
+	                             NULL, NULL, false };
 static const cuda_spec gdr_chunked = { "cuda_gdr", "cuda:0", "cuda:0", four_mib, "", "", NULL,
-	                               "[device simrdma0]\nport1.max_msg_sz = 65536\n" };
+	                               "[device simrdma0]\nport1.max_msg_sz = 65536\n", false };
 static const uint64_t nic_sizes[] = { 1, MiB + 1, 33, 0 };
 static const cuda_spec gdr_nic_counts = { "cuda_gdr", "cuda:1", "cuda:0", nic_sizes,
 	                                  "env TW_IB_HCA==simrdma1 ", "", NULL,
-	                                  "[device simrdma0]\n[device simrdma1]\n" };
+	                                  "[device simrdma0]\n[device simrdma1]\n", false };
 static const cuda_spec gdr_no_peer_memory = { "cuda_gdr", NULL, NULL, NULL, "", "",
 	                                      "no peer-memory client",
-	                                      "[hazards]\npeer_memory = off\n" };
+	                                      "[hazards]\npeer_memory = off\n", false };
 static const cuda_spec gdr_first_port_down = { "cuda_gdr", "cuda:0", "cuda:0", nic_sizes, "", "",
 	                                       NULL,
 	                                       "[device simrdma0]\nport1.state = down\n"
-	                                       "[device simrdma1]\n" };
+	                                       "[device simrdma1]\n", false };
 
 /* The peer dies with device tensors under way (cuda_gdr): the client
  * writes two messages of an 8 MiB cuda:0 tensor while the server reads
@@ -277,7 +312,7 @@ static const cuda_spec gdr_first_port_down = { "cuda_gdr", "cuda:0", "cuda:0", n
  * once), and the client must end cleanly. */
 static const uint64_t eight_mib[] = { 8 * MiB, 0 };
 static const cuda_spec gdr_killed = { "cuda_gdr", "cuda:0", "cuda:0", eight_mib, "", "", NULL,
-	                              NULL };
+	                              NULL, false };
 
 static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
 {
@@ -385,6 +420,20 @@ static const twc_case cases[] = {
 	     "6.3: cuda_ipc is offered for a device pair only when the peer's device is visible "
 	     "here; otherwise the pipe uses another channel",
 	     disjoint),
+	CUDA("ipc_containers", "wire.md 8.3", TWC_MUST, "cuda",
+	     "the server in a container of its own (pid and ipc namespaces, its own /dev/shm), "
+	     "both seeing the same GPUs: the descriptors select cuda_ipc, no IPC handle opens "
+	     "across, and device tensors up to 20 MiB still arrive, each way (T03)",
+	     "8.3: with proof agreed, a cuda_ipc receiver that cannot open the sender's staging "
+	     "area says so, and that direction carries its tensors inline",
+	     ipc_containers),
+	CUDA("ipc_asymmetric", "wire.md 8.3", TWC_MUST, "cuda",
+	     "the server sees both GPUs, the client only the second, tensors between the server's "
+	     "first and the client's only GPU: both ends select alike (no cuda_ipc for a device "
+	     "the other side cannot see) and device tensors arrive, each way",
+	     "6.3, 3.7: cuda_ipc pairs two devices only when each side sees the other's; both "
+	     "ends select, and must agree",
+	     ipc_asymmetric),
 	CUDA("unusable_stub", "wire.md 4.6", TWC_MUST, "simcuda",
 	     "a stub CUDA driver (every call CUDA_ERROR_STUB_LIBRARY): the CUDA channels are "
 	     "reported not viable, and CPU tensors still move both ways (T08)",

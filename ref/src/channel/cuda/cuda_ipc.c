@@ -20,7 +20,9 @@
  * can communicate, as stock decides, when the boot ids are equal and the
  * pids differ, and the devices can reach each other; unlike stock, a peer
  * device this process cannot see is "no" (stock throws: two containers
- * that see different GPUs, field failure T03).
+ * that see different GPUs, field failure T03), and so is a device of ours
+ * the peer does not offer (it cannot see it: the two ends would select
+ * differently, and the pipe fail, spec 3.7).
  *
  * Where stock calls back early, ours does not: a send calls back once the
  * receiver has replied for every chunk (stock: once the last chunk was
@@ -577,6 +579,25 @@ static int ci_ordinal_of(ci_ctx *c, const tw_wire_str *uuid)
 	return -1;
 }
 
+/* Does the peer offer (so see) the device with this UUID? */
+static bool ci_offer_has(const tw_channel_offer *offer, const tw_wire_str *uuid)
+{
+	bool found = false;
+	for (size_t i = 0; i < offer->num && !found; i++) {
+		tw_wire_cuda_ipc_device v;
+		if (!ci_decode(offer->descriptor[i], offer->len[i], &v))
+			continue;
+		found = v.device_uuid.n == uuid->n && memcmp(v.device_uuid.s, uuid->s, uuid->n) == 0;
+		tw__wire_cuda_ipc_device_free(&v);
+	}
+	return found;
+}
+
+/* As stock (the same boot, other pids, devices that reach each other),
+ * and both ways: the peer's device must be visible here, and ours there
+ * (among the devices it offers), so that both ends, each selecting with
+ * its own view (spec 3.7), pick the same pairs. Stock looks up only the
+ * peer's device, and throws when this process does not see it (T03). */
 static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *local,
                                const char *remote, size_t remote_len,
                                const tw_channel_offer *offer)
@@ -592,7 +613,7 @@ static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *lo
 	bool ok = l.boot_id.n == r.boot_id.n && memcmp(l.boot_id.s, r.boot_id.s, l.boot_id.n) == 0 &&
 	          l.pid != r.pid;
 	int lo = local->device.index, ro = ok ? ci_ordinal_of(c, &r.device_uuid) : -1;
-	ok = ok && ro >= 0;
+	ok = ok && ro >= 0 && ci_offer_has(offer, &l.device_uuid);
 	if (ok && ro != lo) {
 		int a = 0, b = 0;
 		ok = c->cc.cu->cuDeviceCanAccessPeer(&a, lo, ro) == TW_CUDA_SUCCESS &&
