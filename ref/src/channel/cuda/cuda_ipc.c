@@ -24,6 +24,15 @@
  * the peer does not offer (it cannot see it: the two ends would select
  * differently, and the pipe fail, spec 3.7).
  *
+ * With the proof agreed (spec 8.3.1, between tensorwire peers), the
+ * Descriptor that announces a device's area is its probe: the sender waits
+ * for its first reply before writing more on connection 0, and a receiver
+ * that cannot open the area (a container with its own ipc namespace and
+ * /dev/shm, T03) answers why instead; that device's chunks then travel
+ * inline, as bytes after their Descriptors, through host memory. The
+ * receiver reads connection 0 one frame at a time, since it alone knows
+ * whether bytes follow a Descriptor.
+ *
  * Where stock calls back early, ours does not: a send calls back once the
  * receiver has replied for every chunk (stock: once the last chunk was
  * queued), a receive once every chunk is in the buffer (stock: queued).
@@ -45,6 +54,8 @@
 #define TW_CUDA_IPC_SLOTS 4
 #define CI_DESC_MAX 4096
 #define CI_UUID_LEN 36
+/* the longest refusal (spec 8.3.1): printable text */
+#define CI_REFUSAL_MAX 200
 
 /* this process's staging area on one device */
 typedef struct ci_outbox {
@@ -76,21 +87,33 @@ typedef struct ci_ctx {
 enum ci_state {
 	CI_WAIT,    /* send: a slot; receive: its Descriptor */
 	CI_ARRIVED, /* receive: the Descriptor is in, the copy not queued yet */
-	CI_COPYING, /* the copy into or out of the slot is queued */
+	CI_COPYING, /* the copy into or out of the slot (or host memory) is queued */
+	CI_BYTES,   /* receive, inline: the read of its bytes is queued */
 };
 
 typedef struct ci_chunk {
 	tw_cuda_chunk c;
 	enum ci_state state;
-	bool io;      /* a read (of the Descriptor or the reply) is queued for it */
+	bool io;      /* a read (of the Descriptor, bytes or the reply) is queued for it */
 	bool replied; /* send: the reply came */
 	bool copied;
+	/* The proof (spec 8.3.1). Send: asks, its Descriptor announced the
+	 * area and its first reply may refuse it; inl, its bytes go inline
+	 * (from host, copied out of the user's buffer); restage, refused after
+	 * its copy into the slot: a copy to host comes next; desc_out, its
+	 * Descriptor is written already; sent, its bytes too. Receive: inl,
+	 * its bytes come inline into host; refuse, the refusal (why) is to be
+	 * written, in order; bytes_in, they arrived. */
+	bool asks, inl, restage, desc_out, sent, refuse, bytes_in;
+	char *host; /* inline: the bytes in host memory */
+	char why[CI_REFUSAL_MAX + 1];
 	tw_wire_cuda_ipc_descriptor desc; /* receive: what arrived */
 } ci_chunk;
 
 /* what a peer announced for one of its devices on this channel */
 typedef struct ci_announce {
 	int32_t rdev;
+	bool refused; /* the proof (8.3.1): its area did not open here */
 	tw_wire_cuda_ipc_descriptor info;
 	struct ci_announce *next;
 } ci_announce;
@@ -100,6 +123,12 @@ typedef struct ci_channel {
 	tw_conn *conn[2];
 	bool announced[TW_CUDA_CTX_MAX_DEVICES]; /* send: our outbox went out */
 	ci_announce *peer;                       /* receive */
+	/* the proof (8.3.1): agreed; send: an announcing chunk waits for its
+	 * first reply (later chunks wait), and our devices whose areas the
+	 * peer refused; receive: a read on connection 0 is under way (reads
+	 * go one at a time, since a Descriptor may be followed by bytes) */
+	bool proof, asking, reading;
+	bool refused[TW_CUDA_CTX_MAX_DEVICES];
 } ci_channel;
 
 #define CI_CTX(ch) ((ci_ctx *)(ch)->c.ctx)
@@ -255,14 +284,80 @@ static void ci_on_reply(tw_conn *c, tw_status_t st, const char *detail, void *bu
                         void *arg)
 {
 	ci_chunk *k = arg;
-	tw_cuda_chan *ch = &CI_CH(k)->c;
+	ci_channel *ich = CI_CH(k);
+	tw_cuda_chan *ch = &ich->c;
 	k->io = false;
-	if (st != TW_OK)
+	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, detail);
-	else
+	} else if (k->asks) {
+		/* the first reply to an announcing chunk (8.3.1): empty, the
+		 * area opened and the bytes are in; otherwise why not, and this
+		 * chunk and every later one from the device go inline */
+		k->asks = false;
+		ich->asking = false;
+		if (len == 0) {
+			k->replied = true;
+		} else {
+			ich->refused[k->c.dev] = true;
+			k->inl = k->restage = true;
+		}
+	} else {
 		k->replied = true;
+	}
+	tw__free(buf);
 	tw__cuda_chan_schedule(ch);
 	tw__cuda_chan_unref(ch);
+}
+
+/* A frame whose bytes were handed over with the write (inline bytes, a
+ * refusal): freed once written, whatever became of the chunk. */
+typedef struct ci_owned_write {
+	tw_cuda_chan *ch;
+	char *buf;
+} ci_owned_write;
+
+static void ci_on_owned_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
+{
+	ci_owned_write *w = arg;
+	tw_cuda_chan *ch = w->ch;
+	tw__free(w->buf);
+	tw__free(w);
+	tw__cuda_chan_on_written(c, st, detail, ch);
+}
+
+/* Writes buf[0, n) as one frame on conn and frees buf once written (also
+ * when queueing fails). */
+static tw_status_t ci_write_owned(tw_cuda_chan *ch, tw_conn *conn, char *buf, uint64_t n,
+                                  unsigned flags)
+{
+	ci_owned_write *w = tw__calloc(1, sizeof(*w));
+	if (w) {
+		w->ch = ch;
+		w->buf = buf;
+		tw_iov iov = { buf, n };
+		if (conn->ops->write(conn, &iov, 1, flags, ci_on_owned_written, w) == TW_OK) {
+			ch->refs++;
+			return TW_OK;
+		}
+	}
+	tw__free(w);
+	tw__free(buf);
+	return TW_ERR_NOMEM;
+}
+
+static void ci_on_bytes(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
+                        void *arg)
+{
+	ci_chunk *k = arg;
+	ci_channel *ich = CI_CH(k);
+	k->io = false;
+	ich->reading = false;
+	if (st != TW_OK)
+		tw__cuda_chan_fail(&ich->c, st, detail);
+	else
+		k->bytes_in = true;
+	tw__cuda_chan_schedule(&ich->c);
+	tw__cuda_chan_unref(&ich->c);
 }
 
 static void ci_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
@@ -273,6 +368,7 @@ static void ci_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 	char d[TW_DETAIL_MAX];
 	size_t used = 0;
 	k->io = false;
+	CI_CH(k)->reading = false;
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, detail);
 	} else if (tw__wire_decode_cuda_ipc_descriptor(buf, len, &k->desc, &used, d, sizeof(d)) !=
@@ -292,6 +388,59 @@ static void ci_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 
 /* ---- the pump ------------------------------------------------------------------------- */
 
+/* An inline chunk (8.3.1): its bytes copied into host memory after the
+ * tensor's stream. */
+static void ci_send_stage(ci_channel *ich, ci_chunk *k)
+{
+	tw_cuda_chunk *kc = &k->c;
+	char d[TW_DETAIL_MAX];
+	if (!k->host && !(k->host = tw__malloc(kc->n))) {
+		tw__cuda_chan_fail(&ich->c, TW_ERR_NOMEM, "out of memory staging inline bytes");
+		return;
+	}
+	k->copied = false;
+	kc->done.fn = ci_on_copied;
+	kc->done.arg = k;
+	tw_status_t st = tw__cuda_copy(&CI_CTX(ich)->cc, kc->dev, k->host, kc->ptr, kc->n,
+	                               kc->stream, NULL, NULL, &kc->done, d, sizeof(d));
+	if (st != TW_OK) {
+		tw__cuda_chan_fail(&ich->c, st, d);
+		return;
+	}
+	ich->c.refs++;
+	k->state = CI_COPYING;
+}
+
+/* An inline chunk whose bytes are in host memory: its Descriptor (unless
+ * written already), its bytes, and the read of its reply. */
+static bool ci_send_inline(ci_channel *ich, ci_chunk *k)
+{
+	tw_cuda_chan *ch = &ich->c;
+	tw_cuda_chunk *kc = &k->c;
+	if (!k->desc_out) {
+		tw_wire_cuda_ipc_descriptor v = { .device = kc->dev, .slot = (uint64_t)kc->slot };
+		tw_nop_writer w;
+		tw__nop_writer_init(&w);
+		tw__wire_encode_cuda_ipc_descriptor(&w, &v);
+		if (tw__channel_write_obj(ich->conn[0], &w, tw__cuda_chan_on_written, ch) != TW_OK)
+			goto nomem;
+		ch->refs++;
+		k->desc_out = true;
+	}
+	char *host = k->host;
+	k->host = NULL;
+	k->sent = true;
+	if (ci_write_owned(ch, ich->conn[0], host, kc->n, 0) != TW_OK ||
+	    ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k) != TW_OK)
+		goto nomem;
+	ch->refs++;
+	k->io = true;
+	return true;
+nomem:
+	tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing inline bytes");
+	return false;
+}
+
 /* One send chunk as far as it goes; false: later chunks wait. */
 static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 {
@@ -299,8 +448,23 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	ci_ctx *c = CI_CTX(ich);
 	tw_cuda_chunk *kc = &k->c;
 	char d[TW_DETAIL_MAX];
-	if (kc->ended || k->state != CI_WAIT)
+	if (kc->ended)
 		return true;
+	if (k->inl && !k->sent) {
+		/* inline: its frames come before any later chunk's (8.3.1) */
+		if (k->state == CI_COPYING && !k->copied)
+			return false;
+		if (k->restage) { /* refused after its copy into the slot */
+			k->restage = false;
+			ci_send_stage(ich, k);
+			return false;
+		}
+		return ci_send_inline(ich, k);
+	}
+	if (k->state != CI_WAIT)
+		return true;
+	if (ich->asking)
+		return false; /* an announcing chunk waits for its first reply */
 	tw_status_t st = ci_outbox_make(c, kc->dev, d, sizeof(d));
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, d);
@@ -309,6 +473,13 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	kc->slot = ci_slot_get(c, kc->dev);
 	if (kc->slot < 0)
 		return false; /* later chunks wait for this one's slot */
+	if (ich->refused[kc->dev]) {
+		/* the peer could not open this device's area: the slot only
+		 * bounds what is in flight */
+		k->inl = true;
+		ci_send_stage(ich, k);
+		return false;
+	}
 	ci_outbox *o = &c->out[kc->dev];
 	CUevent slot_ev = o->events[kc->slot];
 	kc->done.fn = ci_on_copied;
@@ -335,13 +506,18 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		v.num_events = TW_CUDA_IPC_SLOTS;
 		v.events = evs;
 	}
+	/* with the proof, the first reply to the announcing chunk may be a
+	 * refusal, and nothing else goes out on connection 0 before it */
+	k->asks = ich->proof && !ich->announced[kc->dev];
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
 	tw__wire_encode_cuda_ipc_descriptor(&w, &v);
 	st = tw__channel_write_obj(ich->conn[0], &w, tw__cuda_chan_on_written, ch);
 	if (st == TW_OK) {
 		ch->refs++;
-		st = ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k);
+		k->desc_out = true;
+		st = k->asks ? ich->conn[1]->ops->read_alloc(ich->conn[1], CI_REFUSAL_MAX, ci_on_reply, k)
+		             : ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k);
 	}
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor");
@@ -350,14 +526,15 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	ch->refs++;
 	k->io = true;
 	ich->announced[kc->dev] = true;
-	return true;
+	ich->asking = k->asks;
+	return !k->asks;
 }
 
-static const tw_wire_cuda_ipc_descriptor *ci_announced(ci_channel *ich, int32_t rdev)
+static ci_announce *ci_announced(ci_channel *ich, int32_t rdev)
 {
 	for (ci_announce *a = ich->peer; a; a = a->next)
 		if (a->rdev == rdev)
-			return &a->info;
+			return a;
 	return NULL;
 }
 
@@ -380,6 +557,23 @@ static bool ci_remember(ci_channel *ich, tw_wire_cuda_ipc_descriptor *v)
 	return true;
 }
 
+/* The chunk's bytes come inline (8.3.1): the next frame on connection 0,
+ * into host memory. */
+static void ci_recv_inline(ci_channel *ich, ci_chunk *k)
+{
+	tw_cuda_chunk *kc = &k->c;
+	k->inl = true;
+	k->state = CI_BYTES;
+	if (!(k->host = tw__malloc(kc->n)) ||
+	    ich->conn[0]->ops->read_into(ich->conn[0], k->host, kc->n, ci_on_bytes, k) != TW_OK) {
+		tw__cuda_chan_fail(&ich->c, TW_ERR_NOMEM, "out of memory queueing inline bytes' read");
+		return;
+	}
+	ich->c.refs++;
+	k->io = true;
+	ich->reading = true;
+}
+
 static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 {
 	tw_cuda_chan *ch = &ich->c;
@@ -389,22 +583,40 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 	if (kc->ended)
 		return;
 	if (k->state == CI_WAIT && !k->io) {
+		if (ich->reading)
+			return; /* one frame at a time: the one read may be followed by bytes */
 		if (ich->conn[0]->ops->read_alloc(ich->conn[0], CI_DESC_MAX, ci_on_desc, k) != TW_OK) {
 			tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor read");
 			return;
 		}
 		ch->refs++;
 		k->io = true;
+		ich->reading = true;
+		return;
+	}
+	if (k->state == CI_BYTES && k->bytes_in) {
+		kc->done.fn = ci_on_copied;
+		kc->done.arg = k;
+		tw_status_t st = tw__cuda_copy(&c->cc, kc->dev, kc->ptr, k->host, kc->n, kc->stream,
+		                               NULL, NULL, &kc->done, d, sizeof(d));
+		if (st != TW_OK) {
+			tw__cuda_chan_fail(ch, st, d);
+			return;
+		}
+		ch->refs++;
+		k->state = CI_COPYING;
 		return;
 	}
 	if (k->state != CI_ARRIVED)
 		return;
 	tw_wire_cuda_ipc_descriptor *v = &k->desc;
+	bool announcing = v->has_outbox && !ci_announced(ich, v->device);
 	if (!ci_remember(ich, v)) {
 		tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory");
 		return;
 	}
-	const tw_wire_cuda_ipc_descriptor *info = ci_announced(ich, v->device);
+	ci_announce *a = ci_announced(ich, v->device);
+	const tw_wire_cuda_ipc_descriptor *info = a ? &a->info : NULL;
 	if (!info) {
 		tw__detail(d, sizeof(d),
 		           "a Descriptor for device %d whose staging area was never announced",
@@ -418,8 +630,21 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 		tw__cuda_chan_fail(ch, TW_ERR_PROTO, d);
 		return;
 	}
+	if (a->refused) {
+		ci_recv_inline(ich, k);
+		return;
+	}
 	ci_remote *r;
 	tw_status_t st = ci_remote_get(c, info, v->device, kc->dev, &r, d, sizeof(d));
+	if (st != TW_OK && ich->proof && announcing) {
+		/* the proof (8.3.1): say why, in order, and take this device's
+		 * chunks inline from now on */
+		a->refused = true;
+		k->refuse = true;
+		snprintf(k->why, sizeof(k->why), "%.*s", CI_REFUSAL_MAX, d);
+		ci_recv_inline(ich, k);
+		return;
+	}
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, d);
 		return;
@@ -452,6 +677,12 @@ static void ci_settle(ci_channel *ich, int which)
 		bool running = k->io || (k->state == CI_COPYING && !k->copied);
 		if (which == 0 && k->replied && k->copied) {
 			ci_chunk_end(k, TW_OK, "");
+		} else if (which == 1 && k->refuse && in_order && ch->failed == TW_OK) {
+			k->refuse = false;
+			size_t n = strlen(k->why);
+			char *why = tw__memdup_str(k->why, n);
+			if (!why || ci_write_owned(ch, ich->conn[1], why, n, TW_WRITE_OBJECT) != TW_OK)
+				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a refusal");
 		} else if (which == 1 && k->copied && in_order && ch->failed == TW_OK) {
 			tw_iov none = { NULL, 0 };
 			if (ich->conn[1]->ops->write(ich->conn[1], &none, 1, 0, tw__cuda_chan_on_written, ch) == TW_OK) {
@@ -470,7 +701,10 @@ static void ci_settle(ci_channel *ich, int which)
 
 static void ci_free_chunk(tw_cuda_chunk *kc)
 {
-	tw__wire_cuda_ipc_descriptor_free(&((ci_chunk *)kc)->desc);
+	ci_chunk *k = (ci_chunk *)kc;
+	tw__wire_cuda_ipc_descriptor_free(&k->desc);
+	tw__free(k->host);
+	k->host = NULL;
 }
 
 static void ci_pump(tw_cuda_chan *ch)
@@ -544,6 +778,7 @@ static tw_status_t ci_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn
 	}
 	ch->conn[0] = conns[0];
 	ch->conn[1] = conns[1];
+	ch->proof = (flags & TW_CHANNEL_PROOF) != 0;
 	tw__cuda_chan_open(&ch->c, &c->cc, &ci_instance_ops, &ci_chan_ops);
 	*out = &ch->c.base;
 	return TW_OK;
@@ -733,6 +968,7 @@ const tw_channel_ops tw__cuda_ipc_channel_ops = {
 	.create = ci_create,
 	.can_communicate = ci_can_communicate,
 	.num_connections = ci_num_connections,
+	.speaks_proof = true,
 	.open = ci_open,
 	.shutdown = ci_shutdown,
 	.destroy = ci_destroy,
