@@ -14,7 +14,7 @@
  * user asks with option ptracer_any, and then with a warning on stderr;
  * otherwise cma is not viable there (field failure T02).
  *
- * The proof (spec 8.3, cma only, when both ends agreed on it): before its
+ * The proof (spec 8.3, when both ends agreed on it; cuda_ipc has its own form, 8.3.1): before its
  * first tensor each end writes a probe Descriptor on 0 pointing at 16 known
  * bytes, copies the peer's probe and answers on 1 with an empty frame
  * (proven) or the reason it could not. A direction whose copy was refused

@@ -65,6 +65,9 @@ typedef struct ci_outbox {
 	CUipcMemHandle mem;
 	CUipcEventHandle ev[TW_CUDA_IPC_SLOTS];
 	bool used[TW_CUDA_IPC_SLOTS];
+	/* the proof (8.3.1): pinned host memory, a slot's bytes on their way
+	 * inline (made on the first refusal) */
+	char *pinned;
 } ci_outbox;
 
 /* a peer's staging area, opened on one of our devices */
@@ -105,7 +108,7 @@ typedef struct ci_chunk {
 	 * its bytes come inline into host; refuse, the refusal (why) is to be
 	 * written, in order; bytes_in, they arrived. */
 	bool asks, inl, restage, desc_out, sent, refuse, bytes_in;
-	char *host; /* inline: the bytes in host memory */
+	char *host; /* inline: its bytes in pinned host memory (the slot's) */
 	char why[CI_REFUSAL_MAX + 1];
 	tw_wire_cuda_ipc_descriptor desc; /* receive: what arrived */
 } ci_chunk;
@@ -114,6 +117,7 @@ typedef struct ci_chunk {
 typedef struct ci_announce {
 	int32_t rdev;
 	bool refused; /* the proof (8.3.1): its area did not open here */
+	char *pinned; /* ... so its slots' bytes land in this pinned memory */
 	tw_wire_cuda_ipc_descriptor info;
 	struct ci_announce *next;
 } ci_announce;
@@ -260,6 +264,23 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 	return TW_OK;
 }
 
+/* Pinned host memory of one slot per staging slot, for inline bytes
+ * (8.3.1): pinned, so that copies to and from it stay asynchronous. */
+static tw_status_t ci_pinned(ci_ctx *c, int dev, char **mem, char *detail, size_t detail_len)
+{
+	if (*mem)
+		return TW_OK;
+	tw_status_t st = tw__cuda_use_device(c->cc.cu, dev, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	void *m = NULL;
+	CUresult r = c->cc.cu->cuMemAllocHost_v2(&m, TW_CUDA_IPC_SLOT * TW_CUDA_IPC_SLOTS);
+	if (r != TW_CUDA_SUCCESS)
+		return ci_cu_fail(c, "cuMemAllocHost of the inline staging", r, detail, detail_len);
+	*mem = m;
+	return TW_OK;
+}
+
 /* ---- callbacks ---------------------------------------------------------------------- */
 
 static void ci_chunk_end(ci_chunk *k, tw_status_t st, const char *detail)
@@ -388,26 +409,28 @@ static void ci_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 
 /* ---- the pump ------------------------------------------------------------------------- */
 
-/* An inline chunk (8.3.1): its bytes copied into host memory after the
- * tensor's stream. */
+/* An inline chunk (8.3.1): its bytes copied into pinned host memory (its
+ * slot's) after the tensor's stream. */
 static void ci_send_stage(ci_channel *ich, ci_chunk *k)
 {
+	ci_ctx *c = CI_CTX(ich);
 	tw_cuda_chunk *kc = &k->c;
 	char d[TW_DETAIL_MAX];
-	if (!k->host && !(k->host = tw__malloc(kc->n))) {
-		tw__cuda_chan_fail(&ich->c, TW_ERR_NOMEM, "out of memory staging inline bytes");
-		return;
+	ci_outbox *o = &c->out[kc->dev];
+	tw_status_t st = ci_pinned(c, kc->dev, &o->pinned, d, sizeof(d));
+	if (st == TW_OK) {
+		k->host = o->pinned + (uint64_t)kc->slot * TW_CUDA_IPC_SLOT;
+		kc->done.fn = ci_on_copied;
+		kc->done.arg = k;
+		st = tw__cuda_copy(&c->cc, kc->dev, k->host, kc->ptr, kc->n, kc->stream, NULL, NULL,
+		                   &kc->done, d, sizeof(d));
 	}
-	k->copied = false;
-	kc->done.fn = ci_on_copied;
-	kc->done.arg = k;
-	tw_status_t st = tw__cuda_copy(&CI_CTX(ich)->cc, kc->dev, k->host, kc->ptr, kc->n,
-	                               kc->stream, NULL, NULL, &kc->done, d, sizeof(d));
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(&ich->c, st, d);
 		return;
 	}
 	ich->c.refs++;
+	k->copied = false;
 	k->state = CI_COPYING;
 }
 
@@ -427,11 +450,14 @@ static bool ci_send_inline(ci_channel *ich, ci_chunk *k)
 		ch->refs++;
 		k->desc_out = true;
 	}
-	char *host = k->host;
-	k->host = NULL;
+	/* the slot, so its pinned memory, is this chunk's until the reply,
+	 * which comes after the peer read every byte */
+	tw_iov iov = { k->host, kc->n };
+	if (ich->conn[0]->ops->write(ich->conn[0], &iov, 1, 0, tw__cuda_chan_on_written, ch) != TW_OK)
+		goto nomem;
+	ch->refs++;
 	k->sent = true;
-	if (ci_write_owned(ch, ich->conn[0], host, kc->n, 0) != TW_OK ||
-	    ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k) != TW_OK)
+	if (ich->conn[1]->ops->read_into(ich->conn[1], NULL, 0, ci_on_reply, k) != TW_OK)
 		goto nomem;
 	ch->refs++;
 	k->io = true;
@@ -558,14 +584,21 @@ static bool ci_remember(ci_channel *ich, tw_wire_cuda_ipc_descriptor *v)
 }
 
 /* The chunk's bytes come inline (8.3.1): the next frame on connection 0,
- * into host memory. */
-static void ci_recv_inline(ci_channel *ich, ci_chunk *k)
+ * into pinned memory kept for the sender's slot (which the sender holds
+ * until this chunk's reply). */
+static void ci_recv_inline(ci_channel *ich, ci_chunk *k, ci_announce *a)
 {
 	tw_cuda_chunk *kc = &k->c;
+	char d[TW_DETAIL_MAX];
 	k->inl = true;
 	k->state = CI_BYTES;
-	if (!(k->host = tw__malloc(kc->n)) ||
-	    ich->conn[0]->ops->read_into(ich->conn[0], k->host, kc->n, ci_on_bytes, k) != TW_OK) {
+	tw_status_t st = ci_pinned(CI_CTX(ich), kc->dev, &a->pinned, d, sizeof(d));
+	if (st != TW_OK) {
+		tw__cuda_chan_fail(&ich->c, st, d);
+		return;
+	}
+	k->host = a->pinned + k->desc.slot * TW_CUDA_IPC_SLOT;
+	if (ich->conn[0]->ops->read_into(ich->conn[0], k->host, kc->n, ci_on_bytes, k) != TW_OK) {
 		tw__cuda_chan_fail(&ich->c, TW_ERR_NOMEM, "out of memory queueing inline bytes' read");
 		return;
 	}
@@ -631,18 +664,21 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 		return;
 	}
 	if (a->refused) {
-		ci_recv_inline(ich, k);
+		ci_recv_inline(ich, k, a);
 		return;
 	}
 	ci_remote *r;
 	tw_status_t st = ci_remote_get(c, info, v->device, kc->dev, &r, d, sizeof(d));
-	if (st != TW_OK && ich->proof && announcing) {
-		/* the proof (8.3.1): say why, in order, and take this device's
-		 * chunks inline from now on */
+	if (st == TW_ERR_SYS && ich->proof && announcing) {
+		/* the proof (8.3.1): the area does not open here; say why, in
+		 * order, and take this device's chunks inline from now on */
 		a->refused = true;
 		k->refuse = true;
 		snprintf(k->why, sizeof(k->why), "%.*s", CI_REFUSAL_MAX, d);
-		ci_recv_inline(ich, k);
+		for (char *p = k->why; *p; p++)
+			if (*p < 0x20 || *p > 0x7e)
+				*p = '?';
+		ci_recv_inline(ich, k, a);
 		return;
 	}
 	if (st != TW_OK) {
@@ -701,10 +737,7 @@ static void ci_settle(ci_channel *ich, int which)
 
 static void ci_free_chunk(tw_cuda_chunk *kc)
 {
-	ci_chunk *k = (ci_chunk *)kc;
-	tw__wire_cuda_ipc_descriptor_free(&k->desc);
-	tw__free(k->host);
-	k->host = NULL;
+	tw__wire_cuda_ipc_descriptor_free(&((ci_chunk *)kc)->desc);
 }
 
 static void ci_pump(tw_cuda_chan *ch)
@@ -737,6 +770,8 @@ static void ci_free(tw_cuda_chan *ch)
 	while (ich->peer) {
 		ci_announce *a = ich->peer;
 		ich->peer = a->next;
+		if (a->pinned) /* every copy out of it is over: no reference is left */
+			(void)CI_CTX(ich)->cc.cu->cuMemFreeHost(a->pinned);
 		tw__wire_cuda_ipc_descriptor_free(&a->info);
 		tw__free(a);
 	}
@@ -883,7 +918,10 @@ static void ci_shutdown(tw_channel_ctx *base)
 		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
 			(void)cu->cuEventDestroy_v2(o->events[i]);
 		(void)cu->cuMemFree_v2(o->base);
+		if (o->pinned)
+			(void)cu->cuMemFreeHost(o->pinned);
 		o->made = false;
+		o->pinned = NULL;
 	}
 }
 
