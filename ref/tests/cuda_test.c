@@ -32,6 +32,12 @@
  *   ipc_pidns_both both ends pid 1 of their own pid namespaces: equal pids,
  *                 so (as stock decides) not cuda_ipc: cuda_basic, and the
  *                 tensors arrive
+ *   ipc_inline    the server as pid 1 of its own pid namespace, /proc and
+ *                 /dev/shm (a container without --ipc=host), the same
+ *                 devices: cuda_ipc is selected, no IPC handle opens
+ *                 across, and the proof (spec 8.3.1) carries every chunk
+ *                 inline; the tensors of a message alternate between the
+ *                 devices, so two areas are refused per direction
  *   ipc_disjoint  two processes that see disjoint devices (as two
  *                 containers given different GPUs): neither offers cuda_ipc
  *                 for the other's device, the pipe takes cuda_basic
@@ -693,31 +699,41 @@ static void ipc_ctx(tw_context **ctx, const char *name)
 	CHECK_OK(tw_context_register_channel(*ctx, "cuda_basic", NULL, 0, NULL));
 }
 
-/* n bytes on cuda:0 for a two-process case; where the device cannot hold
+/* Set: tensor i of a two-process message lives on cuda:(i % devices) at
+ * both ends, else on cuda:0. */
+static bool g_ipc_spread;
+
+static int ipc_dev(size_t i)
+{
+	return g_ipc_spread ? (int)(i % (size_t)cu.ndev) : 0;
+}
+
+/* n bytes on cuda:dev for a two-process case; where the device cannot hold
  * them the case is skipped (the other end then fails, and the round sees
  * this end's 77 first). */
-static void *ipc_alloc(size_t n)
+static void *ipc_alloc(int dev, size_t n)
 {
-	void *d = dev_try_alloc(0, n);
+	void *d = dev_try_alloc(dev, n);
 	if (!d) {
-		printf("SKIP: cuda:0 cannot hold a tensor of %zu bytes (above)\n", n);
+		printf("SKIP: cuda:%d cannot hold a tensor of %zu bytes (above)\n", dev, n);
 		fflush(NULL);
 		_exit(77);
 	}
 	return d;
 }
 
-/* Writes one tensor of each size from cuda:0 (seeded) on p. */
+/* Writes one tensor of each size from its device (seeded) on p. */
 static void ipc_write(tw_pipe *p, const size_t *sz, size_t n, uint64_t seed)
 {
 	tw_tensor t[IPC_N];
 	void *src[IPC_N];
 	CHECK(n <= IPC_N);
 	for (size_t i = 0; i < n; i++) {
-		src[i] = ipc_alloc(sz[i]);
-		dev_fill(0, src[i], sz[i], seed + i);
-		t[i] = (tw_tensor){ .data = src[i], .length = sz[i], .source_device = cuda_dev(0),
-			            .has_target_device = true, .target_device = cuda_dev(0) };
+		int dev = ipc_dev(i);
+		src[i] = ipc_alloc(dev, sz[i]);
+		dev_fill(dev, src[i], sz[i], seed + i);
+		t[i] = (tw_tensor){ .data = src[i], .length = sz[i], .source_device = cuda_dev(dev),
+			            .has_target_device = true, .target_device = cuda_dev(dev) };
 	}
 	tw_message m = { .num_tensors = n, .tensors = t };
 	tu_rec w;
@@ -729,10 +745,10 @@ static void ipc_write(tw_pipe *p, const size_t *sz, size_t n, uint64_t seed)
 	if (sz[n - 1] >= (size_t)1 << 30)
 		printf("# [pid %d] wrote %zu bytes in %.2f s\n", (int)getpid(), sz[n - 1], now_s() - start);
 	for (size_t i = 0; i < n; i++)
-		dev_free(0, src[i]);
+		dev_free(ipc_dev(i), src[i]);
 }
 
-/* Reads that message into cuda:0 and checks every byte. */
+/* Reads that message (each tensor into its device) and checks every byte. */
 static void ipc_read(tw_pipe *p, const size_t *sz, size_t n, uint64_t seed)
 {
 	tu_rec d, r;
@@ -744,20 +760,20 @@ static void ipc_read(tw_pipe *p, const size_t *sz, size_t n, uint64_t seed)
 	void *dst[IPC_N];
 	for (size_t i = 0; i < n; i++) {
 		CHECK(d.desc->tensors[i].length == sz[i]);
-		dst[i] = ipc_alloc(sz[i]);
-		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = cuda_dev(0) };
+		dst[i] = ipc_alloc(ipc_dev(i), sz[i]);
+		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = cuda_dev(ipc_dev(i)) };
 	}
 	tw_allocation a = { .num_tensors = n, .tensors = ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	tu_expect(&r, TW_OK, NULL);
 	for (size_t i = 0; i < n; i++) {
-		size_t bad = dev_mismatch(0, dst[i], sz[i], seed + i);
+		size_t bad = dev_mismatch(ipc_dev(i), dst[i], sz[i], seed + i);
 		if (bad != sz[i]) {
 			fprintf(stderr, "[%d] tensor %zu (%zu bytes): byte %zu differs from what was sent\n",
 			        (int)getpid(), i, sz[i], bad);
 			abort();
 		}
-		dev_free(0, dst[i]);
+		dev_free(ipc_dev(i), dst[i]);
 	}
 	tu_once(&d), tu_once(&r);
 }
@@ -826,11 +842,16 @@ static void ipc_run_end(const ipc_end *e)
 	tw_context_destroy(ctx);
 }
 
-/* Runs one end in a new process; with pidns as pid 1 of a new pid
- * namespace with its own /proc, as in a container. Exits 77 (with the
- * reason) where the namespace is refused. */
-static pid_t ipc_spawn(const ipc_end *e, bool pidns)
+/* How an end of a two-process round is set apart: not, as pid 1 of a new
+ * pid namespace with its own /proc (as in a container), or that and a
+ * /dev/shm of its own (a container without --ipc=host). */
+enum { IPC_HOST, IPC_PIDNS, IPC_OWN_SHM };
+
+/* Runs one end in a new process, set apart as `ns` says. Exits 77 (with
+ * the reason) where the namespace is refused. */
+static pid_t ipc_spawn(const ipc_end *e, int ns)
 {
+	bool pidns = ns != IPC_HOST;
 	fflush(NULL);
 	pid_t pid = fork();
 	CHECK(pid >= 0);
@@ -862,6 +883,12 @@ static pid_t ipc_spawn(const ipc_end *e, bool pidns)
 			fflush(NULL);
 			_exit(77);
 		}
+		if (ns == IPC_OWN_SHM &&
+		    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=512m") != 0) {
+			printf("SKIP: mounting a /dev/shm of its own: %s\n", strerror(errno));
+			fflush(NULL);
+			_exit(77);
+		}
 	}
 	ipc_run_end(e);
 	fflush(NULL);
@@ -869,7 +896,7 @@ static pid_t ipc_spawn(const ipc_end *e, bool pidns)
 }
 
 static void ipc_round_of(const char *server_visible, const char *client_visible,
-                         bool server_pidns, bool client_pidns, const char *want,
+                         int server_pidns, int client_pidns, const char *want,
                          const size_t *tsizes, size_t nsizes)
 {
 	int fds[2];
@@ -887,8 +914,8 @@ static void ipc_round_of(const char *server_visible, const char *client_visible,
 	CHECK(WIFEXITED(cs) && WEXITSTATUS(cs) == 0);
 }
 
-static void ipc_round(const char *server_visible, const char *client_visible, bool server_pidns,
-                      bool client_pidns, const char *want)
+static void ipc_round(const char *server_visible, const char *client_visible, int server_pidns,
+                      int client_pidns, const char *want)
 {
 	ipc_round_of(server_visible, client_visible, server_pidns, client_pidns, want, ipc_sizes,
 	             IPC_N);
@@ -896,7 +923,7 @@ static void ipc_round(const char *server_visible, const char *client_visible, bo
 
 static void case_ipc_pair(void)
 {
-	ipc_round(NULL, NULL, false, false, "cuda_ipc");
+	ipc_round(NULL, NULL, IPC_HOST, IPC_HOST, "cuda_ipc");
 }
 
 /* The server is pid 1 of its own pid namespace (a container), the client
@@ -904,7 +931,21 @@ static void case_ipc_pair(void)
  * the real driver, docs/gpu). */
 static void case_ipc_pidns(void)
 {
-	ipc_round(NULL, NULL, true, false, "cuda_ipc");
+	ipc_round(NULL, NULL, IPC_PIDNS, IPC_HOST, "cuda_ipc");
+}
+
+static int device_count(void);
+
+/* The server in a container without --ipc=host (its own pid namespace,
+ * /proc and /dev/shm), the same devices: the descriptors select cuda_ipc,
+ * simcuda (as the driver) opens no handle across, and the proof (spec
+ * 8.3.1) carries every chunk inline, both ways. The tensors alternate
+ * between the devices where there are two: each direction then has two
+ * areas refused, the second while the first's chunks are inline. */
+static void case_ipc_inline(void)
+{
+	g_ipc_spread = device_count() >= 2;
+	ipc_round(NULL, NULL, IPC_OWN_SHM, IPC_HOST, "cuda_ipc");
 }
 
 /* Both are pid 1 of their own pid namespaces: equal pids, which stock
@@ -913,7 +954,7 @@ static void case_ipc_pidns(void)
  * back. */
 static void case_ipc_pidns_both(void)
 {
-	ipc_round(NULL, NULL, true, true, "cuda_basic");
+	ipc_round(NULL, NULL, IPC_PIDNS, IPC_PIDNS, "cuda_basic");
 }
 
 /* Each multi-GiB size between two processes over cuda_ipc, each way, with a
@@ -924,7 +965,7 @@ static void case_ipc_large(void)
 	size_t n = large_sizes(big, 8);
 	for (size_t i = 0; i < n; i++) {
 		const size_t sz[2] = { 33, big[i] };
-		ipc_round_of(NULL, NULL, false, false, "cuda_ipc", sz, 2);
+		ipc_round_of(NULL, NULL, IPC_HOST, IPC_HOST, "cuda_ipc", sz, 2);
 	}
 }
 
@@ -952,7 +993,7 @@ static void case_ipc_disjoint(void)
 		       n);
 		exit(77);
 	}
-	ipc_round("0", "1", false, false, "cuda_basic");
+	ipc_round("0", "1", IPC_HOST, IPC_HOST, "cuda_basic");
 }
 
 /* T09: a CUDA channel, viable or not, never makes a context hang or leak
@@ -1034,7 +1075,7 @@ int main(int argc, char **argv)
 		{ "ipc_pair", case_ipc_pair },         { "ipc_disjoint", case_ipc_disjoint },
 		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
 		{ "churn", case_churn },               { "large", case_large },
-		{ "ipc_large", case_ipc_large },
+		{ "ipc_large", case_ipc_large },       { "ipc_inline", case_ipc_inline },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */
