@@ -144,6 +144,7 @@ typedef struct tcp_transport {
 static const tw_conn_ops tcp_conn_ops;
 
 static void tcp_drive(tcp_conn *c);
+static void tcp_drive_reads(tcp_conn *c);
 static void tcp_update_poll(tcp_conn *c);
 
 /* ---- connection lifetime ------------------------------------------------ */
@@ -194,6 +195,20 @@ static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
 		tcp_fail(c, TW_ERR_SYS, "tcp transport: connect %s: %s", c->core.peer, eb);
 	else
 		tcp_fail(c, TW_ERR_SYS, "tcp transport: %s %s: %s", what, c->core.peer, eb);
+}
+
+/* The connection failed with err. Where the peer is gone (a reset, a
+ * broken pipe), what it sent before it left is still ours to read: reads
+ * already queued get it first (a completion the peer wrote just before it
+ * closed, say), then the connection fails. */
+static void tcp_fail_gone(tcp_conn *c, const char *what, int err)
+{
+	if ((err == EPIPE || err == ECONNRESET) && c->core.phase == TW_CONN_OPEN) {
+		c->read_drained = false; /* the poll may not have said so yet */
+		tcp_drive_reads(c);
+	}
+	if (c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP)
+		tcp_fail_errno(c, what, err);
 }
 
 static void tcp_on_poll_closed(uv_handle_t *h)
@@ -405,7 +420,7 @@ static void tcp_drive_writes(tcp_conn *c)
 				c->write_full = true;
 				return;
 			}
-			tcp_fail_errno(c, "write to", errno);
+			tcp_fail_gone(c, "write to", errno);
 			return;
 		}
 		if ((size_t)w < asked && (size_t)w < TW_RW_MAX)
@@ -744,7 +759,7 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		int err = 0;
 		socklen_t len = sizeof(err);
 		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-			tcp_fail_errno(c, "connection to", err);
+			tcp_fail_gone(c, "connection to", err);
 		} else {
 			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->core.peer,
 			         uv_strerror(status));
