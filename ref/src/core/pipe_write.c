@@ -52,18 +52,31 @@ void tw__pipe_out_check_all(tw_pipe *p)
 	const char *dead_detail = failed ? p->err_detail : p->wr_detail;
 	tw_list *it, *tmp;
 	bool prefix_ok = true; /* every earlier message done, with TW_OK */
+	/* ... or each may still be: see `landing` */
+	bool prefix_landing = true;
 	TW_LIST_FOREACH_SAFE(it, tmp, &p->out_msgs)
 	{
 		tw_out_msg *m = TW_CONTAINER_OF(it, tw_out_msg, link);
-		bool was_prefix_ok = prefix_ok;
+		bool was_prefix_ok = prefix_ok, was_prefix_landing = prefix_landing;
+		/* Delivered if every message before it is: the peer confirms its
+		 * tensors (or will: cma's completions, ibv's landing), or all its
+		 * bytes were handed over before the peer left, and only an earlier
+		 * message's confirmations held its callback back. */
+		bool landing = m->status == TW_OK && !m->held && m->state == TW_OUT_SENDING &&
+		               (m->peer_acked || (m->done && p->hs_writes == 0));
 		prefix_ok = false;
+		prefix_landing = was_prefix_landing && landing;
 		if (m->pending > 0)
 			continue;
-		if (dead && !failed && m->status == TW_OK && !m->held && m->state == TW_OUT_SENDING &&
-		    m->peer_acked && was_prefix_ok) {
-			/* the peer confirmed every tensor (cma's completions), after
-			 * its goodbye, with nothing lost before it: delivered */
+		if (dead && !failed && landing && was_prefix_ok) {
+			/* with nothing lost before it: delivered (confirmed after the
+			 * peer's goodbye, or handed over before it) */
 			m->done = true;
+		} else if (dead && !failed && landing && was_prefix_landing) {
+			/* an earlier message still waits for its confirmations, which
+			 * come on other connections than the goodbye: this one is
+			 * decided once they come, or fail */
+			continue;
 		} else if (dead && m->status == TW_OK && !TW_MUTANT("write_error_swallowed")) {
 			m->status = dead_st;
 			snprintf(m->detail, sizeof(m->detail), "%s", dead_detail);
@@ -73,6 +86,7 @@ void tw__pipe_out_check_all(tw_pipe *p)
 			m->done = true; /* (a held one: the pipe's end decides its status) */
 		}
 		prefix_ok = was_prefix_ok && m->done && m->status == TW_OK;
+		prefix_landing = prefix_landing || prefix_ok;
 	}
 	while (!tw__list_empty(&p->out_msgs)) {
 		tw_out_msg *m = TW_CONTAINER_OF(p->out_msgs.next, tw_out_msg, link);
