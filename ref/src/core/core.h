@@ -270,6 +270,7 @@ typedef struct tw_out_msg {
 	                           completes on the peer's confirmation (acked_by_peer),
 	                           or every write of it completes once landed (ibv) */
 	bool done;
+	bool done_before_end;   /* done while the peer was there (before the pipe's end began) */
 	tw_status_t status;
 	char detail[TW_DETAIL_MAX];
 } tw_out_msg;

@@ -60,10 +60,10 @@ void tw__pipe_out_check_all(tw_pipe *p)
 		bool was_prefix_ok = prefix_ok, was_prefix_landing = prefix_landing;
 		/* Delivered if every message before it is: the peer confirms its
 		 * tensors (or will: cma's completions, ibv's landing), or all its
-		 * bytes were handed over before the peer left, and only an earlier
-		 * message's confirmations held its callback back. */
+		 * bytes were handed over before the pipe's end began, and only an
+		 * earlier message's confirmations held its callback back. */
 		bool landing = m->status == TW_OK && !m->held && m->state == TW_OUT_SENDING &&
-		               (m->peer_acked || (m->done && p->hs_writes == 0));
+		               (m->peer_acked || (m->done_before_end && p->hs_writes == 0));
 		prefix_ok = false;
 		prefix_landing = was_prefix_landing && landing;
 		if (m->pending > 0)
@@ -84,6 +84,7 @@ void tw__pipe_out_check_all(tw_pipe *p)
 		} else if (!m->done && !(m->held && !dead) &&
 		           (m->status != TW_OK || m->state == TW_OUT_SENDING)) {
 			m->done = true; /* (a held one: the pipe's end decides its status) */
+			m->done_before_end = !p->ending;
 		}
 		prefix_ok = was_prefix_ok && m->done && m->status == TW_OK;
 		prefix_landing = prefix_landing || prefix_ok;

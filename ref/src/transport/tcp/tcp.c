@@ -126,6 +126,10 @@ struct tcp_conn {
 	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
 	uint8_t watch_reports; /* readability reports while the watch polls (it peeks at the second) */
 	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
+	/* tcp_fail_gone: the reset or broken pipe met while the queued reads
+	 * take what came before it (their end of file then reports this) */
+	int gone_err;
+	const char *gone_what;
 	tw_conn_opts opts;
 	bool connected;       /* the connect completed (accepted: always) */
 	/* Closed with its hello not yet out (TW_WRITE_HELLO): what is left of
@@ -205,7 +209,10 @@ static void tcp_fail_gone(tcp_conn *c, const char *what, int err)
 {
 	if ((err == EPIPE || err == ECONNRESET) && c->core.phase == TW_CONN_OPEN) {
 		c->read_drained = false; /* the poll may not have said so yet */
+		c->gone_err = err;
+		c->gone_what = what;
 		tcp_drive_reads(c);
+		c->gone_err = 0;
 	}
 	if (c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP)
 		tcp_fail_errno(c, what, err);
@@ -502,6 +509,10 @@ static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64
 			if ((size_t)r < asked && (size_t)r < TW_RW_MAX)
 				c->read_drained = true;
 			return (ssize_t)into_dst;
+		}
+		if (r == 0 && c->gone_err) { /* the end of what came before the reset */
+			tcp_fail_errno(c, c->gone_what, c->gone_err);
+			return -1;
 		}
 		if (r == 0) {
 			if (frame_len == UINT64_MAX)
