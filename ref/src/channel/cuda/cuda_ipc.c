@@ -330,42 +330,6 @@ static void ci_on_reply(tw_conn *c, tw_status_t st, const char *detail, void *bu
 	tw__cuda_chan_unref(ch);
 }
 
-/* A frame whose bytes were handed over with the write (inline bytes, a
- * refusal): freed once written, whatever became of the chunk. */
-typedef struct ci_owned_write {
-	tw_cuda_chan *ch;
-	char *buf;
-} ci_owned_write;
-
-static void ci_on_owned_written(tw_conn *c, tw_status_t st, const char *detail, void *arg)
-{
-	ci_owned_write *w = arg;
-	tw_cuda_chan *ch = w->ch;
-	tw__free(w->buf);
-	tw__free(w);
-	tw__cuda_chan_on_written(c, st, detail, ch);
-}
-
-/* Writes buf[0, n) as one frame on conn and frees buf once written (also
- * when queueing fails). */
-static tw_status_t ci_write_owned(tw_cuda_chan *ch, tw_conn *conn, char *buf, uint64_t n,
-                                  unsigned flags)
-{
-	ci_owned_write *w = tw__calloc(1, sizeof(*w));
-	if (w) {
-		w->ch = ch;
-		w->buf = buf;
-		tw_iov iov = { buf, n };
-		if (conn->ops->write(conn, &iov, 1, flags, ci_on_owned_written, w) == TW_OK) {
-			ch->refs++;
-			return TW_OK;
-		}
-	}
-	tw__free(w);
-	tw__free(buf);
-	return TW_ERR_NOMEM;
-}
-
 static void ci_on_bytes(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                         void *arg)
 {
@@ -714,10 +678,15 @@ static void ci_settle(ci_channel *ich, int which)
 		if (which == 0 && k->replied && k->copied) {
 			ci_chunk_end(k, TW_OK, "");
 		} else if (which == 1 && k->refuse && in_order && ch->failed == TW_OK) {
+			/* k->why outlives the write: the chunk ends only once its
+			 * bytes came, which the sender sends after reading this, or
+			 * after the channel failed and closed the connection */
 			k->refuse = false;
-			size_t n = strlen(k->why);
-			char *why = tw__memdup_str(k->why, n);
-			if (!why || ci_write_owned(ch, ich->conn[1], why, n, TW_WRITE_OBJECT) != TW_OK)
+			tw_iov why = { k->why, strlen(k->why) };
+			if (ich->conn[1]->ops->write(ich->conn[1], &why, 1, TW_WRITE_OBJECT,
+			                             tw__cuda_chan_on_written, ch) == TW_OK)
+				ch->refs++;
+			else
 				tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a refusal");
 		} else if (which == 1 && k->copied && in_order && ch->failed == TW_OK) {
 			tw_iov none = { NULL, 0 };
