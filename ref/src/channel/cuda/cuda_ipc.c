@@ -29,9 +29,10 @@
  * for its first reply before writing more on connection 0, and a receiver
  * that cannot open the area (a container with its own ipc namespace and
  * /dev/shm, T03) answers why instead; that device's chunks then travel
- * inline, as bytes after their Descriptors, through host memory. The
- * receiver reads connection 0 one frame at a time, since it alone knows
- * whether bytes follow a Descriptor.
+ * inline, as bytes after their Descriptors, through host memory. With the
+ * proof the receiver reads connection 0 one frame at a time, since it
+ * alone knows whether bytes follow a Descriptor; without it (stock) the
+ * Descriptor reads are queued ahead as before.
  *
  * Where stock calls back early, ours does not: a send calls back once the
  * receiver has replied for every chunk (stock: once the last chunk was
@@ -129,8 +130,9 @@ typedef struct ci_channel {
 	ci_announce *peer;                       /* receive */
 	/* the proof (8.3.1): agreed; send: an announcing chunk waits for its
 	 * first reply (later chunks wait), and our devices whose areas the
-	 * peer refused; receive: a read on connection 0 is under way (reads
-	 * go one at a time, since a Descriptor may be followed by bytes) */
+	 * peer refused; receive: a read on connection 0 is under way (with
+	 * the proof, reads go one at a time: a Descriptor may be followed by
+	 * bytes) */
 	bool proof, asking, reading;
 	bool refused[TW_CUDA_CTX_MAX_DEVICES];
 } ci_channel;
@@ -580,7 +582,7 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 	if (kc->ended)
 		return;
 	if (k->state == CI_WAIT && !k->io) {
-		if (ich->reading)
+		if (ich->proof && ich->reading)
 			return; /* one frame at a time: the one read may be followed by bytes */
 		if (ich->conn[0]->ops->read_alloc(ich->conn[0], CI_DESC_MAX, ci_on_desc, k) != TW_OK) {
 			tw__cuda_chan_fail(ch, TW_ERR_NOMEM, "out of memory queueing a descriptor read");
