@@ -11,7 +11,9 @@
  *     goodbye, or of its death;
  *   - a write the reader read before it said goodbye reports TW_OK, also
  *     when the confirmation of an earlier write (a cma completion, ibv's
- *     landing) comes back after the goodbye.
+ *     landing) comes back after the goodbye;
+ *   - a peer that writes and leaves while a write of ours waits for it
+ *     (crossed): what it wrote is still read, only our write fails.
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -425,6 +427,131 @@ static void case_queued_peer_killed(void)
 	close(ready[0]), close(ready[1]);
 }
 
+/* ---- crossed: the peer leaves while our write waits for it ------------------------------ */
+
+/* The writer's big payload waits on D for a reader that never reads it;
+ * the reader writes CROSSED messages on the same connection, gets TW_OK
+ * for each, and closes its pipe (or, `exit_after`, exits in another
+ * process). Everything it got TW_OK for must still reach the writer,
+ * however late the writer reads, and only the big write fails: on shm the
+ * inbox once failed with the write that waited for room in the peer's
+ * (the inbox cut short), on uv the reset of the peer's close failed the
+ * connection past the reads already queued. */
+enum { CROSSED = 3, CROSSED_BIG = 16 << 20 };
+
+static void crossed_reader_writes(tw_pipe *p)
+{
+	char text[32];
+	for (int i = 0; i < CROSSED; i++) {
+		snprintf(text, sizeof(text), "crossed %d", i);
+		tu_send_text(p, text); /* waits for its TW_OK */
+	}
+}
+
+static void crossed_big_write(tw_pipe *p, uint8_t **big, tw_payload *pay, tw_message *m,
+                              tu_rec *w)
+{
+	*big = malloc(CROSSED_BIG);
+	CHECK(*big);
+	memset(*big, 0x3c, CROSSED_BIG);
+	*pay = (tw_payload){ .data = *big, .length = CROSSED_BIG };
+	*m = (tw_message){ .num_payloads = 1, .payloads = pay };
+	tu_rec_init(w);
+	CHECK_OK(tw_pipe_write(p, m, tu_on_status, w));
+	CHECK(!tu_wait_for(&w->w, 1, 300)); /* stalled: nobody reads it */
+}
+
+/* After the peer left: its messages, in order, then the end; the big write
+ * failed with an end of the pipe, never TW_OK. */
+static void crossed_expect(tw_pipe *p, tu_rec *w, uint8_t *big)
+{
+	usleep(300 * 1000); /* the writer reads late: the end is known by now */
+	char text[32];
+	for (int i = 0; i < CROSSED; i++) {
+		snprintf(text, sizeof(text), "crossed %d", i);
+		tu_expect_text(p, text);
+	}
+	printf("   all %d messages read after the peer left\n", CROSSED);
+	tu_rec d;
+	tu_rec_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_wait(&d.w, 1);
+	printf("   next read: %s: %s\n", tw_status_name(d.status), d.detail);
+	CHECK(d.status != TW_OK);
+	tu_wait(&w->w, 1);
+	printf("   big write: %s: %s\n", tw_status_name(w->status), w->detail);
+	CHECK(w->status != TW_OK);
+	tu_once(&d), tu_once(w);
+	free(big);
+}
+
+static void case_crossed_close(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	uint8_t *big;
+	tw_payload pay;
+	tw_message m;
+	tu_rec w;
+	crossed_big_write(p.c, &big, &pay, &m, &w);
+	crossed_reader_writes(p.s);
+	tw_pipe_close(p.s);
+	crossed_expect(p.c, &w, big);
+	tu_pair_close(&p);
+}
+
+static void case_crossed_exit(void)
+{
+	int url_pipe[2], go[2];
+	CHECK(pipe(url_pipe) == 0 && pipe(go) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		tw_context *s;
+		tu_ctx(&s, "reader");
+		char url[128];
+		tw_listener *l = tu_listen(s, NULL, url, sizeof(url));
+		tu_rec acc;
+		tu_rec_init(&acc);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+		close(url_pipe[0]);
+		tu_url_send(url_pipe, url);
+		tu_expect(&acc, TW_OK, NULL);
+		char b;
+		CHECK(read(go[0], &b, 1) == 1); /* the writer's big write is stalled */
+		crossed_reader_writes(acc.pipe);
+		tw_pipe_close(acc.pipe);
+		tw_pipe_destroy(acc.pipe);
+		tw_listener_destroy(l);
+		CHECK_OK(tw_context_join(s));
+		tw_context_destroy(s);
+		_exit(0);
+	}
+	char url[128];
+	tu_url_recv(url_pipe, url, sizeof(url));
+	tw_context *c;
+	tu_ctx(&c, "writer");
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	uint8_t *big;
+	tw_payload pay;
+	tw_message m;
+	tu_rec w;
+	crossed_big_write(p, &big, &pay, &m, &w);
+	char b = 'g';
+	CHECK(write(go[1], &b, 1) == 1);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	printf("   the reader wrote %d messages, closed and exited\n", CROSSED);
+	crossed_expect(p, &w, big);
+	tw_pipe_destroy(p);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+	close(go[0]), close(go[1]);
+}
+
 /* ---- read, then goodbye ---------------------------------------------------------------- */
 
 static void close_on_read(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
@@ -489,6 +616,8 @@ static const tu_case cases[] = {
 	{ "queued_peer_close", case_queued_peer_close },
 	{ "queued_peer_killed", case_queued_peer_killed },
 	{ "read_then_goodbye", case_read_then_goodbye },
+	{ "crossed_close", case_crossed_close },
+	{ "crossed_exit", case_crossed_exit },
 };
 
 int main(int argc, char **argv)

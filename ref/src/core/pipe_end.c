@@ -355,6 +355,12 @@ static bool tw__pipe_hold_early_end(tw_pipe *p, tw_conn *c, bool hup, tw_status_
 void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, const char *what,
                           const char *detail)
 {
+	tw__pipe_conn_op_failed(p, c, false, status, what, detail);
+}
+
+void tw__pipe_conn_op_failed(tw_pipe *p, tw_conn *c, bool write, tw_status_t status,
+                             const char *what, const char *detail)
+{
 	if (p->state == TW_PIPE_FAILED)
 		return;
 	if (p->state == TW_PIPE_CLIENT_CONNECTING) {
@@ -372,9 +378,12 @@ void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, const char
 	if (TW_MUTANT("peer_death_ignored"))
 		return;
 	tw__pipe_start_end(p, status, what, detail);
-	if (c && c == p->d)
+	/* A write that met the end says nothing of what is left to read: the
+	 * transport still hands it over (transport.h); a read or the watch will
+	 * report the connection's end. */
+	if (c && c == p->d && !write)
 		p->d_ended = true;
-	if (c && c == p->r && p->ext_goodbye && !p->goodbye_seen)
+	if (c && c == p->r && p->ext_goodbye && !p->goodbye_seen && !write)
 		p->r_ended = true;
 	tw__pipe_try_end(p);
 }

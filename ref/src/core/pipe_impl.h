@@ -30,6 +30,9 @@ bool tw__pipe_writes_landing(tw_pipe *p);
 /* Appended to a detail when the server dropped a client's connection unheard. */
 extern const char tw__pipe_dropped_hint[];
 bool tw__status_is_end(tw_status_t st);
+/* The same for one operation on c, a write (`write`) or a read. */
+void tw__pipe_conn_op_failed(tw_pipe *p, tw_conn *c, bool write, tw_status_t status,
+                             const char *what, const char *detail);
 void tw__pipe_conn_failed(tw_pipe *p, tw_conn *c, tw_status_t status, const char *what,
                           const char *detail);
 TW_NODISCARD tw_status_t tw__pipe_watch(tw_pipe *p, tw_conn *c);

@@ -106,13 +106,14 @@ void tw__pipe_out_check_all(tw_pipe *p)
 	}
 }
 
-/* An operation of message m failed on connection c (NULL: a channel's). The
- * message takes the pipe's status once the pipe has failed. */
-static void tw__pipe_out_op_failed(tw_out_msg *m, tw_conn *c, tw_status_t status,
+/* An operation of message m failed on connection c (NULL: a channel's; a
+ * write or a read). The message takes the pipe's status once the pipe has
+ * failed. */
+static void tw__pipe_out_op_failed(tw_out_msg *m, tw_conn *c, bool write, tw_status_t status,
                                    const char *what, const char *detail)
 {
 	m->held = true;
-	tw__pipe_conn_failed(m->pipe, c, status, what, detail);
+	tw__pipe_conn_op_failed(m->pipe, c, write, status, what, detail);
 }
 
 static void tw__pipe_on_out_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
@@ -121,7 +122,7 @@ static void tw__pipe_on_out_written(tw_conn *c, tw_status_t status, const char *
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK)
-		tw__pipe_out_op_failed(m, c, status, "writing a Descriptor or payload", detail);
+		tw__pipe_out_op_failed(m, c, true, status, "writing a Descriptor or payload", detail);
 	tw__pipe_out_check_all(p);
 	if (p->writes_dead)
 		tw__pipe_try_end(p); /* it may have waited for this completion */
@@ -135,7 +136,7 @@ static void tw__pipe_on_tensor_sent(tw_channel *ch, tw_status_t status, const ch
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK)
-		tw__pipe_out_op_failed(m, NULL, status, "sending a tensor", detail);
+		tw__pipe_out_op_failed(m, NULL, true, status, "sending a tensor", detail);
 	tw__pipe_out_check_all(p);
 	if (p->writes_dead)
 		tw__pipe_try_end(p); /* it may have waited for this completion */
@@ -160,14 +161,14 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 	size_t used;
 	tw_status_t st = tw__wire_decode_descriptor_reply(buf, (size_t)len, &r, &used, dd, sizeof(dd));
 	if (st != TW_OK) {
-		tw__pipe_out_op_failed(m, NULL, st, "bad DescriptorReply", dd);
+		tw__pipe_out_op_failed(m, NULL, false, st, "bad DescriptorReply", dd);
 		return;
 	}
 	if (r.num_target_devices != m->num_untargeted && !TW_MUTANT("descriptor_reply_unchecked")) {
 		tw__detail(dd, sizeof(dd), "it lists %zu devices for %zu tensors without a target device",
 		           r.num_target_devices, m->num_untargeted);
 		tw__wire_descriptor_reply_free(&r);
-		tw__pipe_out_op_failed(m, NULL, TW_ERR_PROTO, "bad DescriptorReply", dd);
+		tw__pipe_out_op_failed(m, NULL, false, TW_ERR_PROTO, "bad DescriptorReply", dd);
 		return;
 	}
 	size_t k = 0;
@@ -182,7 +183,7 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 		if (wd->type.n == 0 || wd->type.n >= TW_DEVICE_TYPE_MAX) {
 			tw__detail(dd, sizeof(dd), "targetDevices[%zu].type has %zu bytes", k - 1, wd->type.n);
 			tw__wire_descriptor_reply_free(&r);
-			tw__pipe_out_op_failed(m, NULL, TW_ERR_PROTO, "bad DescriptorReply", dd);
+			tw__pipe_out_op_failed(m, NULL, false, TW_ERR_PROTO, "bad DescriptorReply", dd);
 			return;
 		}
 		tw__device_from_wire(&m->targets[i], wd);
@@ -201,7 +202,7 @@ static void tw__pipe_on_reply(tw_conn *c, tw_status_t status, const char *detail
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK)
-		tw__pipe_out_op_failed(m, c, status, "reading a DescriptorReply", detail);
+		tw__pipe_out_op_failed(m, c, false, status, "reading a DescriptorReply", detail);
 	else if (p->state != TW_PIPE_FAILED) {
 		p->heard = true;
 		tw__pipe_take_reply(p, m, buf, len);

@@ -33,7 +33,9 @@ static void tw__conn_op_deliver(void *arg)
 	tw_conn_op *op = arg;
 	tw_conn_core *c = op->conn;
 	bool ok = op->status == TW_OK;
-	const char *detail = ok ? "" : c->err_detail;
+	const char *detail = ok                                   ? ""
+	                     : op->is_write && c->wr_err != TW_OK ? c->wr_detail
+	                                                          : c->err_detail;
 	if (op->is_write)
 		op->wcb(&c->base, op->status, detail, op->arg);
 	else
@@ -54,6 +56,10 @@ bool tw__conn_queue(tw_conn_core *c, tw_conn_op *op, bool is_write)
 	op->is_write = is_write;
 	op->next = NULL;
 	c->refs++;
+	if (is_write && c->wr_err != TW_OK && !tw__conn_done(c)) {
+		tw__conn_op_complete(op, c->wr_err);
+		return false;
+	}
 	if (tw__conn_done(c)) {
 		tw__conn_op_complete(op, c->err);
 		return false;
@@ -179,6 +185,21 @@ void tw__conn_fail(tw_conn_core *c, tw_status_t status, const char *fmt, ...)
 	tw__conn_watch_fire(c, status);
 	if (c->cops->failed)
 		c->cops->failed(c);
+}
+
+void tw__conn_fail_writes(tw_conn_core *c, tw_status_t status, const char *fmt, ...)
+{
+	if (tw__conn_done(c) || c->wr_err != TW_OK)
+		return;
+	c->wr_err = status;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->wr_detail, sizeof(c->wr_detail), fmt, ap);
+	va_end(ap);
+	while (c->wq_head)
+		tw__conn_op_complete(tw__conn_pop(&c->wq_head, &c->wq_tail), status);
+	if (c->cops->writes_failed)
+		c->cops->writes_failed(c);
 }
 
 bool tw__conn_close_ops(tw_conn_core *c)

@@ -56,6 +56,9 @@ typedef struct tw_conn_core_ops {
 	/* After the connection failed (queues emptied, watch fired): stop
 	 * watching what the transport watches. May be NULL. */
 	void (*failed)(tw_conn_core *c);
+	/* After tw__conn_fail_writes emptied the write queue: forget any
+	 * pointer into it. May be NULL. */
+	void (*writes_failed)(tw_conn_core *c);
 } tw_conn_core_ops;
 
 struct tw_conn_core {
@@ -65,6 +68,9 @@ struct tw_conn_core {
 	enum tw_conn_phase phase;
 	tw_status_t err;
 	char err_detail[TW_DETAIL_MAX];
+	/* tw__conn_fail_writes: the peer is gone, reads go on */
+	tw_status_t wr_err;
+	char wr_detail[TW_DETAIL_MAX];
 	tw_conn_op *wq_head, *wq_tail;
 	tw_conn_op *rq_head, *rq_tail;
 	unsigned refs; /* the transport's (handles) + every op and report not yet delivered */
@@ -110,6 +116,14 @@ void tw__conn_op_done(tw_conn_core *c, bool is_write);
  * the watch reports it. Nothing if it already failed or was closed. */
 __attribute__((format(printf, 3, 4))) void tw__conn_fail(tw_conn_core *c, tw_status_t status,
                                                          const char *fmt, ...);
+/* The peer is gone while what it sent is still to be read: every queued
+ * write fails with `status` now, and every later one at once; reads go on,
+ * and the transport fails the connection once they reach the end
+ * (transport.h). Nothing if the connection is done or writes failed
+ * already. */
+__attribute__((format(printf, 3, 4))) void tw__conn_fail_writes(tw_conn_core *c,
+                                                                tw_status_t status,
+                                                                const char *fmt, ...);
 /* The common half of close(): pending operations and the watch complete
  * with TW_ERR_CLOSED; the transport then closes its handles. Returns false
  * if the connection was closed already. */

@@ -74,6 +74,12 @@
  *       hang-up with nothing unread is simply the end. The owner decides
  *       what a hang-up means: a pipe being set up fails, an established one
  *       lets the application read what is left for a bounded time.
+ *   - A peer that is gone (a reset, a broken pipe, its closed socket) can
+ *     take no more bytes, but what it sent before is still to be read:
+ *     every write then fails, queued or later, with the end's status, while
+ *     the reads go on until what it sent was read; only then does the
+ *     connection fail (tw__conn_fail_writes). A write waiting for the peer
+ *     to read never takes the bytes it sent with it.
  */
 #ifndef TW_TRANSPORT_TRANSPORT_H
 #define TW_TRANSPORT_TRANSPORT_H

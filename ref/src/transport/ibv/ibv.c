@@ -334,7 +334,14 @@ static void ib_failed(tw_conn_core *core)
 	ib_update_poll(c);
 }
 
-static const tw_conn_core_ops ib_core_ops = { tw__ring_op_free, ib_free_conn, ib_failed };
+/* The peer is gone: the writes failed, reads go on (ring_conn.h). */
+static void ib_writes_failed(tw_conn_core *core)
+{
+	((ib_conn *)core)->wcur = NULL;
+}
+
+static const tw_conn_core_ops ib_core_ops = { tw__ring_op_free, ib_free_conn, ib_failed,
+	                                      ib_writes_failed };
 
 static void ib_on_handle_closed(uv_handle_t *h)
 {

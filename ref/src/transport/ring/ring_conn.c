@@ -100,10 +100,22 @@ void tw__ring_conn_drive_end(tw_conn_core *c, const tw_ring *inbox, tw_status_t 
 	if (c->phase != TW_CONN_OPEN)
 		return;
 	uint64_t used = tw__ring_conn_unread(c, inbox);
-	if (used == 0 || c->wq_head) {
-		tw__conn_fail(c, gone_status, "%s%s%s%s", gone_detail, used == 0 ? "" : " (while ",
-		              used == 0 ? "" : waiting, used == 0 ? "" : ")");
+	if (used == 0) {
+		tw__conn_fail(c, gone_status, "%s", gone_detail);
 		return;
 	}
+	if (c->rq_head) {
+		/* The reads were driven just before: one still queued waits for
+		 * bytes that will never come (a frame cut short, a flag the peer
+		 * left taken). */
+		tw__conn_fail(c, gone_status,
+		              "%s, with %llu bytes in the inbox that are not the whole frame a read "
+		              "waits for",
+		              gone_detail, (unsigned long long)used);
+		return;
+	}
+	/* What it wrote stays readable (spec 2.3.1.d); writes cannot land any
+	 * more. */
+	tw__conn_fail_writes(c, gone_status, "%s (while %s)", gone_detail, waiting);
 	tw__conn_hangup(c);
 }

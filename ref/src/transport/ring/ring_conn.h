@@ -55,10 +55,12 @@ uint64_t tw__ring_conn_unread(const tw_conn_core *c, const tw_ring *inbox);
  * framing error. Returns whether any byte was consumed. */
 bool tw__ring_conn_drive_reads(tw_conn_core *c, tw_ring *inbox);
 
-/* The peer is gone (gone_status and gone_detail say how): on an open
- * connection, the end is reported once the inbox is empty, or at once when
- * a write still waits (on room, or on the peer: waiting says which, for the
- * detail); with bytes left and reads to come, the hang-up. */
+/* The peer is gone (gone_status and gone_detail say how), after the reads
+ * were driven: on an open connection, the end is reported once the inbox is
+ * empty, or at once when a read is still queued (its frame will never be
+ * whole). Otherwise what is left stays readable: writes fail, queued and
+ * later ones (they wait on room or on the peer: `waiting` says which, for
+ * the detail), and the hang-up is reported. */
 void tw__ring_conn_drive_end(tw_conn_core *c, const tw_ring *inbox, tw_status_t gone_status,
                              const char *gone_detail, const char *waiting);
 

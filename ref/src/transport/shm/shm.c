@@ -141,7 +141,7 @@ static void shm_failed(tw_conn_core *core)
 	shm_update_poll(c);
 }
 
-static const tw_conn_core_ops shm_core_ops = { tw__ring_op_free, shm_free_conn, shm_failed };
+static const tw_conn_core_ops shm_core_ops = { tw__ring_op_free, shm_free_conn, shm_failed, NULL };
 
 #define shm_fail(c, ...) tw__conn_fail(&(c)->core, __VA_ARGS__)
 

@@ -126,8 +126,9 @@ struct tcp_conn {
 	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
 	uint8_t watch_reports; /* readability reports while the watch polls (it peeks at the second) */
 	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
-	/* tcp_fail_gone: the reset or broken pipe met while the queued reads
-	 * take what came before it (their end of file then reports this) */
+	/* tcp_fail_gone: the reset or broken pipe met; the writes failed with
+	 * it, the reads take what came before it and their end of file then
+	 * reports it */
 	int gone_err;
 	const char *gone_what;
 	tw_conn_opts opts;
@@ -175,7 +176,7 @@ static void tcp_failed(tw_conn_core *core)
 	tcp_update_poll((tcp_conn *)core);
 }
 
-static const tw_conn_core_ops tcp_core_ops = { tcp_free_op, tcp_free_conn, tcp_failed };
+static const tw_conn_core_ops tcp_core_ops = { tcp_free_op, tcp_free_conn, tcp_failed, NULL };
 
 #define tcp_fail(c, ...) tw__conn_fail(&(c)->core, __VA_ARGS__)
 
@@ -202,17 +203,22 @@ static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
 }
 
 /* The connection failed with err. Where the peer is gone (a reset, a
- * broken pipe), what it sent before it left is still ours to read: reads
- * already queued get it first (a completion the peer wrote just before it
- * closed, say), then the connection fails. */
+ * broken pipe), what it sent before it left is still ours to read (a
+ * completion it wrote just before it closed, messages it wrote while our
+ * write waited for it to read): the writes fail now, queued and later ones,
+ * and the reads go on; the end of file they then meet reports err
+ * (tcp_read_some, tcp_drive_watch). Any other error fails the connection. */
 static void tcp_fail_gone(tcp_conn *c, const char *what, int err)
 {
 	if ((err == EPIPE || err == ECONNRESET) && c->core.phase == TW_CONN_OPEN) {
+		char eb[128];
 		c->read_drained = false; /* the poll may not have said so yet */
+		c->write_full = false;
 		c->gone_err = err;
 		c->gone_what = what;
-		tcp_drive_reads(c);
-		c->gone_err = 0;
+		tw__conn_fail_writes(&c->core, TW_ERR_CONNRESET, "tcp transport: %s %s: %s", what,
+		                     c->core.peer, tw__strerror(err, eb, sizeof(eb)));
+		return;
 	}
 	if (c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP)
 		tcp_fail_errno(c, what, err);
@@ -690,6 +696,10 @@ static void tcp_drive_watch(tcp_conn *c)
 			c->watch_saw_data = true;
 			return;
 		}
+		if (r == 0 && c->gone_err) {
+			tcp_fail_errno(c, c->gone_what, c->gone_err);
+			return;
+		}
 		if (r == 0) {
 			tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s", c->core.peer);
 			return;
@@ -771,6 +781,7 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		socklen_t len = sizeof(err);
 		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
 			tcp_fail_gone(c, "connection to", err);
+			tcp_drive(c); /* the reads go on: poll again */
 		} else {
 			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->core.peer,
 			         uv_strerror(status));
