@@ -8,6 +8,7 @@
  * Usage: lifecycle_test <case>
  */
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pair_util.h"
@@ -462,7 +463,60 @@ static void case_fork_child(void)
 	tu_pair_close(&p);
 }
 
+/* Every bound at its largest value means "very long", not a deadline that
+ * wrapped into the past: the handshake, connect, liveness and operation
+ * bounds at UINT64_MAX still let a pipe form and carry messages, and an
+ * operation with a real bound, started after one with the largest, still
+ * times out within it. Before, the listener closed every connection at
+ * once ("no complete hello within 18446744073709551615 ms") and an
+ * operation's deadline wrapped to the earliest. */
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void case_huge_bounds(void)
+{
+	tu_pair p = { 0 };
+	tu_ctx(&p.sctx, "server");
+	tu_ctx(&p.cctx, "client");
+	tw_context *both[] = { p.sctx, p.cctx };
+	for (int i = 0; i < 2; i++) {
+		CHECK_OK(tw_context_set_handshake_timeout(both[i], UINT64_MAX));
+		CHECK_OK(tw_context_set_connect_timeout(both[i], UINT64_MAX));
+		CHECK_OK(tw_context_set_liveness_timeout(both[i], UINT64_MAX));
+		CHECK_OK(tw_context_set_operation_timeout(both[i], UINT64_MAX));
+	}
+	tu_pair_open(&p, NULL);
+	tu_send_text(p.c, "to the server");
+	tu_expect_text(p.s, "to the server");
+	tu_send_text(p.s, "to the client");
+	tu_expect_text(p.c, "to the client");
+	/* A read nobody answers with the largest bound, then one with 300 ms:
+	 * the second times out, the first keeps waiting. */
+	tu_rec d1, d2;
+	tu_rec_init(&d1), tu_rec_init(&d2);
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d1));
+	CHECK_OK(tw_pipe_set_operation_timeout(p.c, 300));
+	uint64_t t0 = now_ms();
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d2));
+	tu_wait(&d2.w, 1);
+	uint64_t took = now_ms() - t0;
+	printf("   the 300 ms read: %s after %llu ms: %s\n", tw_status_name(d2.status),
+	       (unsigned long long)took, d2.detail);
+	CHECK(d2.status == TW_ERR_TIMEDOUT);
+	CHECK(took >= 250);
+	/* The pipe failed with the timeout (tensorwire.h): the first read ends
+	 * with it too, not before. */
+	tu_expect(&d1, TW_ERR_TIMEDOUT, NULL);
+	tu_once(&d1), tu_once(&d2);
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
+	{ "huge_bounds", case_huge_bounds },
 	{ "fork_child", case_fork_child },
 	{ "close_pending", case_close_pending },
 	{ "peer_close_eof", case_peer_close_eof },

@@ -311,7 +311,7 @@ static void tw__listener_on_conn(tw_tlistener *tl, tw_status_t status, const cha
 	hw->conn = conn;
 	hw->reg = e->reg;
 	hw->timeout_ms = __atomic_load_n(&l->ctx->handshake_timeout_ms, __ATOMIC_RELAXED);
-	hw->deadline = hw->timeout_ms > 0 ? uv_now(&l->ctx->loop.uv) + hw->timeout_ms : UINT64_MAX;
+	hw->deadline = hw->timeout_ms > 0 ? tw__loop_deadline(&l->ctx->loop, hw->timeout_ms) : UINT64_MAX;
 	snprintf(hw->peer, sizeof(hw->peer), "%s://%s", e->reg->name, conn->ops->peer(conn));
 	tw_status_t st = conn->ops->read_alloc(conn, l->ctx->max_object, tw__listener_on_hello, hw);
 	if (st != TW_OK) {

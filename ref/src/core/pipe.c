@@ -230,8 +230,7 @@ void tw__pipe_op_deadline(tw_pipe *p, uint64_t *deadline, uint64_t *timeout_ms)
 	*deadline = 0;
 	if (ms == 0 || p->state == TW_PIPE_FAILED || TW_MUTANT("operation_timeout_ignored"))
 		return;
-	uint64_t now = uv_now(&p->ctx->loop.uv);
-	*deadline = now + ms;
+	*deadline = tw__loop_deadline(&p->ctx->loop, ms);
 	if (p->op_due == 0 || *deadline < p->op_due) {
 		p->op_due = *deadline;
 		tw__ptimer_start(p, &p->op_timer, tw__pipe_on_op_timer, ms);

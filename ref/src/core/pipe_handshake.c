@@ -353,7 +353,8 @@ void tw__pipe_client_lost(tw_pipe *p, tw_status_t status, const char *what,
 	uint64_t backoff = (uint64_t)TW_CONNECT_RETRY_FIRST_MS << (p->attempts - 1);
 	uint64_t now = uv_now(&p->ctx->loop.uv);
 	if (retryable && p->attempts <= TW_CONNECT_RETRIES &&
-	    (!p->connect_deadline || now + backoff < p->connect_deadline)) {
+	    (!p->connect_deadline ||
+	     (now < p->connect_deadline && backoff < p->connect_deadline - now))) {
 		tw__conn_close(&p->boot);
 		p->retry_pending = true;
 		tw__pipe_timer_start(p, backoff);
@@ -400,7 +401,7 @@ static void tw__pipe_do_connect(void *arg)
 	}
 	p->connect_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
 	if (p->connect_ms > 0) {
-		p->connect_deadline = uv_now(&ctx->loop.uv) + p->connect_ms;
+		p->connect_deadline = tw__loop_deadline(&ctx->loop, p->connect_ms);
 		tw__pipe_timer_start(p, p->connect_ms);
 	}
 	tw__pipe_client_attempt(p);

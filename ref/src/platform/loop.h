@@ -153,6 +153,15 @@ void tw__loop_answer_due(tw_loop *l, bool due);
  * goes away). */
 void tw__loop_poller_cancel(tw_loop *l, tw_loop_poller *p);
 
+/* Loop thread: the loop's time `ms` milliseconds from now (uv_now), at
+ * most UINT64_MAX: a bound near the largest value means "very long", never
+ * a deadline that wrapped into the past. */
+static inline uint64_t tw__loop_deadline(tw_loop *l, uint64_t ms)
+{
+	uint64_t now = uv_now(&l->uv);
+	return ms > UINT64_MAX - now ? UINT64_MAX : now + ms;
+}
+
 /* True on the loop's own thread. */
 bool tw__loop_on_thread(tw_loop *l);
 /* True in a forked child of the process that started the loop (a child

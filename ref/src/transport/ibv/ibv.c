@@ -1246,7 +1246,7 @@ static ib_conn *ib_conn_new(ib_transport *t, int fd, bool accepted, const char *
 	uv_timer_init(&t->base.loop->uv, &c->timer);
 	c->timer.data = c;
 	if (opts->connect_timeout_ms)
-		c->deadline = uv_now(&t->base.loop->uv) + opts->connect_timeout_ms;
+		c->deadline = tw__loop_deadline(t->base.loop, opts->connect_timeout_ms);
 	if (c->await_peer)
 		uv_timer_start(&c->timer, ib_on_timer, t->answer_wait_ms, 0);
 	else if (opts->connect_timeout_ms)

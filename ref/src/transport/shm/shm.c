@@ -684,7 +684,7 @@ static shm_conn *shm_conn_new(shm_transport *t, int fd, bool accepted, const cha
 	uv_timer_init(&t->base.loop->uv, &c->timer);
 	c->timer.data = c;
 	if (opts->connect_timeout_ms) {
-		c->deadline = uv_now(&t->base.loop->uv) + opts->connect_timeout_ms;
+		c->deadline = tw__loop_deadline(t->base.loop, opts->connect_timeout_ms);
 		uv_timer_start(&c->timer, shm_on_timer, opts->connect_timeout_ms, 0);
 	}
 	return c;

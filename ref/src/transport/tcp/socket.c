@@ -33,7 +33,7 @@ void tw__tcp_set_nodelay(int fd)
 
 void tw__tcp_set_user_timeout(int fd, uint64_t ms)
 {
-	unsigned user = ms > UINT32_MAX ? UINT32_MAX : (unsigned)ms;
+	unsigned user = ms > INT_MAX ? INT_MAX : (unsigned)ms; /* the kernel takes an int */
 	(void)tw__sys_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof(user));
 }
 
