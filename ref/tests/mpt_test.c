@@ -10,9 +10,20 @@
  *              still carries payloads and a tensor write fails alone,
  *              naming the device pair
  *   options    a bad lane count or option is refused naming the option
+ *   fixed_ports  listen=127.0.0.1:P with 3 lanes: lanes listen on P, P+1
+ *              and P+2 (one port for all failed from the second lane on)
+ *   stalled_lanes  a reader that reads nothing: the writer's lanes get the
+ *              context's liveness bound, so a tensor write fails with
+ *              TW_ERR_TIMEDOUT within it (the lanes had no bound before,
+ *              and the write waited forever)
  *
  * One process, two contexts, uv transport.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+
 #include "pair_util.h"
 
 static void mpt_ctx(tw_context **c, const char *name, const char *options)
@@ -97,7 +108,8 @@ static void case_options(void)
 {
 	static const char *const bad[][2] = {
 		{ "lanes=0", "lanes" }, { "lanes=65", "lanes" }, { "lanes=two", "lanes" },
-		{ "lane=2", "lane" },
+		{ "lane=2", "lane" }, { "lanes=2,listen=127.0.0.1:65535", "listen" },
+		{ "listen=localhost:5", "listen" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		tw_context *c;
@@ -110,7 +122,108 @@ static void case_options(void)
 	}
 }
 
+/* Binds 127.0.0.1:port (SO_REUSEADDR, as listeners do); the socket, or -1. */
+static int bind_port(unsigned port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(fd >= 0);
+	int on = 1;
+	CHECK(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) == 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void case_fixed_ports(void)
+{
+	enum { LANES = 3 };
+	unsigned base = 0;
+	srand((unsigned)time(NULL) ^ (unsigned)getpid());
+	for (int tries = 0; tries < 100 && !base; tries++) { /* three free ports in a row */
+		unsigned p = 20000 + (unsigned)(rand() % 20000);
+		int fds[LANES], n = 0;
+		while (n < LANES && (fds[n] = bind_port(p + (unsigned)n)) >= 0)
+			n++;
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		if (n == LANES)
+			base = p;
+	}
+	CHECK(base != 0);
+	char opts[96];
+	snprintf(opts, sizeof(opts), "lanes=%d,listen=127.0.0.1:%u", LANES, base);
+	printf("# server: %s\n", opts);
+	tu_pair p = { 0 };
+	mpt_ctx(&p.sctx, "server", opts);
+	mpt_ctx(&p.cctx, "client", "lanes=3,listen=127.0.0.1:0");
+	tu_pair_open(&p, "tcp://127.0.0.1:0");
+	tw_pipe_info info;
+	CHECK_OK(tw_pipe_get_info(p.c, &info));
+	CHECK(strcmp(info.channel, "mpt") == 0);
+	tw_tensor t;
+	tw_message m;
+	size_t len = (size_t)1 << 20;
+	uint8_t *src = tu_big_message(len, &t, &m), *dst = malloc(len);
+	CHECK(dst);
+	tu_fill_at(src, len, 7);
+	tu_rec w, d, r;
+	tw_tensor_allocation ta = { .data = dst, .device = t.source_device };
+	tu_move_tensor(p.c, p.s, &t, &ta, &w, &d, &r);
+	tu_expect(&r, TW_OK, NULL);
+	tu_expect(&w, TW_OK, NULL);
+	CHECK(memcmp(src, dst, len) == 0);
+	tu_once(&w), tu_once(&d), tu_once(&r);
+	for (unsigned i = 0; i < LANES; i++) { /* each lane holds its own port */
+		int fd = bind_port(base + i);
+		printf("# port %u: %s\n", base + i, fd < 0 ? "taken by a lane listener" : "free");
+		CHECK(fd < 0);
+	}
+	free(src), free(dst);
+	tu_pair_close(&p);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void case_stalled_lanes(void)
+{
+	enum { BOUND_MS = 1000, MARGIN_MS = 8000 };
+	tu_pair p = { 0 };
+	mpt_ctx(&p.sctx, "server", "lanes=2,listen=127.0.0.1:0");
+	mpt_ctx(&p.cctx, "client", "lanes=2,listen=127.0.0.1:0");
+	CHECK_OK(tw_context_set_liveness_timeout(p.cctx, BOUND_MS));
+	tu_pair_open(&p, "tcp://127.0.0.1:0");
+	/* 256 MiB: far more than loopback's socket buffers hold, so the
+	 * lanes' windows close with the reader reading nothing. */
+	tw_tensor t;
+	tw_message m;
+	uint8_t *big = tu_big_message((size_t)256 << 20, &t, &m);
+	tu_rec w;
+	tu_rec_init(&w);
+	uint64_t t0 = now_ms();
+	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+	tu_wait(&w.w, 1);
+	uint64_t took = now_ms() - t0;
+	printf("# write: %s after %llu ms: %s\n", tw_status_name(w.status), (unsigned long long)took,
+	       w.detail);
+	tu_expect(&w, TW_ERR_TIMEDOUT, "liveness bound");
+	CHECK(took <= BOUND_MS + MARGIN_MS);
+	tu_once(&w);
+	free(big);
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
+	{ "fixed_ports", case_fixed_ports },
+	{ "stalled_lanes", case_stalled_lanes },
 	{ "chunks", case_chunks },
 	{ "mismatch", case_mismatch },
 	{ "options", case_options },

@@ -59,11 +59,17 @@ typedef struct tw_buffer {
 typedef void (*tw_channel_cb)(tw_channel *ch, tw_status_t status, const char *detail, void *arg);
 
 /* What a channel context may use from its host context. */
-typedef struct tw_channel_env {
+typedef struct tw_channel_env tw_channel_env;
+struct tw_channel_env {
 	tw_loop *loop;
 	/* Looks up a built-in transport kind (for lanes); NULL if unknown. */
 	const tw_transport_ops *(*find_transport_kind)(const char *kind);
-} tw_channel_env;
+	/* Loop thread: the context's bounds and interface rules for the
+	 * connections and listeners a channel opens itself (lanes), as the
+	 * pipe's own get them (tensorwire.h: connect timeout, liveness,
+	 * tw_context_set_socket_ifname). May be NULL: no bounds. */
+	void (*conn_opts)(const tw_channel_env *env, tw_conn_opts *out);
+};
 
 /* A device this channel serves and its device descriptor (spec 6.1). */
 typedef struct tw_channel_device {

@@ -455,6 +455,12 @@ void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts)
 	pthread_mutex_unlock(&ctx->mu);
 }
 
+/* The channels' view of tw__ctx_conn_opts (channel.h). */
+static void tw__ctx_chenv_conn_opts(const tw_channel_env *env, tw_conn_opts *out)
+{
+	tw__ctx_conn_opts(TW_CONTAINER_OF(env, tw_context, chenv), out);
+}
+
 /* "4", "AF_INET", "ipv4" and the same for 6; 0 for NULL or "". */
 static int tw__ctx_parse_family(const char *s, bool *ok)
 {
@@ -532,6 +538,7 @@ tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
 	tw__list_init(&ctx->live_listeners);
 	ctx->chenv.loop = &ctx->loop;
 	ctx->chenv.find_transport_kind = tw__transport_find_kind;
+	ctx->chenv.conn_opts = tw__ctx_chenv_conn_opts;
 	char detail[TW_DETAIL_MAX] = "";
 	tw_status_t st = tw__loop_start(&ctx->loop, tw__ctx_idle_check, ctx, detail, sizeof(detail));
 	if (st != TW_OK) {

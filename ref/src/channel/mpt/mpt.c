@@ -25,18 +25,27 @@
  * Options: lanes=N (1..64, default 2, stock's tests' default; PyTorch:
  * 16), listen=HOST:PORT for the lane listeners (default 0.0.0.0:0: a
  * wildcard, advertised as a routable address of this host, as the uv
- * transport does).
+ * transport does); a PORT other than 0 is lane 0's, lane i listens on
+ * PORT+i (fixed ports for a firewall).
+ *
+ * Lanes are connections of the pipe's own kind: they get the context's
+ * connect timeout, liveness bound and interface rules (env->conn_opts), so
+ * a lane whose peer stops reading or goes silent fails as the pipe's own
+ * connections do, and a wildcard lane listener advertises what the pipe's
+ * listener would.
  */
 #include "channel/mpt/mpt.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "channel/channel.h"
 #include "platform/error.h"
 #include "platform/list.h"
 #include "platform/options.h"
 #include "platform/platform.h"
+#include "transport/tcp/addr.h"
 #include "wire/nop.h"
 #include "wire/packets.h"
 
@@ -141,11 +150,25 @@ static void mpt_op_deliver(void *arg)
 	mpt_op_finish(arg);
 }
 
+static void mpt_flush_limbo(mpt_ctx *ctx);
+
+/* A listen-end instance no longer waits for lanes (ready, failed or
+ * closed): once none waits, accepted lanes nobody claimed go too. */
+static void mpt_stop_waiting(mpt_channel *ch)
+{
+	if (!tw__list_linked(&ch->wait_link))
+		return;
+	tw__list_remove(&ch->wait_link);
+	if (tw__list_empty(&ch->ctx->waiting))
+		mpt_flush_limbo(ch->ctx);
+}
+
 /* The instance fails: the first error is kept for every operation. */
 static void mpt_fail(mpt_channel *ch, tw_status_t st, const char *detail)
 {
 	if (ch->failed != TW_OK || ch->closed)
 		return;
+	mpt_stop_waiting(ch); /* its ids must not claim lanes any more */
 	ch->failed = st;
 	snprintf(ch->failed_detail, sizeof(ch->failed_detail), "%s", detail);
 	mpt_close_lanes(ch);
@@ -293,11 +316,7 @@ static void mpt_flush_limbo(mpt_ctx *ctx)
 static void mpt_close(tw_channel *base)
 {
 	mpt_channel *ch = (mpt_channel *)base;
-	if (tw__list_linked(&ch->wait_link)) {
-		tw__list_remove(&ch->wait_link);
-		if (tw__list_empty(&ch->ctx->waiting))
-			mpt_flush_limbo(ch->ctx);
-	}
+	mpt_stop_waiting(ch);
 	ch->closed = true;
 	mpt_close_lanes(ch);
 	if (ch->control) {
@@ -382,7 +401,7 @@ static void mpt_on_lane_hello(tw_conn *c, tw_status_t st, const char *detail, vo
 	owner->lanes[lb->lane] = c;
 	tw__free(lb);
 	if (++owner->num_ready == ctx->lanes) {
-		tw__list_remove(&owner->wait_link);
+		mpt_stop_waiting(owner);
 		mpt_lanes_up(owner);
 	}
 }
@@ -413,20 +432,45 @@ static void mpt_on_lane_accept(tw_tlistener *l, tw_status_t st, const char *deta
 	}
 }
 
+/* The context's settings for the lanes' connections and listeners. */
+static void mpt_conn_opts(const mpt_ctx *ctx, tw_conn_opts *opts)
+{
+	memset(opts, 0, sizeof(*opts));
+	if (ctx->base.env->conn_opts)
+		ctx->base.env->conn_opts(ctx->base.env, opts);
+}
+
+/* Lane i's listen address: listen=HOST:PORT with PORT+i where PORT is not
+ * 0 (mpt_create checked that they fit). */
+static void mpt_lane_listen_address(const mpt_ctx *ctx, size_t i, char *out, size_t out_len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char ignored[TW_DETAIL_MAX];
+	if (tw__tcp_addr_parse(ctx->opts.listen, &ss, &sl, ignored, sizeof(ignored)) != TW_OK ||
+	    tw__tcp_addr_port(&ss) == 0) {
+		snprintf(out, out_len, "%s", ctx->opts.listen);
+		return;
+	}
+	tw__tcp_addr_set_port(&ss, (uint16_t)(tw__tcp_addr_port(&ss) + i));
+	tw__tcp_addr_format((struct sockaddr *)&ss, out, out_len);
+}
+
 static tw_status_t mpt_listen(mpt_ctx *ctx, char *detail, size_t detail_len)
 {
 	if (ctx->listening)
 		return TW_OK;
 	tw_conn_opts opts;
-	memset(&opts, 0, sizeof(opts));
+	mpt_conn_opts(ctx, &opts);
 	for (size_t i = 0; i < ctx->lanes; i++) {
-		char d[TW_DETAIL_MAX];
-		tw_status_t st = ctx->lane_t[i]->ops->listen(ctx->lane_t[i], ctx->opts.listen, &opts,
+		char d[TW_DETAIL_MAX], addr[sizeof(ctx->opts.listen)];
+		mpt_lane_listen_address(ctx, i, addr, sizeof(addr));
+		tw_status_t st = ctx->lane_t[i]->ops->listen(ctx->lane_t[i], addr, &opts,
 		                                             mpt_on_lane_accept, ctx, &ctx->lane_l[i], d,
 		                                             sizeof(d));
 		if (st != TW_OK) {
-			tw__detail(detail, detail_len, MPT_WHO ": lane %zu listener on %s: %s", i,
-			           ctx->opts.listen, d);
+			tw__detail(detail, detail_len, MPT_WHO ": lane %zu listener on %s: %s", i, addr,
+			           d);
 			for (size_t j = 0; j < i; j++) {
 				ctx->lane_l[j]->ops->close(ctx->lane_l[j]);
 				ctx->lane_l[j] = NULL;
@@ -488,18 +532,26 @@ static void mpt_on_client_hello_written(tw_conn *c, tw_status_t st, const char *
 	mpt_unref(ch);
 }
 
-/* Connects lane i to what the ServerHello advertised, hello first. */
+/* Connects lane i to what the ServerHello advertised, hello first. A
+ * link-local address takes this host's scope where the control connection
+ * is of the lanes' kind (the server's interface name means nothing here),
+ * as the pipe's own answer does. */
 static tw_status_t mpt_connect_lane(mpt_channel *ch, size_t i, const tw_wire_lane_advertisement *a,
                                     char *detail, size_t detail_len)
 {
 	mpt_ctx *ctx = ch->ctx;
 	tw_conn_opts opts;
-	memset(&opts, 0, sizeof(opts));
-	char d[TW_DETAIL_MAX];
-	tw_status_t st = ctx->lane_t[i]->ops->connect(ctx->lane_t[i], a->address.s, &opts,
-	                                              &ch->lanes[i], d, sizeof(d));
+	mpt_conn_opts(ctx, &opts);
+	char d[TW_DETAIL_MAX], addr[TW_DETAIL_MAX / 2];
+	const tw_transport_ops *lops = ctx->lane_t[i]->ops;
+	if (lops->answer_address)
+		lops->answer_address(ch->control->transport->ops == lops ? ch->control : NULL,
+		                     a->address.s, addr, sizeof(addr));
+	else
+		snprintf(addr, sizeof(addr), "%s", a->address.s);
+	tw_status_t st = lops->connect(ctx->lane_t[i], addr, &opts, &ch->lanes[i], d, sizeof(d));
 	if (st != TW_OK) {
-		tw__detail(detail, detail_len, "lane %zu: connect to '%s': %s", i, a->address.s, d);
+		tw__detail(detail, detail_len, "lane %zu: connect to '%s': %s", i, addr, d);
 		return st;
 	}
 	tw_wire_mpt_packet p = { TW_MPT_CLIENT_HELLO, 0, NULL, a->registration_id };
@@ -657,6 +709,20 @@ static tw_status_t mpt_create(const tw_channel_env *env, const char *options, tw
 	                                   detail_len);
 	if (st != TW_OK)
 		return st;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char d0[TW_DETAIL_MAX];
+	if (tw__tcp_addr_parse(o.listen, &ss, &sl, d0, sizeof(d0)) != TW_OK) {
+		tw__detail(detail, detail_len, MPT_WHO ": option listen: %s", d0);
+		return TW_ERR_INVAL;
+	}
+	if (tw__tcp_addr_port(&ss) != 0 && tw__tcp_addr_port(&ss) + (o.lanes - 1) > 65535) {
+		tw__detail(detail, detail_len,
+		           MPT_WHO ": option listen=%s: lanes listen on port %u and the %llu after it, "
+		           "past 65535",
+		           o.listen, tw__tcp_addr_port(&ss), (unsigned long long)(o.lanes - 1));
+		return TW_ERR_INVAL;
+	}
 	const tw_transport_ops *lane_ops = env->find_transport_kind("uv");
 	mpt_ctx *ctx = tw__calloc(1, sizeof(*ctx));
 	if (!ctx || !lane_ops) {
