@@ -119,6 +119,9 @@ static bool tw__pipe_has_pair(tw_pipe *p, const tw_device *l, const tw_device *r
 	return false;
 }
 
+/* The most devices a peer may offer over all its channels (spec 3.5.e). */
+#define TW_PEER_DEVICES_MAX 4096
+
 /* For each of our channels, highest priority first, that the peer also
  * offers: assign every (local, remote) device pair not yet taken whose
  * descriptors are compatible. A channel that won a pair joins p->chans. */
@@ -126,10 +129,17 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
                                        size_t num_remote, char *detail, size_t detail_len)
 {
 	tw_context *ctx = p->ctx;
-	p->chans = tw__calloc(ctx->num_channels, sizeof(tw_pipe_channel));
 	size_t max_pairs = 0;
 	for (size_t i = 0; i < num_remote; i++)
 		max_pairs += remote[i].num_devices;
+	if (max_pairs > TW_PEER_DEVICES_MAX) {
+		tw__detail(detail, detail_len,
+		           "the peer offers %zu devices over its channels, more than the %d "
+		           "tensorwire pairs (spec 3.5.e)",
+		           max_pairs, TW_PEER_DEVICES_MAX);
+		return TW_ERR_PROTO;
+	}
+	p->chans = tw__calloc(ctx->num_channels, sizeof(tw_pipe_channel));
 	size_t local_devs = 0;
 	for (size_t i = 0; i < ctx->num_channels; i++)
 		local_devs += ctx->channels[i].c->num_devices;
