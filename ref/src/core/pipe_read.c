@@ -20,6 +20,14 @@ static void tw__pipe_deliver_desc(void *arg)
 	tw_in_msg *m = arg;
 	tw_pipe *p = m->pipe;
 	bool ok = m->status == TW_OK;
+	if (ok) {
+		/* tw_pipe_read takes it from now on, not before its callback: a
+		 * read accepted earlier could fail the message under this
+		 * delivery (it is freed when a read fails). */
+		pthread_mutex_lock(&p->ctx->mu);
+		p->delivered = m;
+		pthread_mutex_unlock(&p->ctx->mu);
+	}
 	m->desc_cb(p, m->status, ok ? "" : m->detail, ok ? &m->view : NULL, m->desc_arg);
 	if (TW_MUTANT("descriptor_cb_twice"))
 		m->desc_cb(p, m->status, ok ? "" : m->detail, ok ? &m->view : NULL, m->desc_arg);
@@ -165,9 +173,6 @@ static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *d
 	p->d_frames++;
 	p->heard = true;
 	m->state = TW_IN_DESC_READY;
-	pthread_mutex_lock(&p->ctx->mu);
-	p->delivered = m;
-	pthread_mutex_unlock(&p->ctx->mu);
 	m->desc_cb_fired = true;
 	p->inflight++;
 	if (TW_MUTANT("descriptor_cb_late")) {
