@@ -53,6 +53,7 @@ typedef enum bad_kind {
 	BAD_LYING_CAPACITY, /* 40-byte headers claiming 1 TiB over small data segments */
 	BAD_SILENT_CLOSE,   /* connect, send nothing, close */
 	RING_GOOD,          /* a good exchange, hello and Brochure; the answer read */
+	RING_MISALIGNED,    /* the same after one stray byte committed into the IUT's reactor */
 	BAD_FUZZ = 100,     /* + seed: a well-formed exchange mutated at random */
 	RING_FUZZ = 200,    /* + seed: a good exchange, then ring traffic mutated at random */
 } bad_kind;
@@ -543,6 +544,14 @@ static int ring_traffic(const char *url, int k, char *why, size_t len)
 {
 	raw_shm p;
 	int rc = raw_shm_open(&p, url, why, len);
+	if (rc == 0 && k == RING_MISALIGNED) {
+		/* one byte, not a whole token: every token after it would be read
+		 * shifted unless the IUT notices (2.3.2.d) */
+		uint8_t *h = p.seg[SEG_REACTOR_H], *d = p.seg[SEG_REACTOR_D];
+		uint64_t head = marker(h, OFF_HEAD);
+		d[head & (p.seglen[SEG_REACTOR_D] - 1)] = 0x5a;
+		set_marker(h, OFF_HEAD, head + 1);
+	}
 	if (rc == 0 && k >= RING_FUZZ) {
 		rc = ring_fuzz(&p, (unsigned)(k - RING_FUZZ), why, len);
 	} else if (rc == 0) {
@@ -583,7 +592,7 @@ static int ring_traffic(const char *url, int k, char *why, size_t len)
 static int hostile(twc_session *s, int k, char *why, size_t len)
 {
 	bad_kind kind = (bad_kind)k;
-	if (k == RING_GOOD || k >= RING_FUZZ) {
+	if (k == RING_GOOD || k == RING_MISALIGNED || k >= RING_FUZZ) {
 		if (ring_traffic(s->url, k, why, len) != 0)
 			return -1;
 		/* a hello and Brochure that got through made the listener accept a
@@ -700,6 +709,14 @@ static const twc_case cases[] = {
 	        "ring at once [...] (2.3.1.e) Wake-ups are u32le tokens written into the peer's "
 	        "reactor ring after each write into its inbox.",
 	        RING_GOOD),
+	SHM_BAD("ring_misaligned_reactor", "2.3.2 (2.3.2.d)",
+	        "a good exchange, then one stray byte committed into the IUT's reactor ring (its "
+	        "head moved by 1, not by a whole token), then the hello and a Brochure as in "
+	        "ring_good; the BrochureAnswer must come back within 5 s",
+	        "(2.3.2.d) One hostile peer cannot stop the reactor for all the others: its "
+	        "owner SHOULD notice markers that are not a whole number of tokens apart, drop "
+	        "what is between them and re-check every connection.",
+	        RING_MISALIGNED),
 #define SHM_RING_FUZZ(n_)                                                                         \
 	SHM_BAD("fuzz_ring_" #n_, "2.3.1 (2.3.1.e), 2.3.2 (2.3.2.d), 2.3.3",                      \
 	        "a good exchange, then ring traffic mutated at random (seed " #n_ "): frame "     \

@@ -379,7 +379,7 @@ tw_status_t tw__ring_read_all(tw_ring *r, void *buf, uint64_t len, bool *done_ou
 	return tw__ring_move_all(r, TW_RING_CONSUMER, buf, len, done_out, detail, detail_len);
 }
 
-unsigned tw__ring_repair(tw_ring *r, bool *producer_seen)
+unsigned tw__ring_repair(tw_ring *r, uint64_t item, bool *producer_seen)
 {
 	unsigned mended = 0;
 	/* called on every look at an empty reactor: loads only, unless
@@ -390,7 +390,8 @@ unsigned tw__ring_repair(tw_ring *r, bool *producer_seen)
 	    __atomic_exchange_n(cflag, 0, __ATOMIC_ACQ_REL))
 		mended |= TW_RING_REPAIRED_CONSUMER_FLAG;
 	uint64_t head = tw__ring_load_marker(r, TW_RING_PRODUCER);
-	if (head - tw__ring_load_marker(r, TW_RING_CONSUMER) > r->capacity) {
+	uint64_t apart = head - tw__ring_load_marker(r, TW_RING_CONSUMER);
+	if (apart > r->capacity || (item > 1 && apart % item != 0)) {
 		/* producers only ever move the head: a tail equal to a head they
 		 * published is consistent whatever they do next */
 		__atomic_store_n(tw__ring_marker(r, TW_RING_CONSUMER), head, __ATOMIC_RELEASE);

@@ -146,7 +146,8 @@ TW_NODISCARD tw_status_t tw__ring_read_all(tw_ring *r, void *buf, uint64_t len, 
 /* What tw__ring_repair found and mended. */
 enum {
 	TW_RING_REPAIRED_CONSUMER_FLAG = 1, /* taken by no consumer of ours: released */
-	TW_RING_REPAIRED_MARKERS = 2,       /* more than capacity apart: tail set to head */
+	TW_RING_REPAIRED_MARKERS = 2,       /* more than capacity apart, or not a whole number of
+	                                     * items: tail set to head */
 	TW_RING_REPAIRED_PRODUCER_FLAG = 4, /* taken at both looks: released */
 };
 
@@ -154,14 +155,16 @@ enum {
  * peer may write): mends what another process left broken, so that one
  * hostile peer cannot stop the ring for all the others. The caller must
  * hold its own consumers out (its lock, not the shared flag), so a taken
- * consumer flag can only be a stranger's. Markers more than capacity apart
- * are re-synchronised, dropping what the ring held. When *producer_seen is
+ * consumer flag can only be a stranger's. Markers more than capacity apart,
+ * or not a whole number of `item`-byte items apart (0: any distance; every
+ * later item would be read shifted), are re-synchronised, dropping what the
+ * ring held. When *producer_seen is
  * true (the flag was taken at the caller's previous look, far enough back
  * that no producer holds it that long) and the flag is still taken, it is
  * released; *producer_seen is then set to what this look saw. Returns the
  * TW_RING_REPAIRED_* mask: the items dropped or blocked are lost, so the
  * caller must re-check everything they would have announced. */
-unsigned tw__ring_repair(tw_ring *r, bool *producer_seen);
+unsigned tw__ring_repair(tw_ring *r, uint64_t item, bool *producer_seen);
 
 /* ---- frames (spec 2.3.3) ---- */
 

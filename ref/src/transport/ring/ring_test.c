@@ -282,12 +282,23 @@ static void test_hostile(void)
 	mem_ring_init(&m, 16);
 	CHECK(tw__ring_write_all(&m.r, "abcd", 4, &done, detail, sizeof(detail)) == TW_OK && done);
 	bool seen = false;
-	CHECK(tw__ring_repair(&m.r, &seen) == 0 && !seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && !seen);
 	CHECK(le64(m.header + TW_RING_OFF_HEAD) == 4 && le64(m.header + TW_RING_OFF_TAIL) == 0);
 	/* Markers apart by more than the capacity: the tail joins the head and
 	 * the ring reads empty, then works again. */
 	put_le64(m.header + TW_RING_OFF_HEAD, 4 + 17);
-	CHECK(tw__ring_repair(&m.r, NULL) == TW_RING_REPAIRED_MARKERS);
+	CHECK(tw__ring_repair(&m.r, 4, NULL) == TW_RING_REPAIRED_MARKERS);
+	CHECK(tw__ring_used(&m.r, &used, detail, sizeof(detail)) == TW_OK && used == 0);
+	CHECK(tw__ring_write_all(&m.r, "wxyz", 4, &done, detail, sizeof(detail)) == TW_OK && done);
+	CHECK(tw__ring_read_all(&m.r, buf, 4, &done, detail, sizeof(detail)) == TW_OK && done &&
+	      !memcmp(buf, "wxyz", 4));
+	/* Markers a stranger moved by less than a whole item (a token is 4
+	 * bytes): every later item would be read shifted, so the tail joins
+	 * the head too; whole items apart are left alone. */
+	CHECK(tw__ring_write_all(&m.r, "abcd", 4, &done, detail, sizeof(detail)) == TW_OK && done);
+	CHECK(tw__ring_repair(&m.r, 4, NULL) == 0);
+	put_le64(m.header + TW_RING_OFF_HEAD, le64(m.header + TW_RING_OFF_HEAD) + 1);
+	CHECK(tw__ring_repair(&m.r, 4, NULL) == TW_RING_REPAIRED_MARKERS);
 	CHECK(tw__ring_used(&m.r, &used, detail, sizeof(detail)) == TW_OK && used == 0);
 	CHECK(tw__ring_write_all(&m.r, "wxyz", 4, &done, detail, sizeof(detail)) == TW_OK && done);
 	CHECK(tw__ring_read_all(&m.r, buf, 4, &done, detail, sizeof(detail)) == TW_OK && done &&
@@ -295,23 +306,23 @@ static void test_hostile(void)
 	/* A consumer flag a stranger left taken: released at once (the caller
 	 * keeps its own consumers out). */
 	m.header[TW_RING_OFF_CONSUMER_FLAG] = 1;
-	CHECK(tw__ring_repair(&m.r, NULL) == TW_RING_REPAIRED_CONSUMER_FLAG);
+	CHECK(tw__ring_repair(&m.r, 4, NULL) == TW_RING_REPAIRED_CONSUMER_FLAG);
 	CHECK(m.header[TW_RING_OFF_CONSUMER_FLAG] == 0);
 	/* A producer flag: left alone at the first look (a producer may be at
 	 * work), released when the next look still finds it taken, and left
 	 * alone when the caller did not ask. */
 	m.header[TW_RING_OFF_PRODUCER_FLAG] = 1;
-	CHECK(tw__ring_repair(&m.r, NULL) == 0 && m.header[TW_RING_OFF_PRODUCER_FLAG] == 1);
+	CHECK(tw__ring_repair(&m.r, 4, NULL) == 0 && m.header[TW_RING_OFF_PRODUCER_FLAG] == 1);
 	seen = false;
-	CHECK(tw__ring_repair(&m.r, &seen) == 0 && seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen);
 	CHECK(m.header[TW_RING_OFF_PRODUCER_FLAG] == 1);
-	CHECK(tw__ring_repair(&m.r, &seen) == TW_RING_REPAIRED_PRODUCER_FLAG && !seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == TW_RING_REPAIRED_PRODUCER_FLAG && !seen);
 	CHECK(m.header[TW_RING_OFF_PRODUCER_FLAG] == 0);
 	/* taken, released in between, taken again: never two looks in a row */
 	m.header[TW_RING_OFF_PRODUCER_FLAG] = 1;
-	CHECK(tw__ring_repair(&m.r, &seen) == 0 && seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen);
 	m.header[TW_RING_OFF_PRODUCER_FLAG] = 0;
-	CHECK(tw__ring_repair(&m.r, &seen) == 0 && !seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && !seen);
 	CHECK(tw__ring_write_all(&m.r, "abcd", 4, &done, detail, sizeof(detail)) == TW_OK && done);
 }
 

@@ -130,7 +130,7 @@ static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
  * trusted to say which ring changed). Called with cmu held. */
 static unsigned tw__shm_reactor_mend(tw_shm_reactor *r, bool *producer_seen)
 {
-	unsigned mended = tw__ring_repair(&r->ring, producer_seen);
+	unsigned mended = tw__ring_repair(&r->ring, 4, producer_seen);
 	if (mended)
 		atomic_store(&r->rewake, true);
 	return mended;
