@@ -680,6 +680,100 @@ static int queue_behind_stalled(twc_session *s, json_int_t wids[QUEUED_WRITES])
 	return rc;
 }
 
+/* "(5.6.c) An implementation MUST hand the application every frame that
+ * reached it before the end of the peer's connections": also when a write
+ * of its own waits for that peer. The server writes a message with one
+ * 16 MiB payload that the client never reads (it waits on the pipe's
+ * descriptor connection); the client writes 3 messages on that same
+ * connection, each succeeds, then it closes its pipe and exits. The server
+ * must still read all 3, then meet an end-of-file or reset; its big write
+ * must fail. */
+static twc_outcome_t run_crossed_close(const twc_case *c, twc_case_env *env)
+{
+	enum { N = 3, BIG = 16 << 20 };
+	twc_session s;
+	int rc = begin(&s, env, NULL, NULL);
+	twc_agent_msg big, msgs[N];
+	memset(msgs, 0, sizeof(msgs));
+	memset(&big, 0, sizeof(big));
+	json_int_t wbig = -1;
+	if (rc == 0 && parts(&big, 1, 0))
+		rc = twc_session_fail(&s, "harness: out of memory");
+	if (rc == 0) {
+		big.payloads[0].data.len = BIG;
+		twc_msg_assign_seeds(&big, 13000000);
+		wbig = twc_session_arm(&s, s.server, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe",
+		                                              s.spipe, "message", twc_msg_json(&big)));
+		rc = wbig < 0 ? -1 : 0;
+	}
+	long long until = twc_now_ms() + 500; /* the big write stalls: nobody reads it */
+	while (rc == 0 && twc_now_ms() < until)
+		twc_adapter_pump(50);
+	if (rc == 0 && twc_adapter_events_seen(s.server, wbig))
+		rc = twc_session_fail(&s, "the 16 MiB write completed before the client read anything");
+	for (int i = 0; rc == 0 && i < N; i++) {
+		if (parts(&msgs[i], 1, 0)) {
+			rc = twc_session_fail(&s, "harness: out of memory");
+			break;
+		}
+		msgs[i].payloads[0].data.len = 1024;
+		msgs[i].metadata.len = 16;
+		twc_msg_assign_seeds(&msgs[i], 13100000 + (uint64_t)i * 10);
+		json_int_t id = twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write",
+		                                                       "pipe", s.cpipe, "message",
+		                                                       twc_msg_json(&msgs[i])));
+		rc = id < 0 ? -1 : twc_session_ok_event(&s, s.client, id, "write", NULL);
+	}
+	if (rc == 0) {
+		printf("# %d writes succeeded; the client closes its pipe and exits\n", N);
+		rc = finish_one(&s, s.client, s.cpipe);
+	}
+	if (rc == 0)
+		usleep(300 * 1000); /* the server reads late: the end is known by now */
+	int got = 0;
+	for (int i = 0; rc == 0 && i < N; i++, got++) {
+		char why[1024];
+		json_t *ev = NULL;
+		json_int_t id = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		                                                       "read_descriptor", "pipe",
+		                                                       s.spipe));
+		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read_descriptor", &ev) ? -1 : 0;
+		if (rc == 0 && twc_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
+		                                       sizeof(why)))
+			rc = twc_session_fail(&s, "message %d: %s", i, why);
+		json_decref(ev);
+		ev = NULL;
+		id = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+		                                                      s.spipe));
+		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read", &ev) ? -1 : 0;
+		if (rc == 0 && twc_msg_check_read(&msgs[i], ev, why, sizeof(why)))
+			rc = twc_session_fail(&s, "message %d: %s", i, why);
+		json_decref(ev);
+	}
+	printf("# the server read %d of %d messages after the client left\n", got, N);
+	if (rc && got < N)
+		rc = twc_session_fail(&s, "only %d of %d acknowledged messages were delivered while a "
+		                         "write of the reader waited for the writer that left: %s",
+		                     got, N, s.reason);
+	json_int_t last = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+	                                                                  "read_descriptor", "pipe",
+	                                                                  s.spipe));
+	char kind[32] = "";
+	rc = last < 0 ? -1 : expect_error_event(&s, s.server, last, "read_descriptor", NULL, kind,
+	                                        sizeof(kind));
+	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
+		rc = twc_session_fail(&s, "the read after the last message failed with kind '%s', not "
+		                         "an end-of-file or reset error", kind);
+	if (rc == 0)
+		rc = expect_error_event(&s, s.server, wbig, "write", NULL, NULL, 0);
+	if (rc == 0)
+		rc = finish_one(&s, s.server, s.spipe);
+	twc_msg_clear(&big);
+	for (int i = 0; i < N; i++)
+		twc_msg_clear(&msgs[i]);
+	return end_session(&s, env, rc);
+}
+
 /* "(5.6.d) A write callback MUST report success only if every byte of the
  * message was handed to the transport and every message before it
  * succeeded. Once the pipe fails [...] every write whose callback has not
@@ -1210,6 +1304,15 @@ static const twc_case cases[] = {
 	                "reached it before the end of the peer's connections [...] however slowly "
 	                "the application reads: no timer may discard them.",
 	 .timeout_s = 300, .run = run_delivered_after_close, .cross = true},
+	{.id = "semantic.crossed_close", .battery = true, .suite = "semantic",
+	 .section = "wire.md 5.6 (5.6.c)", .level = TWC_MUST, .needs = "",
+	 .description = "the server's 16 MiB write waits for the client, which writes 3 messages "
+	                "on the same connection, closes and exits; the server reads all 3, then "
+	                "eof, and its write fails",
+	 .requirement = "(5.6.c) An implementation MUST hand the application every frame that "
+	                "reached it before the end of the peer's connections [...] however slowly "
+	                "the application reads: no timer may discard them.",
+	 .timeout_s = 120, .run = run_crossed_close, .cross = true},
 	{.id = "semantic.writes_fail_at_close", .battery = true, .suite = "semantic",
 	 .section = "wire.md 5.6 (5.6.d)", .level = TWC_MUST, .needs = "",
 	 .description = "3 small writes queued behind a stalled 64 MiB one; the writer closes: all "
