@@ -470,13 +470,6 @@ static void case_fork_child(void)
  * times out within it. Before, the listener closed every connection at
  * once ("no complete hello within 18446744073709551615 ms") and an
  * operation's deadline wrapped to the earliest. */
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void case_huge_bounds(void)
 {
 	tu_pair p = { 0 };
@@ -500,10 +493,10 @@ static void case_huge_bounds(void)
 	tu_rec_init(&d1), tu_rec_init(&d2);
 	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d1));
 	CHECK_OK(tw_pipe_set_operation_timeout(p.c, 300));
-	uint64_t t0 = now_ms();
+	uint64_t t0 = tu_now_ms();
 	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d2));
 	tu_wait(&d2.w, 1);
-	uint64_t took = now_ms() - t0;
+	uint64_t took = tu_now_ms() - t0;
 	printf("   the 300 ms read: %s after %llu ms: %s\n", tw_status_name(d2.status),
 	       (unsigned long long)took, d2.detail);
 	CHECK(d2.status == TW_ERR_TIMEDOUT);

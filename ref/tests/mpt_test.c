@@ -186,13 +186,6 @@ static void case_fixed_ports(void)
 	tu_pair_close(&p);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void case_stalled_lanes(void)
 {
 	enum { BOUND_MS = 1000, MARGIN_MS = 8000 };
@@ -208,10 +201,10 @@ static void case_stalled_lanes(void)
 	uint8_t *big = tu_big_message((size_t)256 << 20, &t, &m);
 	tu_rec w;
 	tu_rec_init(&w);
-	uint64_t t0 = now_ms();
+	uint64_t t0 = tu_now_ms();
 	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
 	tu_wait(&w.w, 1);
-	uint64_t took = now_ms() - t0;
+	uint64_t took = tu_now_ms() - t0;
 	printf("# write: %s after %llu ms: %s\n", tw_status_name(w.status), (unsigned long long)took,
 	       w.detail);
 	tu_expect(&w, TW_ERR_TIMEDOUT, "liveness bound");

@@ -30,14 +30,6 @@ static inline void tu_get(int fd, void *buf, size_t len)
 	}
 }
 
-/* Milliseconds of CLOCK_MONOTONIC: comparable between processes. */
-static inline uint64_t tu_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The value of an environment variable netns_pair.sh sets; exits with 2 if
  * it is missing (the test was not run through the script). */
 static inline const char *tu_env(const char *name)

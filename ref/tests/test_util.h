@@ -75,6 +75,14 @@ typedef struct tu_waiter {
 	long count;
 } tu_waiter;
 
+/* Milliseconds of CLOCK_MONOTONIC: comparable between processes. */
+static inline uint64_t tu_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static inline void tu_waiter_init(tu_waiter *w)
 {
 	pthread_mutex_init(&w->mu, NULL);

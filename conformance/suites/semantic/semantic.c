@@ -555,6 +555,42 @@ static twc_outcome_t end_session(twc_session *s, twc_case_env *env, int rc)
 	return rc == 0 ? TWC_PASS : twc_case_result(env, TWC_FAIL, "%s", why);
 }
 
+/* The server reads the next message, which must be m (number i). */
+static int server_read_checked(twc_session *s, const twc_agent_msg *m, int i)
+{
+	char why[1024];
+	json_t *ev = NULL;
+	json_int_t id = twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd", "read_descriptor",
+	                                                       "pipe", s->spipe));
+	int rc = id < 0 || twc_session_ok_event(s, s->server, id, "read_descriptor", &ev) ? -1 : 0;
+	if (rc == 0 &&
+	    twc_msg_check_descriptor(m, json_object_get(ev, "descriptor"), why, sizeof(why)))
+		rc = twc_session_fail(s, "message %d: %s", i, why);
+	json_decref(ev);
+	ev = NULL;
+	id = rc ? -1 : twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+	                                                      s->spipe));
+	rc = id < 0 || twc_session_ok_event(s, s->server, id, "read", &ev) ? -1 : 0;
+	if (rc == 0 && twc_msg_check_read(m, ev, why, sizeof(why)))
+		rc = twc_session_fail(s, "message %d: %s", i, why);
+	json_decref(ev);
+	return rc;
+}
+
+/* The server's next read_descriptor meets the end: eof or reset. */
+static int server_reads_end(twc_session *s)
+{
+	json_int_t last = twc_session_arm(s, s->server, json_pack("{s:s,s:s}", "cmd",
+	                                                         "read_descriptor", "pipe", s->spipe));
+	char kind[32] = "";
+	int rc = last < 0 ? -1 : expect_error_event(s, s->server, last, "read_descriptor", NULL, kind,
+	                                            sizeof(kind));
+	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
+		rc = twc_session_fail(s, "the read after the last message failed with kind '%s', not "
+		                         "an end-of-file or reset error", kind);
+	return rc;
+}
+
 /* "(5.6.c) An implementation MUST hand the application every frame that
  * reached it before the end of the peer's connections [...] however slowly
  * the application reads: no timer may discard them." The client writes
@@ -602,23 +638,7 @@ static twc_outcome_t run_delivered_after_close(const twc_case *c, twc_case_env *
 	int got = 0;
 	long long t0 = twc_now_ms();
 	for (int i = 0; rc == 0 && i < N; i++, got++) {
-		char why[1024];
-		json_t *ev = NULL;
-		json_int_t id = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
-		                                                       "read_descriptor", "pipe",
-		                                                       s.spipe));
-		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read_descriptor", &ev) ? -1 : 0;
-		if (rc == 0 && twc_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
-		                                       sizeof(why)))
-			rc = twc_session_fail(&s, "message %d: %s", i, why);
-		json_decref(ev);
-		ev = NULL;
-		id = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
-		                                                      s.spipe));
-		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read", &ev) ? -1 : 0;
-		if (rc == 0 && twc_msg_check_read(&msgs[i], ev, why, sizeof(why)))
-			rc = twc_session_fail(&s, "message %d: %s", i, why);
-		json_decref(ev);
+		rc = server_read_checked(&s, &msgs[i], i);
 		usleep(PACE_US); /* a slow reader: 3 s in all, beyond any grace period */
 	}
 	printf("# the server read %d of %d messages in %lld ms after the writer left\n", got, N,
@@ -627,15 +647,8 @@ static twc_outcome_t run_delivered_after_close(const twc_case *c, twc_case_env *
 		rc = twc_session_fail(&s, "only %d of %d acknowledged messages were delivered after the "
 		                         "writer closed (first loss at message %d): %s",
 		                     got, N, got, s.reason);
-	json_int_t last = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
-	                                                                  "read_descriptor", "pipe",
-	                                                                  s.spipe));
-	char kind[32] = "";
-	rc = last < 0 ? -1 : expect_error_event(&s, s.server, last, "read_descriptor", NULL, kind,
-	                                        sizeof(kind));
-	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
-		rc = twc_session_fail(&s, "the read after the last message failed with kind '%s', not "
-		                         "an end-of-file or reset error", kind);
+	if (rc == 0)
+		rc = server_reads_end(&s);
 	if (rc == 0)
 		rc = finish_one(&s, s.server, s.spipe);
 	for (int i = 0; msgs && i < N; i++)
@@ -732,38 +745,15 @@ static twc_outcome_t run_crossed_close(const twc_case *c, twc_case_env *env)
 		usleep(300 * 1000); /* the server reads late: the end is known by now */
 	int got = 0;
 	for (int i = 0; rc == 0 && i < N; i++, got++) {
-		char why[1024];
-		json_t *ev = NULL;
-		json_int_t id = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
-		                                                       "read_descriptor", "pipe",
-		                                                       s.spipe));
-		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read_descriptor", &ev) ? -1 : 0;
-		if (rc == 0 && twc_msg_check_descriptor(&msgs[i], json_object_get(ev, "descriptor"), why,
-		                                       sizeof(why)))
-			rc = twc_session_fail(&s, "message %d: %s", i, why);
-		json_decref(ev);
-		ev = NULL;
-		id = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
-		                                                      s.spipe));
-		rc = id < 0 || twc_session_ok_event(&s, s.server, id, "read", &ev) ? -1 : 0;
-		if (rc == 0 && twc_msg_check_read(&msgs[i], ev, why, sizeof(why)))
-			rc = twc_session_fail(&s, "message %d: %s", i, why);
-		json_decref(ev);
+		rc = server_read_checked(&s, &msgs[i], i);
 	}
 	printf("# the server read %d of %d messages after the client left\n", got, N);
 	if (rc && got < N)
 		rc = twc_session_fail(&s, "only %d of %d acknowledged messages were delivered while a "
 		                         "write of the reader waited for the writer that left: %s",
 		                     got, N, s.reason);
-	json_int_t last = rc ? -1 : twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
-	                                                                  "read_descriptor", "pipe",
-	                                                                  s.spipe));
-	char kind[32] = "";
-	rc = last < 0 ? -1 : expect_error_event(&s, s.server, last, "read_descriptor", NULL, kind,
-	                                        sizeof(kind));
-	if (rc == 0 && strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0)
-		rc = twc_session_fail(&s, "the read after the last message failed with kind '%s', not "
-		                         "an end-of-file or reset error", kind);
+	if (rc == 0)
+		rc = server_reads_end(&s);
 	if (rc == 0)
 		rc = expect_error_event(&s, s.server, wbig, "write", NULL, NULL, 0);
 	if (rc == 0)
