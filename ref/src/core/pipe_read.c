@@ -108,15 +108,16 @@ void tw__pipe_in_check_all(tw_pipe *p)
 	tw__pipe_deliver_reads(p);
 }
 
-/* An operation of message m finished on connection c (NULL: a channel's). */
-static void tw__pipe_in_op_done(tw_in_msg *m, tw_conn *c, tw_status_t status, const char *what,
-                                const char *detail)
+/* An operation of message m finished on connection c (NULL: a channel's;
+ * `write`: the DescriptorReply, else a read). */
+static void tw__pipe_in_op_done(tw_in_msg *m, tw_conn *c, bool write, tw_status_t status,
+                                const char *what, const char *detail)
 {
 	tw_pipe *p = m->pipe;
 	m->pending--;
 	if (status != TW_OK) {
 		m->held = true;
-		tw__pipe_conn_failed(p, c, status, what, detail);
+		tw__pipe_conn_op_failed(p, c, write, status, what, detail);
 	}
 	tw__pipe_in_check_all(p);
 	tw__pipe_try_end(p); /* an ending pipe may have waited for this read */
@@ -129,18 +130,18 @@ static void tw__pipe_on_payload(tw_conn *c, tw_status_t status, const char *deta
 	tw_in_msg *m = arg;
 	if (status == TW_OK)
 		m->pipe->d_frames++;
-	tw__pipe_in_op_done(m, c, status, "reading a payload", detail);
+	tw__pipe_in_op_done(m, c, false, status, "reading a payload", detail);
 }
 
 static void tw__pipe_on_reply_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
 {
-	tw__pipe_in_op_done(arg, c, status, "writing a DescriptorReply", detail);
+	tw__pipe_in_op_done(arg, c, true, status, "writing a DescriptorReply", detail);
 }
 
 static void tw__pipe_on_tensor_received(tw_channel *ch, tw_status_t status, const char *detail,
                                         void *arg)
 {
-	tw__pipe_in_op_done(arg, NULL, status, "receiving a tensor", detail);
+	tw__pipe_in_op_done(arg, NULL, false, status, "receiving a tensor", detail);
 }
 
 static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *detail, void *buf,

@@ -33,9 +33,10 @@ static void tw__conn_op_deliver(void *arg)
 	tw_conn_op *op = arg;
 	tw_conn_core *c = op->conn;
 	bool ok = op->status == TW_OK;
-	const char *detail = ok                                   ? ""
-	                     : op->is_write && c->wr_err != TW_OK ? c->wr_detail
-	                                                          : c->err_detail;
+	const char *detail = ok ? ""
+	                     : op->is_write && c->wr_err != TW_OK && op->status == c->wr_err
+	                         ? c->wr_detail
+	                         : c->err_detail;
 	if (op->is_write)
 		op->wcb(&c->base, op->status, detail, op->arg);
 	else

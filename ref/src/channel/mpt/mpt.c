@@ -109,6 +109,10 @@ struct mpt_channel {
 	tw_list queued;    /* operations waiting for the lanes */
 	tw_status_t failed;
 	char failed_detail[TW_DETAIL_MAX];
+	/* A send met the peer's end (EOF, reset): sends fail from then on, but
+	 * what the peer sent before it left is still received (transport.h) */
+	tw_status_t sends_failed;
+	char sends_detail[TW_DETAIL_MAX];
 	uint8_t *hello_owned; /* the encoded ServerHello, kept until freed with us */
 	uint8_t client_hello[MPT_MAX_LANES][16];
 	size_t client_hello_len[MPT_MAX_LANES];
@@ -190,8 +194,16 @@ static void mpt_lane_done(mpt_op *op, tw_status_t st, const char *detail)
 		op->status = ch->failed != TW_OK ? ch->failed : st;
 		snprintf(op->detail, sizeof(op->detail), "%s",
 		         ch->failed != TW_OK ? ch->failed_detail : detail);
-		if (!ch->closed)
+		if (op->is_send && (st == TW_ERR_EOF || st == TW_ERR_CONNRESET) &&
+		    ch->failed == TW_OK) {
+			/* the peer left: its lanes still hold what it sent us */
+			if (ch->sends_failed == TW_OK) {
+				ch->sends_failed = st;
+				snprintf(ch->sends_detail, sizeof(ch->sends_detail), "%s", detail);
+			}
+		} else if (!ch->closed) {
 			mpt_fail(ch, st, detail);
+		}
 	}
 	if (--op->pending == 0)
 		mpt_op_finish(op);
@@ -273,10 +285,12 @@ static tw_status_t mpt_queue(tw_channel *base, const tw_buffer *buf, tw_channel_
 	op->cb = cb;
 	op->arg = arg;
 	ch->refs++;
-	if (ch->failed != TW_OK || ch->closed) {
-		op->status = ch->closed ? TW_ERR_CLOSED : ch->failed;
+	if (ch->failed != TW_OK || ch->closed || (is_send && ch->sends_failed != TW_OK)) {
+		op->status = ch->closed ? TW_ERR_CLOSED : ch->failed ? ch->failed : ch->sends_failed;
 		snprintf(op->detail, sizeof(op->detail), "%s",
-		         ch->closed ? "closed" : ch->failed_detail);
+		         ch->closed   ? "closed"
+		         : ch->failed ? ch->failed_detail
+		                      : ch->sends_detail);
 		tw__loop_defer(ch->ctx->base.env->loop, &op->dfr, mpt_op_deliver, op);
 	} else if (buf->len == 0) { /* spec 4.1: no traffic */
 		tw__loop_defer(ch->ctx->base.env->loop, &op->dfr, mpt_op_deliver, op);

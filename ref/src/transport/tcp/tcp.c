@@ -782,6 +782,10 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
 			tcp_fail_gone(c, "connection to", err);
 			tcp_drive(c); /* the reads go on: poll again */
+		} else if (c->gone_err) {
+			/* a report fetched before a write took the error (the reset
+			 * tcp_fail_gone handled): the reads go on */
+			tcp_drive(c);
 		} else {
 			tcp_fail(c, TW_ERR_SYS, "tcp transport: poll on connection to %s: %s", c->core.peer,
 			         uv_strerror(status));
