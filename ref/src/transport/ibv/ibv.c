@@ -548,7 +548,7 @@ static void ib_drive_writes(ib_conn *c)
 		uint64_t moved = 0;
 		char d[TW_DETAIL_MAX];
 		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
-			ib_fail(c, TW_ERR_PROTO, "%s (to %s)", d, c->core.peer);
+			ib_fail(c, TW_ERR_PROTO, IBV_WHO ": %s (to %s)", d, c->core.peer);
 			return;
 		}
 		if (!tw__ring_writer_done(&op->w))

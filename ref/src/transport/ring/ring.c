@@ -545,9 +545,13 @@ tw_status_t tw__ring_read_some(tw_ring *r, tw_ring_reader *rd, uint64_t budget,
 	tw_ring_tx tx;
 	uint64_t room;
 	bool opened;
-	tw_status_t st =
-		tw__ring_open_tx(r, TW_RING_CONSUMER, &tx, &room, &opened, detail, detail_len);
-	if (st != TW_OK || !opened)
+	char why[TW_DETAIL_MAX];
+	tw_status_t st = tw__ring_open_tx(r, TW_RING_CONSUMER, &tx, &room, &opened, why, sizeof(why));
+	if (st != TW_OK) {
+		tw__detail(detail, detail_len, "%s: %s", who, why); /* the ring's own words */
+		return st;
+	}
+	if (!opened)
 		return st;
 	tw_ring_span sp[2];
 	if (!rd->length_done) { /* the length is read whole, whatever the budget */

@@ -340,7 +340,8 @@ static void shm_drive_writes(shm_conn *c)
 		uint64_t moved = 0;
 		char d[TW_DETAIL_MAX];
 		if (tw__ring_write_some(&c->outbox, &op->w, 0, &moved, d, sizeof(d)) != TW_OK) {
-			shm_fail(c, TW_ERR_PROTO, "%s (the inbox of peer %s)", d, c->core.peer);
+			shm_fail(c, TW_ERR_PROTO, SHM_WHO ": %s (the inbox of peer %s)", d,
+			         c->core.peer);
 			return;
 		}
 		moved_any |= moved > 0;
@@ -570,8 +571,9 @@ static void shm_notice_end(shm_conn *c)
 	} else {
 		char eb[128];
 		c->gone_status = errno == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS;
-		tw__detail(c->gone_detail, sizeof(c->gone_detail), SHM_WHO ": connection to %s: %s",
-		           c->core.peer, tw__strerror(errno, eb, sizeof(eb)));
+		tw__detail(c->gone_detail, sizeof(c->gone_detail),
+		           SHM_WHO ": connection to %s: recv (its socket): %s", c->core.peer,
+		           tw__strerror(errno, eb, sizeof(eb)));
 	}
 }
 
