@@ -140,3 +140,27 @@ void tw__tcp_addr_format(const struct sockaddr *sa, char *buf, size_t buflen)
 		snprintf(buf, buflen, "(family %d)", (int)sa->sa_family);
 	}
 }
+
+bool tw__tcp_addr_is_wildcard(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return ss->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+}
+
+bool tw__tcp_addr_unmap_v4(struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return true;
+	if (ss->ss_family != AF_INET6)
+		return false;
+	const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+	if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+		return true;
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = a6->sin6_port };
+	memcpy(&a4.sin_addr, &a6->sin6_addr.s6_addr[12], 4);
+	memset(ss, 0, sizeof(*ss));
+	memcpy(ss, &a4, sizeof(a4));
+	return true;
+}

@@ -233,13 +233,6 @@ static tw_status_t tcp_pick_advertised(const char *who, int bound_family, uint16
 	return st;
 }
 
-static bool tcp_is_wildcard(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
-	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
-}
-
 tw_status_t tw__tcp_listen(tw_transport *base, const char *who, const char *address,
                            const tw_conn_opts *opts, tw_stream_conn_maker make,
                            tw_tlistener_accept_cb cb, void *arg, tw_tlistener **out,
@@ -262,7 +255,7 @@ tw_status_t tw__tcp_listen(tw_transport *base, const char *who, const char *addr
 		tw__stream_listener_free(l);
 		return st;
 	}
-	if (tcp_is_wildcard(&bound)) {
+	if (tw__tcp_addr_is_wildcard(&bound)) {
 		st = tcp_pick_advertised(who, bound.ss_family, tw__tcp_addr_port(&bound), opts, l->address,
 		                         sizeof(l->address), detail, detail_len);
 		if (st != TW_OK) {
