@@ -16,15 +16,24 @@
  *              context's liveness bound, so a tensor write fails with
  *              TW_ERR_TIMEDOUT within it (the lanes had no bound before,
  *              and the write waited forever)
+ *   netns_lanes  two hosts (network namespaces, netns_pair.sh): the
+ *              server's host also has an interface the client cannot reach,
+ *              listed first; its lane listeners (a wildcard) are advertised
+ *              at the address the client reached the server at, so a tensor
+ *              over mpt arrives (before, the lanes were advertised at the
+ *              unreachable address and the pipe failed)
  *
- * One process, two contexts, uv transport.
+ * One process, two contexts, uv transport (netns_lanes: two processes).
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "pair_util.h"
+#include "proc_util.h"
 
 static void mpt_ctx(tw_context **c, const char *name, const char *options)
 {
@@ -214,7 +223,82 @@ static void case_stalled_lanes(void)
 	tu_pair_close(&p);
 }
 
+static void case_netns_lanes(void)
+{
+	enum { LEN = 1 << 20 };
+	int url_pipe[2];
+	CHECK(pipe(url_pipe) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		tu_watchdog(50);
+		tu_enter_netns("TW_NS_A");
+		/* an interface the client has no route to, ahead of the one it uses */
+		CHECK(system("ip link add twx0 type veth peer name twx1 && "
+		             "ip addr add 10.99.99.1/24 dev twx0 && ip link set twx0 up && "
+		             "ip link set twx1 up") == 0);
+		tw_context *s;
+		mpt_ctx(&s, "server", "lanes=2");
+		char lurl[64], url[128];
+		snprintf(lurl, sizeof(lurl), "uv://%s:0", tu_env("TW_ADDR_A"));
+		tw_listener *l = tu_listen(s, lurl, url, sizeof(url));
+		tu_rec acc, d, r;
+		tu_rec_init(&acc), tu_rec_init(&d), tu_rec_init(&r);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+		close(url_pipe[0]);
+		tu_url_send(url_pipe, url);
+		tu_expect(&acc, TW_OK, NULL);
+		CHECK_OK(tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d));
+		tu_expect(&d, TW_OK, NULL);
+		uint8_t *buf = malloc(LEN), *want = malloc(LEN);
+		CHECK(buf && want);
+		tw_tensor_allocation ta = { .data = buf, .device = tw_device_cpu() };
+		tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+		CHECK_OK(tw_pipe_read(acc.pipe, &a, tu_on_status, &r));
+		tu_expect(&r, TW_OK, NULL);
+		tu_fill_at(want, LEN, 31);
+		CHECK(memcmp(buf, want, LEN) == 0);
+		printf("# server: the tensor arrived over mpt\n");
+		tw_pipe_destroy(acc.pipe);
+		tw_listener_destroy(l);
+		CHECK_OK(tw_context_join(s));
+		tw_context_destroy(s);
+		_exit(0);
+	}
+	char url[128];
+	tu_url_recv(url_pipe, url, sizeof(url));
+	tu_enter_netns("TW_NS_B");
+	tw_context *c;
+	mpt_ctx(&c, "client", "lanes=2");
+	CHECK_OK(tw_context_set_connect_timeout(c, 5000));
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	tw_tensor t;
+	tw_message m;
+	uint8_t *src = tu_big_message(LEN, &t, &m);
+	tu_fill_at(src, LEN, 31);
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	tu_wait(&w.w, 1);
+	printf("# client: write %s: %s\n", tw_status_name(w.status), w.detail);
+	tu_expect(&w, TW_OK, NULL);
+	tw_pipe_info info;
+	CHECK_OK(tw_pipe_get_info(p, &info));
+	CHECK(strcmp(info.channel, "mpt") == 0);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	tu_once(&w);
+	free(src);
+	tw_pipe_destroy(p);
+	CHECK_OK(tw_context_join(c));
+	tw_context_destroy(c);
+}
+
 static const tu_case cases[] = {
+	{ "netns_lanes", case_netns_lanes },
 	{ "fixed_ports", case_fixed_ports },
 	{ "stalled_lanes", case_stalled_lanes },
 	{ "chunks", case_chunks },

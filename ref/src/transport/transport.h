@@ -87,6 +87,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "platform/loop.h"
 #include "tensorwire/tensorwire.h"
@@ -206,6 +207,11 @@ typedef struct tw_conn_ops {
 	 * (ibv: the GID this connection uses, how its set-up went). Never NULL
 	 * once established. Loop thread. */
 	const char *(*describe)(tw_conn *c);
+	/* Optional (NULL: none): this end's IP address and port, for a
+	 * connection over IP (tcp's getsockname): a listener bound to a
+	 * wildcard can then tell a peer the address it already reached this
+	 * host at. False if unknown. Loop thread. */
+	bool (*local_address)(tw_conn *c, struct sockaddr_storage *out);
 } tw_conn_ops;
 
 struct tw_conn {

@@ -496,6 +496,36 @@ static tw_status_t mpt_listen(mpt_ctx *ctx, char *detail, size_t detail_len)
 	return TW_OK;
 }
 
+/* What lane i's listener is advertised as to the peer of this instance.
+ * A lane listener bound to a wildcard, where the user named no interfaces,
+ * takes the address the peer reached this host at (the control
+ * connection's local address) with its own port: whatever the default
+ * rules would pick (another interface of a host with several, loopback
+ * when every interface is a veth) may not be reachable from that peer,
+ * and this one is. Otherwise the listener's own address. */
+static void mpt_lane_advertised(const mpt_channel *ch, size_t i, char *out, size_t out_len)
+{
+	const mpt_ctx *ctx = ch->ctx;
+	const char *own = ctx->lane_l[i]->ops->address(ctx->lane_l[i]);
+	snprintf(out, out_len, "%s", own);
+	tw_conn_opts opts;
+	mpt_conn_opts(ctx, &opts);
+	struct sockaddr_storage bound, local, adv;
+	socklen_t sl;
+	char ignored[TW_DETAIL_MAX];
+	if (opts.ifname[0] || !ch->control->ops->local_address ||
+	    tw__tcp_addr_parse(ctx->opts.listen, &bound, &sl, ignored, sizeof(ignored)) != TW_OK ||
+	    !tw__tcp_addr_is_wildcard(&bound) ||
+	    tw__tcp_addr_parse(own, &adv, &sl, ignored, sizeof(ignored)) != TW_OK ||
+	    !ch->control->ops->local_address(ch->control, &local))
+		return;
+	if (!tw__tcp_addr_unmap_v4(&local) || local.ss_family != bound.ss_family ||
+	    (opts.family && local.ss_family != opts.family))
+		return;
+	tw__tcp_addr_set_port(&local, tw__tcp_addr_port(&adv));
+	tw__tcp_addr_format((struct sockaddr *)&local, out, out_len);
+}
+
 static tw_status_t mpt_server_hello(mpt_channel *ch, char *detail, size_t detail_len)
 {
 	mpt_ctx *ctx = ch->ctx;
@@ -503,10 +533,11 @@ static tw_status_t mpt_server_hello(mpt_channel *ch, char *detail, size_t detail
 	if (st != TW_OK)
 		return st;
 	tw_wire_lane_advertisement adv[MPT_MAX_LANES];
+	char addrs[MPT_MAX_LANES][TW_TCP_ADDR_MAX];
 	for (size_t i = 0; i < ctx->lanes; i++) {
-		const char *a = ctx->lane_l[i]->ops->address(ctx->lane_l[i]);
-		adv[i].address.s = (char *)a;
-		adv[i].address.n = strlen(a);
+		mpt_lane_advertised(ch, i, addrs[i], sizeof(addrs[i]));
+		adv[i].address.s = addrs[i];
+		adv[i].address.n = strlen(addrs[i]);
 		adv[i].registration_id = ch->ids[i] = ctx->next_id++;
 	}
 	tw_wire_mpt_packet p = { TW_MPT_SERVER_HELLO, ctx->lanes, adv, 0 };

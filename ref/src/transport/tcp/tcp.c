@@ -370,6 +370,14 @@ static bool tcp_conn_has_unread(tw_conn *base)
 	return tw__sys_peek(c->fd) > 0;
 }
 
+static bool tcp_conn_local_address(tw_conn *base, struct sockaddr_storage *out)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	socklen_t len = sizeof(*out);
+	return c->fd >= 0 && getsockname(c->fd, (struct sockaddr *)out, &len) == 0 &&
+	       (out->ss_family == AF_INET || out->ss_family == AF_INET6);
+}
+
 static bool tcp_conn_was_connected(tw_conn *base)
 {
 	return ((tcp_conn *)base)->connected;
@@ -966,6 +974,7 @@ static const tw_conn_ops tcp_conn_ops = {
 	.peer = tcp_conn_peer,
 	.has_unread = tcp_conn_has_unread,
 	.was_connected = tcp_conn_was_connected,
+	.local_address = tcp_conn_local_address,
 };
 
 static const char *const tcp_schemes[] = { "tcp", "uv", NULL };
