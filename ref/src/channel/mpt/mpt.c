@@ -24,9 +24,9 @@
  *
  * Options: lanes=N (1..64, default 2, stock's tests' default; PyTorch:
  * 16), listen=HOST:PORT for the lane listeners (default 0.0.0.0:0: a
- * wildcard, advertised as a routable address of this host, as the uv
- * transport does); a PORT other than 0 is lane 0's, lane i listens on
- * PORT+i (fixed ports for a firewall).
+ * wildcard, advertised at the address the peer reached this host at, see
+ * mpt_lane_advertised); a PORT other than 0 is lane 0's, lane i listens
+ * on PORT+i (fixed ports for a firewall).
  *
  * Lanes are connections of the pipe's own kind: they get the context's
  * connect timeout, liveness bound and interface rules (env->conn_opts), so
