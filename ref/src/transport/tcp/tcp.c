@@ -126,11 +126,6 @@ struct tcp_conn {
 	bool watch_saw_data;  /* a peek found bytes: poll again once a read is queued */
 	uint8_t watch_reports; /* readability reports while the watch polls (it peeks at the second) */
 	bool hup_seen;        /* UV_DISCONNECT: the peer's FIN is in (bytes may precede it) */
-	/* tcp_fail_gone: the reset or broken pipe met; the writes failed with
-	 * it, the reads take what came before it and their end of file then
-	 * reports it */
-	int gone_err;
-	const char *gone_what;
 	tw_conn_opts opts;
 	bool connected;       /* the connect completed (accepted: always) */
 	/* Closed with its hello not yet out (TW_WRITE_HELLO): what is left of
@@ -149,7 +144,6 @@ typedef struct tcp_transport {
 static const tw_conn_ops tcp_conn_ops;
 
 static void tcp_drive(tcp_conn *c);
-static void tcp_drive_reads(tcp_conn *c);
 static void tcp_update_poll(tcp_conn *c);
 
 /* ---- connection lifetime ------------------------------------------------ */
@@ -206,22 +200,31 @@ static void tcp_fail_errno(tcp_conn *c, const char *what, int err)
  * broken pipe), what it sent before it left is still ours to read (a
  * completion it wrote just before it closed, messages it wrote while our
  * write waited for it to read): the writes fail now, queued and later ones,
- * and the reads go on; the end of file they then meet reports err
- * (tcp_read_some, tcp_drive_watch). Any other error fails the connection. */
+ * and the reads go on; the end of file they then meet reports err, which
+ * the failed writes keep (tcp_fail_at_gone_end). Any other error fails the
+ * connection. */
 static void tcp_fail_gone(tcp_conn *c, const char *what, int err)
 {
 	if ((err == EPIPE || err == ECONNRESET) && c->core.phase == TW_CONN_OPEN) {
 		char eb[128];
 		c->read_drained = false; /* the poll may not have said so yet */
 		c->write_full = false;
-		c->gone_err = err;
-		c->gone_what = what;
 		tw__conn_fail_writes(&c->core, TW_ERR_CONNRESET, "tcp transport: %s %s: %s", what,
 		                     c->core.peer, tw__strerror(err, eb, sizeof(eb)));
 		return;
 	}
 	if (c->core.phase == TW_CONN_OPEN || c->core.phase == TW_CONN_SETUP)
 		tcp_fail_errno(c, what, err);
+}
+
+/* At the end of file after tcp_fail_gone: the reset or broken pipe met
+ * ends the connection, not a clean end of file. True if it did. */
+static bool tcp_fail_at_gone_end(tcp_conn *c)
+{
+	if (c->core.wr_err == TW_OK)
+		return false;
+	tcp_fail(c, c->core.wr_err, "%s", c->core.wr_detail);
+	return true;
 }
 
 static void tcp_on_poll_closed(uv_handle_t *h)
@@ -524,10 +527,8 @@ static ssize_t tcp_read_some(tcp_conn *c, uint8_t *dst, uint64_t dst_len, uint64
 				c->read_drained = true;
 			return (ssize_t)into_dst;
 		}
-		if (r == 0 && c->gone_err) { /* the end of what came before the reset */
-			tcp_fail_errno(c, c->gone_what, c->gone_err);
+		if (r == 0 && tcp_fail_at_gone_end(c)) /* the end of what came before the reset */
 			return -1;
-		}
 		if (r == 0) {
 			if (frame_len == UINT64_MAX)
 				tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s",
@@ -704,10 +705,8 @@ static void tcp_drive_watch(tcp_conn *c)
 			c->watch_saw_data = true;
 			return;
 		}
-		if (r == 0 && c->gone_err) {
-			tcp_fail_errno(c, c->gone_what, c->gone_err);
+		if (r == 0 && tcp_fail_at_gone_end(c))
 			return;
-		}
 		if (r == 0) {
 			tcp_fail(c, TW_ERR_EOF, "tcp transport: connection closed by peer %s", c->core.peer);
 			return;
@@ -790,7 +789,7 @@ static void tcp_on_poll(uv_poll_t *h, int status, int events)
 		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
 			tcp_fail_gone(c, "connection to", err);
 			tcp_drive(c); /* the reads go on: poll again */
-		} else if (c->gone_err) {
+		} else if (c->core.wr_err != TW_OK) {
 			/* a report fetched before a write took the error (the reset
 			 * tcp_fail_gone handled): the reads go on */
 			tcp_drive(c);
