@@ -65,6 +65,7 @@ struct mpt_ctx {
 	tw_channel_ctx base;
 	tw_channel_device cpu;
 	mpt_opts opts;
+	struct sockaddr_storage listen_addr; /* opts.listen, parsed once */
 	size_t lanes;
 	tw_transport *lane_t[MPT_MAX_LANES];
 	tw_tlistener *lane_l[MPT_MAX_LANES];
@@ -458,15 +459,9 @@ static void mpt_conn_opts(const mpt_ctx *ctx, tw_conn_opts *opts)
  * 0 (mpt_create checked that they fit). */
 static void mpt_lane_listen_address(const mpt_ctx *ctx, size_t i, char *out, size_t out_len)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	char ignored[TW_DETAIL_MAX];
-	if (tw__tcp_addr_parse(ctx->opts.listen, &ss, &sl, ignored, sizeof(ignored)) != TW_OK ||
-	    tw__tcp_addr_port(&ss) == 0) {
-		snprintf(out, out_len, "%s", ctx->opts.listen);
-		return;
-	}
-	tw__tcp_addr_set_port(&ss, (uint16_t)(tw__tcp_addr_port(&ss) + i));
+	struct sockaddr_storage ss = ctx->listen_addr;
+	if (tw__tcp_addr_port(&ss) != 0)
+		tw__tcp_addr_set_port(&ss, (uint16_t)(tw__tcp_addr_port(&ss) + i));
 	tw__tcp_addr_format((struct sockaddr *)&ss, out, out_len);
 }
 
@@ -496,34 +491,40 @@ static tw_status_t mpt_listen(mpt_ctx *ctx, char *detail, size_t detail_len)
 	return TW_OK;
 }
 
-/* What lane i's listener is advertised as to the peer of this instance.
- * A lane listener bound to a wildcard, where the user named no interfaces,
- * takes the address the peer reached this host at (the control
- * connection's local address) with its own port: whatever the default
- * rules would pick (another interface of a host with several, loopback
- * when every interface is a veth) may not be reachable from that peer,
- * and this one is. Otherwise the listener's own address. */
-static void mpt_lane_advertised(const mpt_channel *ch, size_t i, char *out, size_t out_len)
+/* Where this instance's lanes are advertised when their listeners are
+ * bound to a wildcard and the user named no interfaces: the address the
+ * peer reached this host at (the control connection's local address), to
+ * take each lane's port. Whatever the default rules would pick (another
+ * interface of a host with several, loopback when every interface is a
+ * veth) may not be reachable from that peer, and this one is. False: the
+ * listeners' own addresses. */
+static bool mpt_reached_at(const mpt_channel *ch, struct sockaddr_storage *out)
 {
 	const mpt_ctx *ctx = ch->ctx;
-	const char *own = ctx->lane_l[i]->ops->address(ctx->lane_l[i]);
-	snprintf(out, out_len, "%s", own);
 	tw_conn_opts opts;
 	mpt_conn_opts(ctx, &opts);
-	struct sockaddr_storage bound, local, adv;
+	return !opts.ifname[0] && tw__tcp_addr_is_wildcard(&ctx->listen_addr) &&
+	       ch->control->ops->local_address && ch->control->ops->local_address(ch->control, out) &&
+	       tw__tcp_addr_unmap_v4(out) && out->ss_family == ctx->listen_addr.ss_family &&
+	       (!opts.family || out->ss_family == opts.family);
+}
+
+/* Lane i's address in the ServerHello: its listener's, or its port at
+ * `reached` (mpt_reached_at; NULL: none). */
+static void mpt_lane_advertised(const mpt_ctx *ctx, size_t i,
+                                const struct sockaddr_storage *reached, char *out, size_t out_len)
+{
+	const char *own = ctx->lane_l[i]->ops->address(ctx->lane_l[i]);
+	struct sockaddr_storage adv, at;
 	socklen_t sl;
 	char ignored[TW_DETAIL_MAX];
-	if (opts.ifname[0] || !ch->control->ops->local_address ||
-	    tw__tcp_addr_parse(ctx->opts.listen, &bound, &sl, ignored, sizeof(ignored)) != TW_OK ||
-	    !tw__tcp_addr_is_wildcard(&bound) ||
-	    tw__tcp_addr_parse(own, &adv, &sl, ignored, sizeof(ignored)) != TW_OK ||
-	    !ch->control->ops->local_address(ch->control, &local))
+	if (!reached || tw__tcp_addr_parse(own, &adv, &sl, ignored, sizeof(ignored)) != TW_OK) {
+		snprintf(out, out_len, "%s", own);
 		return;
-	if (!tw__tcp_addr_unmap_v4(&local) || local.ss_family != bound.ss_family ||
-	    (opts.family && local.ss_family != opts.family))
-		return;
-	tw__tcp_addr_set_port(&local, tw__tcp_addr_port(&adv));
-	tw__tcp_addr_format((struct sockaddr *)&local, out, out_len);
+	}
+	at = *reached;
+	tw__tcp_addr_set_port(&at, tw__tcp_addr_port(&adv));
+	tw__tcp_addr_format((struct sockaddr *)&at, out, out_len);
 }
 
 static tw_status_t mpt_server_hello(mpt_channel *ch, char *detail, size_t detail_len)
@@ -534,8 +535,10 @@ static tw_status_t mpt_server_hello(mpt_channel *ch, char *detail, size_t detail
 		return st;
 	tw_wire_lane_advertisement adv[MPT_MAX_LANES];
 	char addrs[MPT_MAX_LANES][TW_TCP_ADDR_MAX];
+	struct sockaddr_storage reached;
+	bool at_reached = mpt_reached_at(ch, &reached);
 	for (size_t i = 0; i < ctx->lanes; i++) {
-		mpt_lane_advertised(ch, i, addrs[i], sizeof(addrs[i]));
+		mpt_lane_advertised(ctx, i, at_reached ? &reached : NULL, addrs[i], sizeof(addrs[i]));
 		adv[i].address.s = addrs[i];
 		adv[i].address.n = strlen(addrs[i]);
 		adv[i].registration_id = ch->ids[i] = ctx->next_id++;
@@ -777,6 +780,7 @@ static tw_status_t mpt_create(const tw_channel_env *env, const char *options, tw
 		return ctx ? TW_ERR_NOMEM : TW_ERR_UNSUPPORTED;
 	}
 	ctx->opts = o;
+	ctx->listen_addr = ss;
 	ctx->lanes = (size_t)o.lanes;
 	tw__list_init(&ctx->waiting);
 	tw__list_init(&ctx->limbo);
