@@ -497,11 +497,8 @@ static void crossed_expect_tensor(tw_pipe *p, int i)
 	char text[32];
 	snprintf(text, sizeof(text), "crossed %d", i);
 	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	CHECK(d.desc->metadata_length == strlen(text) &&
-	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
+	tu_rec_init(&r);
+	tu_expect_desc_text(p, text, &d);
 	CHECK(d.desc->num_tensors == 1 && d.desc->tensors[0].length == CROSSED_TENSOR);
 	uint8_t buf[CROSSED_TENSOR], want[CROSSED_TENSOR];
 	tw_tensor_allocation ta = { .data = buf, .device = tw_device_cpu() };

@@ -112,14 +112,22 @@ static inline void tu_move_tensor(tw_pipe *c, tw_pipe *s, const tw_tensor *t,
 }
 
 /* Reads the next message and checks it is a metadata-only `text`. */
+/* Reads the next descriptor into d, which must say TW_OK with `text` as
+ * its metadata. */
+static inline void tu_expect_desc_text(tw_pipe *p, const char *text, tu_rec *d)
+{
+	tu_rec_init(d);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, d));
+	tu_expect(d, TW_OK, NULL);
+	CHECK(d->desc->metadata_length == strlen(text) &&
+	      memcmp(d->desc->metadata, text, strlen(text)) == 0);
+}
+
 static inline void tu_expect_text(tw_pipe *p, const char *text)
 {
 	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	CHECK(d.desc->metadata_length == strlen(text) &&
-	      memcmp(d.desc->metadata, text, strlen(text)) == 0);
+	tu_rec_init(&r);
+	tu_expect_desc_text(p, text, &d);
 	tw_allocation a = { 0 };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	tu_expect(&r, TW_OK, NULL);
