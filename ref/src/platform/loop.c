@@ -35,6 +35,17 @@ static void tw__loop_spin_kick(tw_loop *l)
 	}
 }
 
+/* Runs a chain of work in order. */
+static void tw__loop_run_list(tw_deferred *d)
+{
+	while (d) {
+		tw_deferred *next = d->next;
+		d->next = NULL;
+		d->fn(d->arg);
+		d = next;
+	}
+}
+
 static void tw__loop_run_deferred(tw_loop *l)
 {
 	/* Run only what was queued before this round: work deferred by these
@@ -43,12 +54,7 @@ static void tw__loop_run_deferred(tw_loop *l)
 	l->def_head = l->def_tail = NULL;
 	if (d)
 		tw__loop_spin_kick(l);
-	while (d) {
-		tw_deferred *next = d->next;
-		d->next = NULL;
-		d->fn(d->arg);
-		d = next;
-	}
+	tw__loop_run_list(d);
 }
 
 static void tw__loop_on_idle(uv_idle_t *h);
@@ -86,12 +92,7 @@ static void tw__loop_run_posted(tw_loop *l)
 		if (!d)
 			break;
 		tw__loop_spin_kick(l);
-		while (d) {
-			tw_deferred *next = d->next;
-			d->next = NULL;
-			d->fn(d->arg);
-			d = next;
-		}
+		tw__loop_run_list(d);
 	}
 }
 
@@ -284,19 +285,12 @@ bool tw__loop_forked(const tw_loop *l)
 	return l->pid != 0 && atomic_load(&fork_generation) != l->fork_generation;
 }
 
-bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+/* Under l->mu: queues d on the posted queue (false if the loop accepts no
+ * more work); `here` when the loop's own thread posts. */
+static bool tw__loop_post_locked(tw_loop *l, tw_deferred *d, bool here)
 {
-	if (tw__loop_forked(l))
+	if (!l->accepting)
 		return false;
-	bool here = tw__loop_on_thread(l);
-	d->next = NULL;
-	d->fn = fn;
-	d->arg = arg;
-	pthread_mutex_lock(&l->mu);
-	if (!l->accepting) {
-		pthread_mutex_unlock(&l->mu);
-		return false;
-	}
 	if (l->posted_tail)
 		l->posted_tail->next = d;
 	else
@@ -310,12 +304,25 @@ bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 	 * way, so work runs in the order it was posted, whoever posted it. */
 	if (!here)
 		uv_async_send(&l->async);
+	return true;
+}
+
+bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
+{
+	if (tw__loop_forked(l))
+		return false;
+	bool here = tw__loop_on_thread(l);
+	d->next = NULL;
+	d->fn = fn;
+	d->arg = arg;
+	pthread_mutex_lock(&l->mu);
+	bool ok = tw__loop_post_locked(l, d, here);
 	pthread_mutex_unlock(&l->mu);
-	if (here) {
+	if (ok && here) {
 		l->posted_here = true;
 		tw__loop_idle_on(l);
 	}
-	return true;
+	return ok;
 }
 
 static void tw__loop_sync_trampoline(void *arg)
