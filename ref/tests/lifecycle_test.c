@@ -3,7 +3,8 @@
  * and the API's synchronous errors. What a user checks: every callback
  * fires exactly once, with TW_ERR_CLOSED for a local close and the peer's
  * status (TW_ERR_EOF) otherwise; nothing hangs (watchdog); nothing leaks
- * (LeakSanitizer); calls on closed objects fail cleanly.
+ * (LeakSanitizer); calls on closed objects fail cleanly; callbacks of two
+ * contexts calling each other's waiting API (listen, verdicts) both return.
  *
  * Usage: lifecycle_test <case>
  */
@@ -193,6 +194,68 @@ static void case_join_from_callback(void)
 	join_target = p.cctx;
 	CHECK_OK(tw_pipe_on_established(p.c, on_est_join, &r));
 	tu_expect(&r, TW_ERR_INVAL, "loop thread");
+	destroy_pair(&p);
+}
+
+/* Two contexts' callbacks, each calling the API that waits for the other
+ * context's loop thread, at the same time. */
+struct crossed_side {
+	tw_context *other_ctx;
+	tw_pipe *other_pipe;
+	pthread_barrier_t *both_in;
+	tw_status_t verdicts, listen;
+	char detail[256];
+	tw_listener *l;
+	tu_rec done;
+};
+
+static void on_est_cross(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	(void)p, (void)detail;
+	struct crossed_side *x = arg;
+	CHECK_OK(st);
+	pthread_barrier_wait(x->both_in);
+	char buf[4096];
+	x->verdicts = tw_pipe_get_verdicts(x->other_pipe, buf, sizeof(buf));
+	if (x->verdicts != TW_OK)
+		snprintf(x->detail, sizeof(x->detail), "%s", tw_last_error());
+	const char *urls[] = { "uv://127.0.0.1:0" };
+	x->listen = tw_context_listen(x->other_ctx, urls, 1, &x->l);
+	if (x->listen != TW_OK)
+		snprintf(x->detail, sizeof(x->detail), "%s", tw_last_error());
+	tu_rec_hit(&x->done, TW_OK, NULL);
+}
+
+static void case_crossed_calls(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	pthread_barrier_t both_in;
+	CHECK(pthread_barrier_init(&both_in, NULL, 2) == 0);
+	struct crossed_side cs = { .other_ctx = p.sctx, .other_pipe = p.s, .both_in = &both_in };
+	struct crossed_side ss = { .other_ctx = p.cctx, .other_pipe = p.c, .both_in = &both_in };
+	tu_rec_init(&cs.done);
+	tu_rec_init(&ss.done);
+	CHECK_OK(tw_pipe_on_established(p.c, on_est_cross, &cs));
+	CHECK_OK(tw_pipe_on_established(p.s, on_est_cross, &ss));
+	if (!tu_wait_for(&cs.done.w, 1, 20000) || !tu_wait_for(&ss.done.w, 1, 20000)) {
+		fprintf(stderr, "crossed_calls: callbacks of two contexts calling "
+		                "tw_pipe_get_verdicts and tw_context_listen on each other did not "
+		                "return in 20 s (deadlock)\n");
+		exit(1);
+	}
+	struct crossed_side *sides[] = { &cs, &ss };
+	for (int i = 0; i < 2; i++) {
+		if (sides[i]->verdicts != TW_OK || sides[i]->listen != TW_OK) {
+			fprintf(stderr, "crossed_calls: verdicts %s, listen %s: %s\n",
+			        tw_status_name(sides[i]->verdicts), tw_status_name(sides[i]->listen),
+			        sides[i]->detail);
+			exit(1);
+		}
+		tu_once(&sides[i]->done);
+		tw_listener_destroy(sides[i]->l);
+	}
+	pthread_barrier_destroy(&both_in);
 	destroy_pair(&p);
 }
 
@@ -518,6 +581,7 @@ static const tu_case cases[] = {
 	{ "destroy_pending", case_destroy_pending },
 	{ "join_from_callback", case_join_from_callback },
 	{ "sync_errors", case_sync_errors },
+	{ "crossed_calls", case_crossed_calls },
 	{ "connect_refused", case_connect_refused },
 	{ "listener_close", case_listener_close },
 	{ "threads", case_threads },

@@ -11,6 +11,10 @@
  *   - Thread safety: any function may be called from any thread, including
  *     from inside a callback.
  *   - Blocking: no function blocks except tw_context_join().
+ *     tw_context_listen() and tw_pipe_get_verdicts() wait for the context's
+ *     loop thread to do their work (at once on that thread). Callbacks of
+ *     two contexts calling them on each other's objects at the same time
+ *     both return: a loop thread that waits runs the other's call.
  *   - Callbacks: every callback runs on the context's loop thread, never
  *     inline inside the caller's stack, and exactly once. When the object
  *     closes (or fails) first, each pending callback fires with an error

@@ -14,7 +14,7 @@ struct tw_sync_call {
 	tw_deferred node;
 	void (*fn)(void *);
 	void *arg;
-	tw_loop *loop;
+	tw_loop *wake; /* whose mu guards `done` and whose cv says it is set */
 	bool done;
 };
 
@@ -329,26 +329,85 @@ static void tw__loop_sync_trampoline(void *arg)
 {
 	struct tw_sync_call *c = arg;
 	c->fn(c->arg);
-	pthread_mutex_lock(&c->loop->mu);
+	tw_loop *w = c->wake;
+	pthread_mutex_lock(&w->mu);
 	c->done = true;
-	pthread_cond_broadcast(&c->loop->cv);
-	pthread_mutex_unlock(&c->loop->mu);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
 }
 
+/* Under self->mu, on self's thread: its sync wait is over; what other loop
+ * threads handed it meanwhile (`urgent`) is returned, to run now. */
+static tw_deferred *tw__loop_sync_end(tw_loop *self)
+{
+	tw_deferred *d = self->urgent_head;
+	self->urgent_head = self->urgent_tail = NULL;
+	self->sync_waiting = false;
+	return d;
+}
+
+/* A loop thread that waits here for another loop is inside work of its own
+ * (an application's callback calling the API). If the other loop's thread
+ * is itself waiting for this one, directly or round a ring of loops, each
+ * would wait forever. So a loop thread waiting here is marked
+ * (`sync_waiting`), and a loop thread that calls a marked loop hands its
+ * call to the waiter (`urgent`) instead of queueing it: the waiter runs it
+ * between its own waits, as it would have run it inline had the call come
+ * from its own callback. The marks and the hand-over are under the target's
+ * mutex, so of two loops calling each other, the second to mark itself
+ * always sees the first one's mark. A thread that runs no loop waits as
+ * before: it cannot be part of a ring. */
 bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 {
 	if (tw__loop_on_thread(l)) {
 		fn(arg);
 		return true;
 	}
-	struct tw_sync_call c = { .fn = fn, .arg = arg, .loop = l, .done = false };
-	if (!tw__loop_post(l, &c.node, tw__loop_sync_trampoline, &c))
+	if (tw__loop_forked(l))
 		return false;
+	tw_loop *self = current_loop;
+	struct tw_sync_call c = { .fn = fn, .arg = arg, .wake = self ? self : l, .done = false };
+	c.node.next = NULL;
+	c.node.fn = tw__loop_sync_trampoline;
+	c.node.arg = &c;
+	if (self) {
+		pthread_mutex_lock(&self->mu);
+		self->sync_waiting = true;
+		pthread_mutex_unlock(&self->mu);
+	}
 	pthread_mutex_lock(&l->mu);
-	while (!c.done)
-		pthread_cond_wait(&l->cv, &l->mu);
+	bool ok = true;
+	if (self && l->sync_waiting) {
+		if (l->urgent_tail)
+			l->urgent_tail->next = &c.node;
+		else
+			l->urgent_head = &c.node;
+		l->urgent_tail = &c.node;
+		pthread_cond_broadcast(&l->cv);
+	} else {
+		ok = tw__loop_post_locked(l, &c.node, false);
+	}
 	pthread_mutex_unlock(&l->mu);
-	return true;
+	tw_loop *w = c.wake;
+	pthread_mutex_lock(&w->mu);
+	while (ok && !c.done) {
+		if (self && self->urgent_head) {
+			tw_deferred *d = self->urgent_head;
+			self->urgent_head = d->next;
+			if (!self->urgent_head)
+				self->urgent_tail = NULL;
+			d->next = NULL;
+			pthread_mutex_unlock(&w->mu);
+			d->fn(d->arg);
+			pthread_mutex_lock(&w->mu);
+			continue;
+		}
+		pthread_cond_wait(&w->cv, &w->mu);
+	}
+	tw_deferred *rest = self ? tw__loop_sync_end(self) : NULL;
+	pthread_mutex_unlock(&w->mu);
+	tw__loop_run_list(rest);
+	return ok;
 }
 
 /* Loop thread: appends to one of the loop-thread queues and makes sure

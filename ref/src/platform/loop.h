@@ -72,6 +72,9 @@ typedef struct tw_loop {
 	tw_deferred *posted_tail;
 	bool accepting;             /* under mu: false once the loop is finishing */
 	bool exited;                /* under mu: the thread returned from uv_run */
+	bool sync_waiting;          /* under mu: its thread waits in tw__loop_call_sync */
+	tw_deferred *urgent_head;   /* under mu: sync calls handed to that waiting thread */
+	tw_deferred *urgent_tail;
 	tw_deferred *def_head;      /* loop thread only */
 	tw_deferred *def_tail;
 	tw_deferred *yield_head;    /* loop thread only: tw__loop_yield, the next pass */
@@ -101,7 +104,10 @@ TW_NODISCARD tw_status_t tw__loop_start(tw_loop *l, void (*idle_check)(void *), 
 TW_NODISCARD bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg);
 
 /* Any thread: runs fn(arg) on the loop thread and waits for it to return
- * (directly if already on the loop thread). False if the loop has finished. */
+ * (directly if already on the loop thread). False if the loop has finished.
+ * Loop threads calling each other's loops this way (an application's
+ * callbacks on two contexts) never wait for each other forever: a loop
+ * thread waiting here runs the calls other loop threads make to its loop. */
 TW_NODISCARD bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg);
 
 /* Loop thread: runs fn(arg) later, in the next round of the loop's pass

@@ -27,6 +27,11 @@
  *           answer due for longer than that holds it no more; once the
  *           answer came it stops at its own bound again; a poller with no
  *           bound never starts, answer due or not
+ *   crossed  two loop threads, each inside work of its own loop (as in an
+ *           application's callback), call tw__loop_call_sync on the other
+ *           at the same time: both calls return (before, each waited for
+ *           the other's thread forever); so do three in a ring, and a
+ *           plain thread's call queued behind one of them
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -532,10 +537,99 @@ static void case_answer_due(void)
 	printf("ok - answer_due\n");
 }
 
+/* ---- crossed ---------------------------------------------------------------------- */
+
+enum { CROSS_MAX = 3 };
+
+struct crossed {
+	tw_loop loops[CROSS_MAX];
+	tw_deferred posts[CROSS_MAX];
+	atomic_int ran_on[CROSS_MAX]; /* which loop's work ran the call aimed at loop i */
+	pthread_barrier_t all_in;
+	int n;
+	atomic_int done;
+};
+
+struct crossed_call {
+	struct crossed *x;
+	int from, to;
+};
+
+static struct crossed_call cross_calls[CROSS_MAX];
+
+static void crossed_target(void *arg)
+{
+	struct crossed_call *c = arg;
+	CHECK(tw__loop_on_thread(&c->x->loops[c->to]));
+	atomic_fetch_add(&c->x->ran_on[c->to], 1);
+}
+
+static void crossed_start(void *arg)
+{
+	struct crossed_call *c = arg;
+	/* Every loop thread is inside its own work before any calls out. */
+	pthread_barrier_wait(&c->x->all_in);
+	CHECK(tw__loop_call_sync(&c->x->loops[c->to], crossed_target, c));
+	atomic_fetch_add(&c->x->done, 1);
+}
+
+static void crossed_nothing(void *arg)
+{
+	(void)arg;
+}
+
+static void *crossed_plain(void *arg)
+{
+	struct crossed *x = arg;
+	CHECK(tw__loop_call_sync(&x->loops[0], crossed_nothing, NULL));
+	atomic_fetch_add(&x->done, 1);
+	return NULL;
+}
+
+static void crossed_ring(int n)
+{
+	static struct crossed x;
+	memset(&x, 0, sizeof(x));
+	x.n = n;
+	CHECK(pthread_barrier_init(&x.all_in, NULL, (unsigned)n) == 0);
+	for (int i = 0; i < n; i++)
+		start(&x.loops[i]);
+	for (int i = 0; i < n; i++) {
+		cross_calls[i] = (struct crossed_call){ &x, i, (i + 1) % n };
+		CHECK(tw__loop_post(&x.loops[i], &x.posts[i], crossed_start, &cross_calls[i]));
+	}
+	/* A plain thread's call behind them: it waits for loop 0, which waits
+	 * for loop 1, and so on round the ring. */
+	pthread_t plain;
+	CHECK(pthread_create(&plain, NULL, crossed_plain, &x) == 0);
+	for (int waited = 0; atomic_load(&x.done) != n + 1; waited++) {
+		if (waited == 20000) {
+			fprintf(stderr, "crossed: %d loops calling each other in a ring: %d of %d calls "
+			                "returned after 20 s (deadlock)\n",
+			        n, atomic_load(&x.done), n + 1);
+			exit(1);
+		}
+		usleep(1000);
+	}
+	CHECK(pthread_join(plain, NULL) == 0);
+	for (int i = 0; i < n; i++)
+		CHECK(atomic_load(&x.ran_on[i]) == 1);
+	for (int i = 0; i < n; i++)
+		stop(&x.loops[i]);
+	pthread_barrier_destroy(&x.all_in);
+}
+
+static void case_crossed(void)
+{
+	crossed_ring(2);
+	crossed_ring(3);
+	printf("ok - crossed\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: loop_test order|spin|rounds|poller|answer_due\n");
+		fprintf(stderr, "usage: loop_test order|spin|rounds|poller|answer_due|crossed\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "order"))
@@ -548,6 +642,8 @@ int main(int argc, char **argv)
 		case_poller();
 	else if (!strcmp(argv[1], "answer_due"))
 		case_answer_due();
+	else if (!strcmp(argv[1], "crossed"))
+		case_crossed();
 	else
 		return 2;
 	return 0;
