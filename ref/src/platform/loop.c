@@ -214,18 +214,22 @@ static void tw__loop_on_async(uv_async_t *h)
 static atomic_uint fork_generation;
 static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 
+/* The loop this thread runs, if any. */
+static _Thread_local tw_loop *current_loop;
+
 static void tw__loop_on_fork_child(void)
 {
 	atomic_fetch_add(&fork_generation, 1);
+	/* A child forked inside a loop's work runs no loop: its copy of that
+	 * loop is dead (and so are its locks, which another of the parent's
+	 * threads may have held). */
+	current_loop = NULL;
 }
 
 static void tw__loop_watch_forks(void)
 {
 	(void)pthread_atfork(NULL, NULL, tw__loop_on_fork_child);
 }
-
-/* The loop this thread runs, if any. */
-static _Thread_local tw_loop *current_loop;
 
 static void *tw__loop_thread(void *arg)
 {
@@ -336,13 +340,15 @@ static void tw__loop_sync_trampoline(void *arg)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* Under self->mu, on self's thread: its sync wait is over; what other loop
- * threads handed it meanwhile (`urgent`) is returned, to run now. */
+/* Under self->mu, on self's thread: its outermost sync wait is over; what
+ * other loop threads handed it meanwhile (`urgent`) is returned, to run now.
+ * An inner wait (a handed call that waits in turn) leaves it to the outer. */
 static tw_deferred *tw__loop_sync_end(tw_loop *self)
 {
+	if (--self->sync_waiting)
+		return NULL;
 	tw_deferred *d = self->urgent_head;
 	self->urgent_head = self->urgent_tail = NULL;
-	self->sync_waiting = false;
 	return d;
 }
 
@@ -356,7 +362,10 @@ static tw_deferred *tw__loop_sync_end(tw_loop *self)
  * from its own callback. The marks and the hand-over are under the target's
  * mutex, so of two loops calling each other, the second to mark itself
  * always sees the first one's mark. A thread that runs no loop waits as
- * before: it cannot be part of a ring. */
+ * before: it cannot be part of a ring. A call handed over runs before work
+ * posted to the waiter's loop earlier that has not run yet (that loop is
+ * busy in the callback that waits); only such a call, which would otherwise
+ * never have returned, overtakes. */
 bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 {
 	if (tw__loop_on_thread(l)) {
@@ -372,12 +381,12 @@ bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 	c.node.arg = &c;
 	if (self) {
 		pthread_mutex_lock(&self->mu);
-		self->sync_waiting = true;
+		self->sync_waiting++;
 		pthread_mutex_unlock(&self->mu);
 	}
 	pthread_mutex_lock(&l->mu);
 	bool ok = true;
-	if (self && l->sync_waiting) {
+	if (self && l->sync_waiting && l->accepting) {
 		if (l->urgent_tail)
 			l->urgent_tail->next = &c.node;
 		else

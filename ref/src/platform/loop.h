@@ -72,7 +72,7 @@ typedef struct tw_loop {
 	tw_deferred *posted_tail;
 	bool accepting;             /* under mu: false once the loop is finishing */
 	bool exited;                /* under mu: the thread returned from uv_run */
-	bool sync_waiting;          /* under mu: its thread waits in tw__loop_call_sync */
+	unsigned sync_waiting;      /* under mu: its thread waits in tw__loop_call_sync (depth) */
 	tw_deferred *urgent_head;   /* under mu: sync calls handed to that waiting thread */
 	tw_deferred *urgent_tail;
 	tw_deferred *def_head;      /* loop thread only */
@@ -107,7 +107,8 @@ TW_NODISCARD bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), 
  * (directly if already on the loop thread). False if the loop has finished.
  * Loop threads calling each other's loops this way (an application's
  * callbacks on two contexts) never wait for each other forever: a loop
- * thread waiting here runs the calls other loop threads make to its loop. */
+ * thread waiting here runs the calls other loop threads make to its loop,
+ * ahead of work posted to it earlier (which waits for the loop's next pass). */
 TW_NODISCARD bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg);
 
 /* Loop thread: runs fn(arg) later, in the next round of the loop's pass
