@@ -391,6 +391,72 @@ static void case_huge_descriptor(void)
 	raw_close(&rp);
 }
 
+/* A Descriptor of n cpu tensors of 0 bytes, without target devices or
+ * metadata: 14 bytes each on the wire (11 with an empty device type, the
+ * smallest a tensor takes, which the view refuses after decoding). */
+static void send_wide_descriptor(int fd, size_t n)
+{
+	tw_wire_descriptor d;
+	memset(&d, 0, sizeof(d));
+	d.num_tensors = n;
+	d.tensors = calloc(n, sizeof(*d.tensors));
+	CHECK(d.tensors);
+	for (size_t i = 0; i < n; i++) {
+		d.tensors[i].source_device.type.s = (char *)"cpu";
+		d.tensors[i].source_device.type.n = 3;
+	}
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_descriptor(&w, &d);
+	free(d.tensors);
+	encode_send(fd, &w);
+}
+
+/* The server's frames are limited to SERVER_MAX_OBJECT bytes (16 MiB, a
+ * quarter of the default, so that what follows stays small), so what a
+ * decoded packet may take is twice that (spec 5.3.d). 600000 tensors fit in
+ * a frame (8.4 MB) but would take more than 86 MB decoded (144 bytes each
+ * before the view): refused before any of it is allocated. 10000 (140 KB
+ * on the wire) are delivered. */
+#define SERVER_MAX_OBJECT (16u << 20)
+
+static void case_wide_descriptor(void)
+{
+	raw_pipe rp;
+	raw_handshake(&rp);
+	box d;
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	send_wide_descriptor(rp.d, 600000);
+	expect_box(&d, TW_ERR_PROTO, "more than the limit of 33554432 bytes");
+	raw_close(&rp);
+
+	/* Just under the bound decoded (each tensor: its array element and two
+	 * strings of at most 32 heap bytes), over it with the view the
+	 * application would get: refused by the view's count. */
+	size_t n = (2 * (size_t)SERVER_MAX_OBJECT - 4096) / (sizeof(tw_wire_tensor_desc) + 64);
+	char want[128];
+	snprintf(want, sizeof(want), "with 0 payloads and %zu tensors, the message takes more than", n);
+	raw_handshake(&rp);
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	send_wide_descriptor(rp.d, n);
+	expect_box(&d, TW_ERR_PROTO, want);
+	raw_close(&rp);
+
+	raw_handshake(&rp);
+	box_init(&d);
+	CHECK_OK(tw_pipe_read_descriptor(rp.server, on_desc, &d));
+	send_wide_descriptor(rp.d, 10000);
+	expect_box(&d, TW_OK, "");
+	CHECK(d.desc->num_tensors == 10000 && !d.desc->tensors[9999].has_target_device);
+	tw_pipe_destroy(rp.server);
+	CHECK(raw_closed_by_peer(rp.d));
+	close(rp.d);
+	close(rp.r);
+	close(rp.basic);
+}
+
 static void case_payload_length(void)
 {
 	raw_pipe rp;
@@ -550,6 +616,7 @@ static const struct {
 	{ "many_devices", case_many_devices },
 	{ "truncated_descriptor", case_truncated_descriptor },
 	{ "huge_descriptor", case_huge_descriptor },
+	{ "wide_descriptor", case_wide_descriptor },
 	{ "payload_length", case_payload_length },
 	{ "tensor_length", case_tensor_length },
 	{ "bad_reply", case_bad_reply },
@@ -565,7 +632,9 @@ int main(int argc, char **argv)
 	tu_watchdog(100);
 	tu_reports_init(&S.reports);
 	CHECK_OK(tw_context_create("server", &S.ctx));
-	CHECK_OK(tw_context_register_transport(S.ctx, "uv", NULL, 0, NULL));
+	char opts[64];
+	snprintf(opts, sizeof(opts), "max_object_bytes=%u", SERVER_MAX_OBJECT);
+	CHECK_OK(tw_context_register_transport(S.ctx, "uv", NULL, 0, opts));
 	CHECK_OK(tw_context_register_channel(S.ctx, "basic", NULL, 0, NULL));
 	const char *urls[] = { "uv://127.0.0.1:0" };
 	CHECK_OK(tw_context_listen(S.ctx, urls, 1, &S.l));

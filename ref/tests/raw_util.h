@@ -50,7 +50,10 @@ static inline void raw_send(int fd, const void *p, size_t n)
 static inline void raw_send_frame(int fd, const void *p, size_t n)
 {
 	char err[256];
-	CHECK(twc_raw_send_frame(fd, p, n, err, sizeof(err)) == 0);
+	if (twc_raw_send_frame(fd, p, n, err, sizeof(err)) != 0) {
+		fprintf(stderr, "raw_send_frame of %zu bytes: %s\n", n, err);
+		abort();
+	}
 }
 
 static inline void raw_send_header(int fd, uint64_t n)

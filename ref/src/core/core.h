@@ -313,7 +313,15 @@ typedef struct tw_in_msg {
 tw_status_t tw__out_msg_new(const char *fn, const tw_message *msg, tw_out_msg **out);
 void tw__out_msg_free(tw_out_msg *m);
 /* Loop thread: builds the application's view of a decoded descriptor. */
-tw_status_t tw__in_msg_build_view(tw_in_msg *m, char *detail, size_t detail_len);
+tw_status_t tw__in_msg_build_view(tw_in_msg *m, size_t budget, size_t limit, char *detail,
+                                  size_t detail_len);
+
+/* What one packet from a peer may take from the heap once decoded (spec
+ * 5.3.d): twice the context's max_object (its frames' limit), saturating. */
+static inline size_t tw__ctx_decode_budget(const tw_context *ctx)
+{
+	return ctx->max_object > SIZE_MAX / 2 ? SIZE_MAX : (size_t)ctx->max_object * 2;
+}
 void tw__in_msg_free(tw_in_msg *m);
 void tw__device_from_wire(tw_device *dst, const tw_wire_device *src);
 bool tw__device_eq(const tw_device *a, const tw_device *b);

@@ -221,9 +221,10 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 		goto out;
 	}
 	tw_wire_packet pkt;
-	size_t used = 0;
+	size_t used = 0, budget = tw__ctx_decode_budget(l->ctx);
 	char dd[TW_DETAIL_MAX] = "";
-	tw_status_t st = tw__wire_decode_packet(buf, (size_t)len, &pkt, &used, dd, sizeof(dd));
+	tw_status_t st = tw__wire_decode_packet_within(buf, (size_t)len, &budget, &pkt, &used, dd,
+	                                               sizeof(dd));
 	if (st != TW_OK) {
 		if (TW_MUTANT("listener_dies_on_bad_hello"))
 			l->mut_dead = true;

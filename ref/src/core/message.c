@@ -211,9 +211,22 @@ static tw_status_t tw__check_wire_device(const tw_wire_device *d, const char *wh
 	return TW_OK;
 }
 
-tw_status_t tw__in_msg_build_view(tw_in_msg *m, char *detail, size_t detail_len)
+tw_status_t tw__in_msg_build_view(tw_in_msg *m, size_t budget, size_t limit, char *detail,
+                                  size_t detail_len)
 {
 	const tw_wire_descriptor *w = &m->wire;
+	/* The view counts against what the decoded Descriptor may take. Both
+	 * counts are bounded by the frame (spec 1.13), so neither product
+	 * overflows. */
+	size_t cost = tw__wire_heap_cost(w->num_payloads * sizeof(tw_payload));
+	size_t tcost = tw__wire_heap_cost(w->num_tensors * sizeof(tw_tensor));
+	if (cost > budget || tcost > budget - cost) {
+		tw__detail(detail, detail_len,
+		           "Descriptor: decoded, with %zu payloads and %zu tensors, the message takes "
+		           "more than the limit of %zu bytes",
+		           w->num_payloads, w->num_tensors, limit);
+		return TW_ERR_PROTO;
+	}
 	m->payloads = tw__calloc(w->num_payloads, sizeof(tw_payload));
 	m->tensors = tw__calloc(w->num_tensors, sizeof(tw_tensor));
 	if (!m->payloads || !m->tensors) {

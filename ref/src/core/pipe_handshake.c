@@ -241,8 +241,9 @@ static void tw__pipe_on_answer(tw_conn *c, tw_status_t status, const char *detai
 	if (p->state == TW_PIPE_FAILED)
 		goto out;
 	char dd[TW_DETAIL_MAX] = "";
-	size_t used;
-	tw_status_t st = tw__wire_decode_brochure_answer(buf, (size_t)len, &a, &used, dd, sizeof(dd));
+	size_t used, budget = tw__ctx_decode_budget(p->ctx);
+	tw_status_t st = tw__wire_decode_brochure_answer_within(buf, (size_t)len, &budget, &a, &used, dd,
+	                                                        sizeof(dd));
 	if (st != TW_OK) {
 		tw__pipe_fail(p, st, "bad BrochureAnswer: %s", dd);
 		goto out;
@@ -477,8 +478,9 @@ static void tw__pipe_on_brochure(tw_conn *c, tw_status_t status, const char *det
 		goto out;
 	tw_wire_brochure b;
 	char dd[TW_DETAIL_MAX] = "";
-	size_t used;
-	tw_status_t st = tw__wire_decode_brochure(buf, (size_t)len, &b, &used, dd, sizeof(dd));
+	size_t used, budget = tw__ctx_decode_budget(p->ctx);
+	tw_status_t st = tw__wire_decode_brochure_within(buf, (size_t)len, &budget, &b, &used, dd,
+	                                                 sizeof(dd));
 	if (st != TW_OK) {
 		tw__pipe_fail(p, st, "bad Brochure: %s", dd);
 		goto out;

@@ -159,14 +159,15 @@ static void tw__pipe_on_descriptor(tw_conn *c, tw_status_t status, const char *d
 	if (p->state == TW_PIPE_FAILED)
 		goto out;
 	char dd[TW_DETAIL_MAX] = "";
-	size_t used;
-	tw_status_t st = tw__wire_decode_descriptor(buf, (size_t)len, &m->wire, &used, dd, sizeof(dd));
+	size_t used, limit = tw__ctx_decode_budget(p->ctx), budget = limit;
+	tw_status_t st = tw__wire_decode_descriptor_within(buf, (size_t)len, &budget, &m->wire, &used,
+	                                                   dd, sizeof(dd));
 	if (st != TW_OK) {
 		tw__pipe_fail(p, st, "bad Descriptor: %s", dd);
 		goto out;
 	}
 	m->have_wire = true;
-	st = tw__in_msg_build_view(m, dd, sizeof(dd));
+	st = tw__in_msg_build_view(m, budget, limit, dd, sizeof(dd));
 	if (st != TW_OK) {
 		tw__pipe_fail(p, st, "bad Descriptor: %s", dd);
 		goto out;

@@ -158,8 +158,9 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 {
 	tw_wire_descriptor_reply r;
 	char dd[TW_DETAIL_MAX] = "";
-	size_t used;
-	tw_status_t st = tw__wire_decode_descriptor_reply(buf, (size_t)len, &r, &used, dd, sizeof(dd));
+	size_t used, budget = tw__ctx_decode_budget(p->ctx);
+	tw_status_t st = tw__wire_decode_descriptor_reply_within(buf, (size_t)len, &budget, &r, &used,
+	                                                         dd, sizeof(dd));
 	if (st != TW_OK) {
 		tw__pipe_out_op_failed(m, NULL, false, st, "bad DescriptorReply", dd);
 		return;

@@ -44,6 +44,8 @@ typedef struct tw__dec {
 	tw_nop_reader r;
 	char path[TW__PATH_MAX];
 	size_t path_len;
+	size_t left;  /* heap bytes the decoded value may still take (SIZE_MAX: no bound) */
+	size_t limit; /* what it might take in all */
 } tw__dec;
 
 /* Appends a path segment; returns the mark to pass to tw__dec_pop. */
@@ -75,12 +77,39 @@ static tw_status_t tw__dec_nomem(tw__dec *d, size_t bytes)
 	return TW_ERR_NOMEM;
 }
 
+size_t tw__wire_heap_cost(size_t n)
+{
+	if (n > SIZE_MAX - 32)
+		return SIZE_MAX;
+	size_t c = (n + 8 + 15) & ~(size_t)15;
+	return c < 32 ? 32 : c;
+}
+
+/* Takes what an allocation of n bytes costs from the decode's bound. */
+static tw_status_t tw__dec_charge(tw__dec *d, size_t n)
+{
+	size_t cost = tw__wire_heap_cost(n);
+	if (cost <= d->left) {
+		d->left -= cost;
+		return TW_OK;
+	}
+	if (d->r.detail[0] == '\0' &&
+	    snprintf(d->r.detail, sizeof(d->r.detail),
+	             "%s: decoded, the value takes more than the limit of %zu bytes", d->path,
+	             d->limit) < 0)
+		d->r.detail[0] = '\0';
+	return TW_ERR_PROTO;
+}
+
 /* calloc of a bounded count; NULL for count 0 (*out stays NULL). */
 static tw_status_t tw__dec_array(tw__dec *d, size_t count, size_t size, void **out)
 {
 	*out = NULL;
 	if (count == 0)
 		return TW_OK;
+	tw_status_t st = tw__dec_charge(d, count > SIZE_MAX / size ? SIZE_MAX : count * size);
+	if (st != TW_OK)
+		return st;
 	*out = tw__wire_calloc(count, size);
 	return *out ? TW_OK : tw__dec_nomem(d, count * size);
 }
@@ -90,6 +119,8 @@ static tw_status_t tw__dec_str(tw__dec *d, tw_wire_str *out)
 	const uint8_t *s = NULL;
 	size_t n = 0;
 	tw_status_t st = tw__nop_get_string(&d->r, &s, &n);
+	if (st == TW_OK)
+		st = tw__dec_charge(d, n + 1);
 	if (st != TW_OK)
 		return st;
 	char *c = tw__wire_malloc(n + 1);
@@ -1090,13 +1121,14 @@ static tw_status_t tw__dec_cuda_basic_device(tw__dec *d, void *out)
 
 /* Runs one body decoder over (bytes, len) into `local` (zeroed by the caller);
  * on failure frees it with `free_fn` and copies the detail out. */
-static tw_status_t tw__decode_run(const void *bytes, size_t len, const char *root,
-                                  tw_status_t (*body)(tw__dec *, void *), void *local,
-                                  void (*free_fn)(void *), size_t *consumed_out,
+static tw_status_t tw__decode_run(const void *bytes, size_t len, size_t *budget,
+                                  const char *root, tw_status_t (*body)(tw__dec *, void *),
+                                  void *local, void (*free_fn)(void *), size_t *consumed_out,
                                   char *detail, size_t detail_len)
 {
 	tw__dec d;
 	tw__nop_reader_init(&d.r, bytes, len);
+	d.left = d.limit = budget ? *budget : SIZE_MAX;
 	d.path_len = 0;
 	d.path[0] = '\0';
 	tw__dec_push(&d, "%s", root);
@@ -1113,6 +1145,8 @@ static tw_status_t tw__decode_run(const void *bytes, size_t len, const char *roo
 	}
 	if (consumed_out)
 		*consumed_out = d.r.pos;
+	if (budget)
+		*budget = d.left;
 	if (detail && detail_len)
 		detail[0] = '\0';
 	return TW_OK;
@@ -1120,13 +1154,14 @@ static tw_status_t tw__decode_run(const void *bytes, size_t len, const char *roo
 
 #define TW__DEFINE_DECODE(T, root)                                                          \
 	static void tw__##T##_free_any(void *p) { tw__wire_##T##_free(p); }                      \
-	tw_status_t tw__wire_decode_##T(const void *bytes, size_t len, tw_wire_##T *out,       \
-	                                size_t *consumed_out, char *detail, size_t detail_len) \
+	tw_status_t tw__wire_decode_##T##_within(const void *bytes, size_t len, size_t *budget, \
+	                                         tw_wire_##T *out, size_t *consumed_out,       \
+	                                         char *detail, size_t detail_len)              \
 	{                                                                                       \
 		tw_wire_##T local;                                                                  \
 		size_t consumed = 0;                                                                \
 		memset(&local, 0, sizeof(local));                                                   \
-		tw_status_t st = tw__decode_run(bytes, len, root, tw__dec_##T, &local,              \
+		tw_status_t st = tw__decode_run(bytes, len, budget, root, tw__dec_##T, &local,      \
 		                                tw__##T##_free_any, &consumed, detail, detail_len); \
 		if (st != TW_OK)                                                                    \
 			return st;                                                                      \
@@ -1134,6 +1169,12 @@ static tw_status_t tw__decode_run(const void *bytes, size_t len, const char *roo
 		if (consumed_out)                                                                   \
 			*consumed_out = consumed;                                                       \
 		return TW_OK;                                                                       \
+	}                                                                                       \
+	tw_status_t tw__wire_decode_##T(const void *bytes, size_t len, tw_wire_##T *out,       \
+	                                size_t *consumed_out, char *detail, size_t detail_len) \
+	{                                                                                       \
+		return tw__wire_decode_##T##_within(bytes, len, NULL, out, consumed_out, detail,    \
+		                                    detail_len);                                    \
 	}
 
 TW__DEFINE_DECODE(packet, "Packet")

@@ -202,11 +202,19 @@ typedef struct tw_wire_cuda_gdr_index {
 } tw_wire_cuda_gdr_index;
 
 /* ---- functions: one encoder, decoder and free per type ---- */
+/* tw__wire_decode_T##_within also bounds what the decoded value takes from
+ * the heap (tw__wire_heap_cost of each of its allocations) by *budget, and
+ * leaves what is left of it there: over it, the decode fails with
+ * TW_ERR_PROTO, "decoded, the value takes more than the limit" (spec 5.3.d).
+ * The counts are bounded by the input first either way (spec 1.13). */
 #define TW_WIRE_DECLARE(T)                                                            \
 	void tw__wire_encode_##T(tw_nop_writer *w, const tw_wire_##T *v);               \
 	TW_NODISCARD tw_status_t tw__wire_decode_##T(const void *bytes, size_t len,     \
 	                                             tw_wire_##T *out, size_t *consumed_out, \
 	                                             char *detail, size_t detail_len);  \
+	TW_NODISCARD tw_status_t tw__wire_decode_##T##_within(                          \
+		const void *bytes, size_t len, size_t *budget, tw_wire_##T *out,          \
+		size_t *consumed_out, char *detail, size_t detail_len);                   \
 	void tw__wire_##T##_free(tw_wire_##T *v)
 
 TW_WIRE_DECLARE(packet);
@@ -223,6 +231,10 @@ TW_WIRE_DECLARE(cuda_ipc_device);
 TW_WIRE_DECLARE(cuda_ipc_descriptor);
 TW_WIRE_DECLARE(cuda_gdr_setup);
 TW_WIRE_DECLARE(cuda_gdr_index);
+
+/* What an allocation of n bytes takes from the heap, about: n, the
+ * allocator's 8-byte header, 16-byte granules, 32 bytes at least (glibc). */
+size_t tw__wire_heap_cost(size_t n);
 
 /* Helpers for building values to encode (copying; TW_ERR_NOMEM on failure). */
 TW_NODISCARD tw_status_t tw__wire_str_set(tw_wire_str *dst, const void *s, size_t n);
