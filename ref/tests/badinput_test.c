@@ -257,6 +257,26 @@ static void case_no_common_transport(void)
 	brochure_case(uv_foo, sizeof(uv_foo), TW_ERR_PROTO, "no common transport");
 }
 
+/* A pipe that fails before the application accepts it (its Brochure
+ * offers no common transport; no accept is armed) is not handed to the next
+ * accept as a live pipe: that accept gets the next good client, and the
+ * failure goes to the listener's observer. */
+static void case_failed_before_accept(void)
+{
+	static const uint8_t ibv_only[] = { 0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x03, 'i', 'b', 'v',
+		                            0xbd, 0x05, 'i', 'b', 'v', ':', '*', 0xbb, 0x01,
+		                            0xbd, 0x05, 'b', 'a', 's', 'i', 'c', 0xbb, 0x01,
+		                            0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u', 0x00,
+		                            0xbd, 0x03, 'a', 'n', 'y' };
+	int fd = raw_connect(S.port);
+	raw_send_frame(fd, raw_hello_empty, sizeof(raw_hello_empty));
+	raw_send_frame(fd, ibv_only, sizeof(ibv_only));
+	CHECK(raw_closed_by_peer(fd)); /* the pipe has failed */
+	close(fd);
+	good_client_round();
+	expect_report(TW_ERR_PROTO, "failed before it was accepted");
+}
+
 static void case_bad_brochure(void)
 {
 	static const uint8_t bad[] = { 0xb9, 0x02, 0xff };
@@ -613,6 +633,7 @@ static const struct {
 	{ "junk_after_hello", case_junk_after_hello },
 	{ "no_common_transport", case_no_common_transport },
 	{ "bad_brochure", case_bad_brochure },
+	{ "failed_before_accept", case_failed_before_accept },
 	{ "many_devices", case_many_devices },
 	{ "truncated_descriptor", case_truncated_descriptor },
 	{ "huge_descriptor", case_huge_descriptor },

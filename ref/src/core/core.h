@@ -220,6 +220,7 @@ struct tw_listener {
 	unsigned inflight;
 	tw_list accepts;        /* tw_accept_req waiting for a pipe */
 	tw_list ready;          /* server pipes waiting for an accept */
+	size_t num_ready;       /* how many (at most TW_LISTENER_READY_MAX) */
 	tw_list hellos;         /* tw_hello_wait, in arrival order */
 	uv_timer_t hello_timer; /* the earliest deadline of a hello wait (spec 3.8.e) */
 	bool hello_timer_open;

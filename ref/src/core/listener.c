@@ -92,13 +92,28 @@ static void tw__listener_deliver_accept(void *arg)
 	tw__listener_unref(l); /* the accept request's reference */
 }
 
+/* Pipes waiting for tw_listener_accept, at most: past it a hello is
+ * refused (as a full listen backlog refuses connections), so that peers
+ * that say hello to an application that does not accept cannot pile up
+ * pipes without bound. */
+#define TW_LISTENER_READY_MAX 4096
+
 static void tw__listener_match(tw_listener *l)
 {
 	while (!tw__list_empty(&l->accepts) && !tw__list_empty(&l->ready)) {
-		tw_accept_req *req = TW_CONTAINER_OF(l->accepts.next, tw_accept_req, link);
 		tw_pipe *p = TW_CONTAINER_OF(l->ready.next, tw_pipe, ready_link);
-		tw__list_remove(&req->link);
 		tw__list_remove(&p->ready_link);
+		l->num_ready--;
+		if (p->state == TW_PIPE_FAILED) {
+			/* It failed while it waited (its client left, its handshake
+			 * timed out): an accept gets the next one, not a dead pipe. */
+			tw__listener_report(l, p->err, "listener: a pipe failed before it was accepted: %s",
+			                    p->err_detail);
+			tw__pipe_unref(p); /* the ready list's reference */
+			continue;
+		}
+		tw_accept_req *req = TW_CONTAINER_OF(l->accepts.next, tw_accept_req, link);
+		tw__list_remove(&req->link);
 		/* The ready list's reference becomes the application's. */
 		req->pipe = p;
 		req->status = TW_OK;
@@ -234,6 +249,14 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 	}
 	switch (pkt.kind) {
 	case TW_PACKET_SPONTANEOUS: {
+		if (l->num_ready >= TW_LISTENER_READY_MAX) {
+			tw__listener_report(l, TW_ERR_NOMEM,
+			                    "listener: %d pipes wait for tw_listener_accept; the hello "
+			                    "from %s is refused",
+			                    TW_LISTENER_READY_MAX, hw->peer);
+			conn->ops->close(conn);
+			break;
+		}
 		tw_pipe *p = tw__pipe_new_server(l, hw->reg, conn, pkt.context_name.s,
 		                                 pkt.context_name.n, hw->peer);
 		if (!p) {
@@ -243,6 +266,7 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 			break;
 		}
 		tw__list_push_back(&l->ready, &p->ready_link);
+		l->num_ready++;
 		tw__listener_match(l);
 		break;
 	}
@@ -415,6 +439,7 @@ void tw__listener_close_internal(tw_listener *l)
 	while (!tw__list_empty(&l->ready)) {
 		tw_pipe *p = TW_CONTAINER_OF(l->ready.next, tw_pipe, ready_link);
 		tw__list_remove(&p->ready_link);
+		l->num_ready--;
 		tw__pipe_close_internal(p, TW_ERR_CLOSED, "listener closed before the pipe was accepted");
 		tw__pipe_unref(p); /* the ready list's reference */
 	}
