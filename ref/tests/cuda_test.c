@@ -42,6 +42,9 @@
  *                 containers given different GPUs): neither offers cuda_ipc
  *                 for the other's device, the pipe takes cuda_basic
  *                 instead, and the tensors arrive (stock throws there, T03)
+ *   ipc_two_contexts  a client process with two contexts (two staging
+ *                 areas), one pipe from each to one server context, each
+ *                 sending its own bytes: each arrives from its own area
  *   large         one message of a 33-byte, a multi-GiB and a 1-byte device
  *                 tensor from cuda:0 to the last device, for each size of
  *                 TW_TEST_CUDA_LARGE (default 1.5 GiB and 4.5 GiB, past
@@ -957,6 +960,93 @@ static void case_ipc_pidns_both(void)
 	ipc_round(NULL, NULL, IPC_PIDNS, IPC_PIDNS, "cuda_basic");
 }
 
+/* A client process with two contexts, each with its own staging area, and
+ * a pipe from each to one server context: the server must copy each pipe's
+ * chunks from that pipe's area, told apart by its handle, not by the
+ * process alone. The two pipes' bytes differ (seeds 500 and 700). */
+static void ipc_two_server(int *fds)
+{
+	char url[256];
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx(&ctx, "server");
+	tw_listener *l = tu_listen(ctx, "uv://127.0.0.1:0", url, sizeof(url));
+	tu_rec acc[2];
+	tw_pipe *p[2];
+	close(fds[0]);
+	tu_url_send(fds, url);
+	for (int i = 0; i < 2; i++) {
+		tu_rec_init(&acc[i]);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc[i]));
+		tu_expect(&acc[i], TW_OK, NULL);
+		p[i] = acc[i].pipe;
+	}
+	/* accepted in the order the client connected: its first context first */
+	for (int i = 0; i < 2; i++)
+		ipc_read(p[i], ipc_sizes, IPC_N, 500 + 200 * (uint64_t)i);
+	for (int i = 0; i < 2; i++)
+		tw_pipe_destroy(p[i]);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+}
+
+static void ipc_two_client(int *fds)
+{
+	char url[256];
+	tu_url_recv(fds, url, sizeof(url));
+	cu_load();
+	tw_context *ctx[2];
+	tw_pipe *p[2];
+	for (int i = 0; i < 2; i++) {
+		ipc_ctx(&ctx[i], i ? "client-b" : "client-a");
+		CHECK_OK(tw_context_connect(ctx[i], url, &p[i]));
+		tu_rec est;
+		tu_rec_init(&est);
+		CHECK_OK(tw_pipe_on_established(p[i], tu_on_status, &est));
+		tu_expect(&est, TW_OK, NULL);
+		char ch[64];
+		tw_device d0 = cuda_dev(0);
+		CHECK_OK(tw_pipe_channel_for(p[i], &d0, &d0, ch, sizeof(ch)));
+		CHECK(strcmp(ch, "cuda_ipc") == 0);
+	}
+	for (int i = 0; i < 2; i++)
+		ipc_write(p[i], ipc_sizes, IPC_N, 500 + 200 * (uint64_t)i);
+	for (int i = 0; i < 2; i++) {
+		tw_pipe_destroy(p[i]);
+		CHECK_OK(tw_context_join(ctx[i]));
+		tw_context_destroy(ctx[i]);
+	}
+}
+
+static void case_ipc_two_contexts(void)
+{
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	pid_t pid[2];
+	for (int i = 0; i < 2; i++) {
+		fflush(NULL);
+		pid[i] = fork();
+		CHECK(pid[i] >= 0);
+		if (pid[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (i == 0)
+				ipc_two_server(fds);
+			else
+				ipc_two_client(fds);
+			fflush(NULL);
+			exit(0);
+		}
+	}
+	close(fds[0]);
+	close(fds[1]);
+	for (int i = 0; i < 2; i++) {
+		int st;
+		CHECK(waitpid(pid[i], &st, 0) == pid[i]);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+}
+
 /* Each multi-GiB size between two processes over cuda_ipc, each way, with a
  * small tensor before it. */
 static void case_ipc_large(void)
@@ -1076,6 +1166,7 @@ int main(int argc, char **argv)
 		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
 		{ "churn", case_churn },               { "large", case_large },
 		{ "ipc_large", case_ipc_large },       { "ipc_inline", case_ipc_inline },
+		{ "ipc_two_contexts", case_ipc_two_contexts },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */

@@ -183,9 +183,10 @@ static tw_status_t tw_cuda_report(tw_cuda_ctx *c, int dev, CUstream after, tw_cu
 		return st;
 	CUresult r = c->cu->cuStreamWaitEvent(ns, fin, 0);
 	(void)c->cu->cuEventDestroy_v2(fin);
+	if (r != TW_CUDA_SUCCESS)
+		return tw_cuda_fail(c, "cuStreamWaitEvent", r, detail, detail_len);
 	done->loop = c->base.env->loop;
-	if (r == TW_CUDA_SUCCESS)
-		r = c->cu->cuLaunchHostFunc(ns, tw_cuda_host_done, done);
+	r = c->cu->cuLaunchHostFunc(ns, tw_cuda_host_done, done);
 	if (r != TW_CUDA_SUCCESS)
 		return tw_cuda_fail(c, "cuLaunchHostFunc", r, detail, detail_len);
 	return TW_OK;

@@ -74,6 +74,7 @@ typedef struct ci_outbox {
 /* a peer's staging area, opened on one of our devices */
 typedef struct ci_remote {
 	char *process;
+	uint8_t mem[TW_CU_IPC_HANDLE_SIZE]; /* the area's handle: one process can have several */
 	int32_t rdev;
 	int ldev;
 	CUdeviceptr base;
@@ -202,11 +203,6 @@ static void ci_slot_put(ci_ctx *c, int dev, int slot)
 static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *info, int32_t rdev,
                                  int ldev, ci_remote **out, char *detail, size_t detail_len)
 {
-	for (ci_remote *r = c->remotes; r; r = r->next)
-		if (r->rdev == rdev && r->ldev == ldev && strcmp(r->process, info->process.s) == 0) {
-			*out = r;
-			return TW_OK;
-		}
 	if (info->mem_handle.n != TW_CU_IPC_HANDLE_SIZE || info->num_events != TW_CUDA_IPC_SLOTS) {
 		tw__detail(detail, detail_len,
 		           "the peer's staging area has a %zu-byte handle and %zu events (want %d and %d)",
@@ -219,6 +215,15 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 			tw__detail(detail, detail_len, "the peer's event handle %zu has %zu bytes", i,
 			           info->events[i].n);
 			return TW_ERR_PROTO;
+		}
+	/* Known by the area's handle too, not only by the process: a process
+	 * with two contexts has two areas (and a restarted container's process
+	 * can have the pid of a gone one). */
+	for (ci_remote *r = c->remotes; r; r = r->next)
+		if (r->rdev == rdev && r->ldev == ldev && strcmp(r->process, info->process.s) == 0 &&
+		    memcmp(r->mem, info->mem_handle.s, TW_CU_IPC_HANDLE_SIZE) == 0) {
+			*out = r;
+			return TW_OK;
 		}
 	const tw_cuda *cu = c->cc.cu;
 	tw_status_t st = tw__cuda_use_device(cu, ldev, detail, detail_len);
@@ -243,6 +248,29 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 		           info->process.s, ldev, tw__cuda_strerror(cu, res, eb, sizeof(eb)));
 		return TW_ERR_SYS;
 	}
+	/* Every slot of the area is copied to and from by its index: an area
+	 * smaller than the slots would make the driver's copy fault, which
+	 * spoils the whole CUDA context, not this pipe. */
+	CUdeviceptr abase = 0;
+	size_t asize = 0;
+	res = cu->cuMemGetAddressRange_v2(&abase, &asize, r->base);
+	bool small = res == TW_CUDA_SUCCESS &&
+	             (r->base < abase || (uint64_t)(r->base - abase) + TW_CUDA_IPC_SLOT * TW_CUDA_IPC_SLOTS >
+	                                         (uint64_t)asize);
+	if (res != TW_CUDA_SUCCESS || small) {
+		(void)cu->cuIpcCloseMemHandle(r->base);
+		tw__free(r->process);
+		tw__free(r);
+		if (res != TW_CUDA_SUCCESS)
+			return ci_cu_fail(c, "cuMemGetAddressRange of the peer's staging area", res, detail,
+			                  detail_len);
+		tw__detail(detail, detail_len,
+		           "process %s's staging area on cuda:%d has %zu bytes, less than its %d slots "
+		           "of %llu",
+		           info->process.s, ldev, asize, TW_CUDA_IPC_SLOTS,
+		           (unsigned long long)TW_CUDA_IPC_SLOT);
+		return TW_ERR_PROTO;
+	}
 	for (int i = 0; res == TW_CUDA_SUCCESS && i < TW_CUDA_IPC_SLOTS; i++) {
 		CUipcEventHandle eh;
 		memcpy(eh.reserved, info->events[i].s, TW_CU_IPC_HANDLE_SIZE);
@@ -258,6 +286,7 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 		return ci_cu_fail(c, "cuIpcOpenEventHandle of the peer's staging events", res, detail,
 		                  detail_len);
 	}
+	memcpy(r->mem, info->mem_handle.s, TW_CU_IPC_HANDLE_SIZE);
 	r->rdev = rdev;
 	r->ldev = ldev;
 	r->next = c->remotes;

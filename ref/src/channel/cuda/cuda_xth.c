@@ -207,7 +207,10 @@ static void cx_on_copied(void *arg)
 	cx_op *op = arg;
 	cx_channel *ch = op->ch;
 	op->copying = false;
-	op->copied = true;
+	/* A copy that ends after the channel failed read a sender's buffer
+	 * that the sender's failed send had already handed back: what it
+	 * copied may be torn, so the receive fails too. */
+	op->copied = ch->failed == TW_OK;
 	cx_flush(ch);
 	cx_unref(ch);
 }
