@@ -10,7 +10,9 @@
  * ("wire.md 5.2 (5.2.c)"); each requirement is quoted from there. Every case
  * also checks ALWAYS below.
  */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -167,6 +169,61 @@ static int send_unknown_names(ctx *c)
 	if (strcmp(c->ans.channels, "basic") != 0)
 		twc_raw_check(c, "the answer selected channels '%s', not just 'basic'", c->ans.channels);
 	return twc_raw_frame(c, fd, empty_descriptor, sizeof(empty_descriptor));
+}
+
+/* Appends v canonically (spec 1.3), as a uint64 (a count) or, `sign`, as
+ * the int32 of a Device's index (v < 2^31). */
+static size_t put_int(unsigned char *p, uint32_t v, bool sign)
+{
+	if (v < 0x80) {
+		p[0] = (unsigned char)v;
+		return 1;
+	}
+	unsigned char pre;
+	if (sign)
+		pre = v < 0x80 ? 0x84 : v < 0x8000 ? 0x85 : 0x86;
+	else
+		pre = v < 0x100 ? 0x80 : v < 0x10000 ? 0x81 : 0x82;
+	size_t w = (pre == 0x80 || pre == 0x84) ? 1 : (pre == 0x81 || pre == 0x85) ? 2 : 4;
+	p[0] = pre;
+	for (size_t i = 0; i < w; i++)
+		p[1 + i] = (unsigned char)(v >> (8 * i));
+	return 1 + w;
+}
+
+enum { MANY_DEVICES = 200000 };
+
+static int send_many_devices(ctx *c)
+{
+	/* {uv: "uv:*"}, {basic: {cpu:0: "any", cpu:1: "any", ... cpu:199999: "any"}} */
+	static const unsigned char head[] = { 0xb9, 0x02, 0xbb, 0x01, 0xbd, 0x02, 'u', 'v', 0xbd, 0x04,
+		                              'u', 'v', ':', '*', 0xbb, 0x01, 0xbd, 0x05, 'b', 'a',
+		                              's', 'i', 'c', 0xbb };
+	static const unsigned char dev[] = { 0xb9, 0x02, 0xbd, 0x03, 'c', 'p', 'u' };
+	static const unsigned char any[] = { 0xbd, 0x03, 'a', 'n', 'y' };
+	size_t cap = sizeof(head) + 5 + (size_t)MANY_DEVICES * (sizeof(dev) + 5 + sizeof(any));
+	unsigned char *br = malloc(cap), *p = br;
+	if (!br) {
+		twc_raw_note(c, "out of memory for a Brochure of %zu bytes", cap);
+		return -1;
+	}
+	memcpy(p, head, sizeof(head));
+	p += sizeof(head);
+	p += put_int(p, MANY_DEVICES, false);
+	for (uint32_t i = 0; i < MANY_DEVICES; i++) {
+		memcpy(p, dev, sizeof(dev));
+		p += sizeof(dev);
+		p += put_int(p, i, true);
+		memcpy(p, any, sizeof(any));
+		p += sizeof(any);
+	}
+	int fd = twc_raw_open(c);
+	int rc = fd < 0 || twc_raw_say_hello(c, fd, "devices") ||
+	                 twc_raw_frame(c, fd, br, (size_t)(p - br))
+	                 ? -1
+	                 : 0;
+	free(br);
+	return rc;
 }
 
 static int send_reused_registration_id(ctx *c)
@@ -518,6 +575,13 @@ static const twc_case cases[] = {
 	    "(3.5.d) A server MUST ignore transport and channel names it does not know. And always: "
 	    ALWAYS,
 	    send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	RAW("many_devices", "3.5 (3.5.e), wire.md 3.3 (3.3.f)", TWC_MUST,
+	    "Brochure whose basic channel offers 200000 cpu devices (3.2 MB)",
+	    "(3.5.e) A peer MAY refuse a Brochure that offers more than 4096 devices, failing that "
+	    "pipe with a protocol error before pairing starts. Whether it refuses or pairs, "
+	    "always: "
+	    ALWAYS,
+	    send_many_devices, NULL, NULL, NULL, 0, "proto"),
 	RAW("reused_registration_id", "3.8 (3.8.b)", TWC_MUST,
 	    "after a handshake, a second connection with the descriptor-reply id already used, then an "
 	    "empty message on the first",
