@@ -43,7 +43,11 @@
 #define RING (UINT64_C(2) << 20) /* both inboxes (2.4.3.a) */
 #define RECVS 64
 
-enum { RING_GOOD = 0, RING_FUZZ = 100 };
+enum { RING_GOOD = 0, RING_SENDS = 1, RING_FUZZ = 100 };
+
+/* More connections than any IUT's receive queue holds (stock's shared one
+ * and ours: 1024 receives each). */
+#define SENDS 1100
 
 typedef struct raw_ibv {
 	int sock;
@@ -68,6 +72,7 @@ typedef struct raw_ibv {
 	uint32_t peer_rkey;
 	uint64_t got; /* bytes the IUT announced into our inbox (immediates) */
 	int recvs_posted;
+	bool broken; /* an error completion: the queue pair is in error */
 } raw_ibv;
 
 static long long now_ms(void)
@@ -151,12 +156,23 @@ static int post_recvs(raw_ibv *p)
 	return 0;
 }
 
-static void raw_ibv_close(raw_ibv *p)
+/* Ends the connection of raw_ibv_join: its socket and queue pair. */
+static void raw_ibv_leave(raw_ibv *p)
 {
 	if (p->sock >= 0)
 		close(p->sock);
 	if (p->qp)
 		ibv_destroy_qp(p->qp);
+	p->sock = -1;
+	p->qp = NULL;
+	p->recvs_posted = 0;
+	p->got = 0;
+	p->broken = false;
+}
+
+static void raw_ibv_close(raw_ibv *p)
+{
+	raw_ibv_leave(p);
 	if (p->in_mr)
 		ibv_dereg_mr(p->in_mr);
 	if (p->out_mr)
@@ -247,6 +263,8 @@ static int to_rts(raw_ibv *p, char *why, size_t len)
 	return rc ? -1 : 0;
 }
 
+static int raw_ibv_join(raw_ibv *p, const char *url, char *why, size_t len);
+
 /* A device, a queue pair, both rings, the exchange, RTS, receives posted. */
 static int raw_ibv_open(raw_ibv *p, const char *url, char *why, size_t len)
 {
@@ -261,9 +279,6 @@ static int raw_ibv_open(raw_ibv *p, const char *url, char *why, size_t len)
 		snprintf(why, len, "harness: mmap: %s", strerror(errno));
 		return -1;
 	}
-	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
-	                              .cap = {.max_send_wr = 128, .max_recv_wr = RECVS,
-	                                      .max_send_sge = 1, .max_recv_sge = 1}};
 	if (!(p->pd = ibv_alloc_pd(p->ctx)) || !(p->cq = ibv_create_cq(p->ctx, 256, NULL, NULL, 0)) ||
 	    !(p->in_mr = ibv_reg_mr(p->pd, p->inbox, RING,
 	                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) ||
@@ -271,6 +286,16 @@ static int raw_ibv_open(raw_ibv *p, const char *url, char *why, size_t len)
 		snprintf(why, len, "harness: verbs set-up (pd, cq, mr): %s", strerror(errno));
 		return -1;
 	}
+	return url ? raw_ibv_join(p, url, why, len) : 0;
+}
+
+/* A queue pair of its own, the exchange with the IUT's listener at url, RTS,
+ * receives posted. */
+static int raw_ibv_join(raw_ibv *p, const char *url, char *why, size_t len)
+{
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
+	                              .cap = {.max_send_wr = 128, .max_recv_wr = RECVS,
+	                                      .max_send_sge = 1, .max_recv_sge = 1}};
 	qa.send_cq = qa.recv_cq = p->cq;
 	if (!(p->qp = ibv_create_qp(p->pd, &qa))) {
 		snprintf(why, len, "harness: ibv_create_qp: %s", strerror(errno));
@@ -306,6 +331,12 @@ static int pump(raw_ibv *p, uint64_t want, int ms)
 		struct ibv_wc wc[16];
 		int n = ibv_poll_cq(p->cq, 16, wc), verdict = -1;
 		for (int i = 0; i < n; i++) {
+			/* a queue pair left before (ring_sends) may still flush
+			 * its receives here (qp_num is valid on error too) */
+			if (wc[i].qp_num != p->qp->qp_num)
+				continue;
+			if (wc[i].status != IBV_WC_SUCCESS)
+				p->broken = true; /* in error: its receives are flushed */
 			if (wc[i].wr_id == 1) { /* a receive: status first (2.4.3.f) */
 				p->recvs_posted--;
 				if (wc[i].status == IBV_WC_SUCCESS &&
@@ -316,10 +347,12 @@ static int pump(raw_ibv *p, uint64_t want, int ms)
 			if (want && wc[i].wr_id == want)
 				verdict = wc[i].status == IBV_WC_SUCCESS ? 0 : (int)wc[i].status;
 		}
-		(void)post_recvs(p); /* fails once the queue pair is in error: no matter */
+		if (!p->broken)
+			(void)post_recvs(p); /* reposted into a queue pair in error, they
+			                      * would only be flushed again, and again */
 		if (verdict >= 0)
 			return verdict;
-		if (n == 0 && now_ms() >= end)
+		if (now_ms() >= end)
 			return -1;
 		if (n == 0)
 			usleep(200);
@@ -527,9 +560,64 @@ static int ring_fuzz(raw_ibv *p, unsigned seed)
 	return 0;
 }
 
+/* SENDS connections, each a SEND of one byte, where the IUT's receives take
+ * none (2.4.3: data comes by RDMA WRITE WITH IMMEDIATE, credit by
+ * zero-length SENDs): each fails that connection at the IUT and uses up
+ * one of its receives. One that was shared and never put back (stock puts
+ * back only receives that succeeded) is gone for every later peer; once
+ * all are, a SEND finds none and waits (receiver not ready). */
+static int ring_sends(raw_ibv *p, const char *url, char *why, size_t len)
+{
+	long long start = now_ms();
+	for (int i = 0; i < SENDS; i++) {
+		if (raw_ibv_join(p, url, why, len) != 0) {
+			char first[512];
+			snprintf(first, sizeof(first), "%s", why);
+			snprintf(why, len, "%sconnection %d of %d: %s",
+			         !strncmp(first, "harness:", 8) ? "harness: " : "", i + 1, SENDS,
+			         first + (!strncmp(first, "harness: ", 9) ? 9 : 0));
+			return -1;
+		}
+		p->outbox[0] = 0x5a;
+		struct ibv_sge sge = {.addr = (uintptr_t)p->outbox, .length = 1,
+		                      .lkey = p->out_mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = ++next_wr, .sg_list = &sge, .num_sge = 1,
+		                         .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+		                   *bad;
+		if (ibv_post_send(p->qp, &wr, &bad) != 0) {
+			snprintf(why, len, "harness: ibv_post_send of SEND %d: %s", i + 1,
+			         strerror(errno));
+			return -1;
+		}
+		if (pump(p, wr.wr_id, 2000) < 0) {
+			snprintf(why, len, "after %d connections that each sent one byte by SEND (a "
+			                   "receive the IUT's ring does not expect), SEND %d found no "
+			                   "receive posted at the IUT within 2 s: its receives were "
+			                   "used up and not put back",
+			         i, i + 1);
+			return -1;
+		}
+		raw_ibv_leave(p);
+		if ((i + 1) % 100 == 0) {
+			printf("# %d connections so far, each answered (%lld ms)\n", i + 1, now_ms() - start);
+			fflush(stdout);
+		}
+	}
+	printf("# %d connections, each one SEND of one byte: every one was answered\n", SENDS);
+	fflush(stdout);
+	return 0;
+}
+
 static int hostile(twc_session *s, int k, char *why, size_t len)
 {
 	raw_ibv p;
+	if (k == RING_SENDS) {
+		int rc = raw_ibv_open(&p, NULL, why, len);
+		if (rc == 0)
+			rc = ring_sends(&p, s->url, why, len);
+		raw_ibv_close(&p);
+		return rc;
+	}
 	int rc = raw_ibv_open(&p, s->url, why, len);
 	if (rc == 0)
 		rc = k >= RING_FUZZ ? ring_fuzz(&p, (unsigned)(k - RING_FUZZ)) : ring_good(&p, why, len);
@@ -562,6 +650,14 @@ static const twc_case cases[] = {
 	         "same offsets of the peer's inbox, with the framing of 2.3.3 [...] The immediate "
 	         "is the byte count of that write.",
 	         RING_GOOD),
+	IBV_RING("srq_sends",
+	         "1100 connections in a row, each sending one byte by SEND (no receive of the ring "
+	         "expects one) and closing",
+	         "(2.4.3) Data moves by RDMA WRITE WITH IMMEDIATE [...]; credit returns by "
+	         "zero-length SEND WITH IMMEDIATE. (2.4.3.g) A receiver whose receives are shared "
+	         "among connections MUST post a new one for every receive completion, whatever its "
+	         "status. Its listener MUST serve the next peer (3.3.f).",
+	         RING_SENDS),
 #define IBV_RING_FUZZ(n_)                                                                         \
 	IBV_RING("fuzz_ring_" #n_,                                                                \
 	         "good set-up records, then ring traffic mutated at random (seed " #n_ "): frame " \

@@ -633,9 +633,11 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 	bool recv = wc->wr_id == IBV_WRID_RECV;
 	if (!recv && c->sq_used > 0)
 		c->sq_used--;
-	if (recv && t->srq && wc->status == IBV_WC_SUCCESS) {
+	if (recv && t->srq) {
 		/* a shared receive was used up: put one back, whatever the
-		 * connection's state */
+		 * connection's state and whatever the completion's status (one
+		 * that failed, say a peer's SEND too long for it, consumed it
+		 * too: not putting it back lost it for every connection) */
 		int rc = ib_post_recvs(t, NULL, 1);
 		if (rc != 0 && !tw__conn_done(&c->core))
 			ib_fail_verb(c, "ibv_post_srq_recv", rc);
