@@ -182,7 +182,8 @@ struct ib_transport {
 	struct ibv_comp_channel *chan;
 	struct ibv_srq *srq; /* NULL: per-QP receive queues */
 	uv_poll_t chan_poll;
-	bool chan_poll_on;
+	bool chan_poll_init; /* chan_poll needs closing */
+	bool chan_poll_on;   /* and watches the channel */
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
 	uint64_t answer_wait_ms;
@@ -767,8 +768,23 @@ static unsigned ib_poll(tw_loop_poller *p)
 static void ib_on_channel(uv_poll_t *h, int status, int events)
 {
 	ib_transport *t = h->data;
-	(void)status;
 	(void)events;
+	if (status < 0) {
+		/* libuv has stopped watching (an error on the channel: the
+		 * device went away): no completion would ever wake a connection
+		 * again, so every one fails now, naming it */
+		t->chan_poll_on = false;
+		char d[TW_DETAIL_MAX];
+		tw__detail(d, sizeof(d), IBV_WHO ": the completion channel of %s failed: %s",
+		           t->ch.dev_name, uv_strerror(status));
+		for (tw_list *n = t->cqs.next, *next; n != &t->cqs; n = next) {
+			next = n->next;
+			ib_conn *c = TW_CONTAINER_OF(n, ib_conn, cq_link);
+			if (!tw__conn_done(&c->core))
+				ib_fail(c, TW_ERR_SYS, "%s", d);
+		}
+		return;
+	}
 	for (;;) {
 		struct ibv_cq *cq = NULL;
 		void *ctx = NULL;
@@ -975,7 +991,8 @@ static void ib_update_poll(ib_conn *c)
 static void ib_notice_end(ib_conn *c)
 {
 	ssize_t r = tw__sys_peek(c->fd);
-	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+	int err = r < 0 ? errno : 0; /* before the verbs calls of the drain below */
+	if (r < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
 		return;
 	if (r > 0) {
 		ib_fail(c, TW_ERR_PROTO,
@@ -990,8 +1007,8 @@ static void ib_notice_end(ib_conn *c)
 		ib_set_gone(c, TW_ERR_EOF, d);
 	} else {
 		tw__detail(d, sizeof(d), IBV_WHO ": connection to %s: %s", c->core.peer,
-		           tw__strerror(errno, eb, sizeof(eb)));
-		ib_set_gone(c, errno == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
+		           tw__strerror(err, eb, sizeof(eb)));
+		ib_set_gone(c, err == ECONNRESET ? TW_ERR_CONNRESET : TW_ERR_SYS, d);
 	}
 }
 
@@ -1121,11 +1138,16 @@ static tw_status_t ib_watch_channel(ib_transport *t, char *detail, size_t detail
 {
 	if (t->chan_poll_on)
 		return TW_OK;
-	int rc = uv_poll_init(&t->base.loop->uv, &t->chan_poll, t->chan->fd);
-	if (rc == 0) {
+	int rc = 0;
+	if (!t->chan_poll_init) {
+		rc = uv_poll_init(&t->base.loop->uv, &t->chan_poll, t->chan->fd);
+		t->chan_poll_init = rc == 0;
 		t->chan_poll.data = t;
+	}
+	if (rc == 0) {
+		/* on failure, the next connection tries again */
 		rc = uv_poll_start(&t->chan_poll, UV_READABLE, ib_on_channel);
-		t->chan_poll_on = true;
+		t->chan_poll_on = rc == 0;
 	}
 	if (rc != 0) {
 		tw__detail(detail, detail_len, IBV_WHO ": watching the completion channel of %s: %s",
@@ -1518,7 +1540,7 @@ static void ib_shutdown(tw_transport *base)
 	ib_transport *t = (ib_transport *)base;
 	while (!tw__list_empty(&t->lingering))
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
-	if (t->chan_poll_on)
+	if (t->chan_poll_init)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
 	t->poller.busy_ns = 0; /* no kick restarts polling */
 	tw__loop_poller_cancel(t->base.loop, &t->poller);
