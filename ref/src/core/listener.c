@@ -98,20 +98,28 @@ static void tw__listener_deliver_accept(void *arg)
  * pipes without bound. */
 #define TW_LISTENER_READY_MAX 4096
 
+/* A pipe that failed while it waited for an accept (its client left, its
+ * handshake timed out) leaves the ready list: an accept gets the next one,
+ * not a dead pipe, and the failure goes to the listener's observer. */
+static void tw__listener_drop_failed(tw_listener *l, tw_pipe *p)
+{
+	tw__list_remove(&p->ready_link);
+	l->num_ready--;
+	tw__listener_report(l, p->err, "listener: a pipe failed before it was accepted: %s",
+	                    p->err_detail);
+	tw__pipe_unref(p); /* the ready list's reference */
+}
+
 static void tw__listener_match(tw_listener *l)
 {
 	while (!tw__list_empty(&l->accepts) && !tw__list_empty(&l->ready)) {
 		tw_pipe *p = TW_CONTAINER_OF(l->ready.next, tw_pipe, ready_link);
-		tw__list_remove(&p->ready_link);
-		l->num_ready--;
 		if (p->state == TW_PIPE_FAILED) {
-			/* It failed while it waited (its client left, its handshake
-			 * timed out): an accept gets the next one, not a dead pipe. */
-			tw__listener_report(l, p->err, "listener: a pipe failed before it was accepted: %s",
-			                    p->err_detail);
-			tw__pipe_unref(p); /* the ready list's reference */
+			tw__listener_drop_failed(l, p);
 			continue;
 		}
+		tw__list_remove(&p->ready_link);
+		l->num_ready--;
 		tw_accept_req *req = TW_CONTAINER_OF(l->accepts.next, tw_accept_req, link);
 		tw__list_remove(&req->link);
 		/* The ready list's reference becomes the application's. */
@@ -249,6 +257,16 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 	}
 	switch (pkt.kind) {
 	case TW_PACKET_SPONTANEOUS: {
+		if (l->num_ready >= TW_LISTENER_READY_MAX) {
+			/* dead pipes must not keep live clients out */
+			tw_list *it, *tmp;
+			TW_LIST_FOREACH_SAFE(it, tmp, &l->ready)
+			{
+				tw_pipe *q = TW_CONTAINER_OF(it, tw_pipe, ready_link);
+				if (q->state == TW_PIPE_FAILED)
+					tw__listener_drop_failed(l, q);
+			}
+		}
 		if (l->num_ready >= TW_LISTENER_READY_MAX) {
 			tw__listener_report(l, TW_ERR_NOMEM,
 			                    "listener: %d pipes wait for tw_listener_accept; the hello "
