@@ -571,11 +571,12 @@ static int ring_sends(raw_ibv *p, const char *url, char *why, size_t len)
 	long long start = now_ms();
 	for (int i = 0; i < SENDS; i++) {
 		if (raw_ibv_join(p, url, why, len) != 0) {
+			/* which connection, keeping a harness failure one */
+			static const char h[] = "harness: ";
+			bool ours = !strncmp(why, h, sizeof(h) - 1);
 			char first[512];
-			snprintf(first, sizeof(first), "%s", why);
-			snprintf(why, len, "%sconnection %d of %d: %s",
-			         !strncmp(first, "harness:", 8) ? "harness: " : "", i + 1, SENDS,
-			         first + (!strncmp(first, "harness: ", 9) ? 9 : 0));
+			snprintf(first, sizeof(first), "%s", why + (ours ? sizeof(h) - 1 : 0));
+			snprintf(why, len, "%sconnection %d of %d: %s", ours ? h : "", i + 1, SENDS, first);
 			return -1;
 		}
 		p->outbox[0] = 0x5a;

@@ -179,13 +179,9 @@ static size_t put_int(unsigned char *p, uint32_t v, bool sign)
 		p[0] = (unsigned char)v;
 		return 1;
 	}
-	unsigned char pre;
-	if (sign)
-		pre = v < 0x80 ? 0x84 : v < 0x8000 ? 0x85 : 0x86;
-	else
-		pre = v < 0x100 ? 0x80 : v < 0x10000 ? 0x81 : 0x82;
-	size_t w = (pre == 0x80 || pre == 0x84) ? 1 : (pre == 0x81 || pre == 0x85) ? 2 : 4;
-	p[0] = pre;
+	/* past the fixints: a signed value of 128 or more needs I16 at least */
+	size_t w = !sign && v < 0x100 ? 1 : v < (sign ? 0x8000u : 0x10000u) ? 2 : 4;
+	p[0] = (unsigned char)((sign ? 0x84 : 0x80) + (w == 1 ? 0 : w == 2 ? 1 : 2));
 	for (size_t i = 0; i < w; i++)
 		p[1 + i] = (unsigned char)(v >> (8 * i));
 	return 1 + w;
