@@ -62,7 +62,7 @@ if [ -z "$prefix" ]; then
     bash "$root/ci/install-deps.sh"
     (cd "$root" && cmake --preset release > "$out/configure.log" && \
       cmake --build --preset release -j "$(nproc)" > "$out/build.log") \
-      || { tail -30 "$out/configure.log" "$out/build.log" >&2; echo "gate.sh: build failed" >&2; exit 2; }
+      || { tail -n 30 "$out/configure.log" "$out/build.log" >&2; echo "gate.sh: build failed" >&2; exit 2; }
     from=$root/build/release
   fi
   cmake --install "$from" --prefix "$prefix" > "$out/install.log"

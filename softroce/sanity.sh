@@ -38,13 +38,25 @@ pair() { # name, then the command line; the client adds the server's address
   shift
   "$@" > "$tmp/$name.srv" 2>&1 &
   spid=$!
-  sleep 1
-  if "$@" "$ip" > "$tmp/$name.cli" 2>&1 && wait "$spid"; then
+  # the server may take longer than a second to listen under TCG on a busy
+  # host: a client refused while the server still runs tries again
+  ok=0 n=0
+  while [ "$n" -lt 10 ]; do
+    n=$((n + 1))
+    sleep 1
+    if "$@" "$ip" > "$tmp/$name.cli" 2>&1; then
+      ok=1
+      break
+    fi
+    kill -0 "$spid" 2>/dev/null || break
+    echo "sanity: $name: client attempt $n failed while the server runs: $(tail -n 1 "$tmp/$name.cli")"
+  done
+  if [ "$ok" = 1 ] && wait "$spid"; then
     echo "sanity: PASS $name: $(grep -E "$pat" "$tmp/$name.cli" | tail -1 | tr -s ' ')"
   else
     kill "$spid" 2>/dev/null
     echo "sanity: FAIL $name:"
-    tail -5 "$tmp/$name.cli" "$tmp/$name.srv"
+    tail -n 5 "$tmp/$name.cli" "$tmp/$name.srv"
     rc=1
   fi
 }
@@ -62,7 +74,7 @@ if rping -c -a "$ip" -C 50 -S 256 -v > "$tmp/rping.cli" 2>&1 && wait "$spid" &&
 else
   kill "$spid" 2>/dev/null
   echo "sanity: FAIL rping:"
-  tail -5 "$tmp/rping.cli" "$tmp/rping.srv"
+  tail -n 5 "$tmp/rping.cli" "$tmp/rping.srv"
   rc=1
 fi
 rm -rf "$tmp"
