@@ -13,28 +13,71 @@
  * the others must be quiet (at most 25 ms). With the defaults all must be
  * quiet: the default bound (shm and ibv poll for 1 ms after activity,
  * where stock polls all the time; uv does not) costs no more than that.
+ *
+ * The quiet windows count time on a CPU (getrusage). The polling window
+ * counts what the threads asked for: time on a CPU plus time waiting in
+ * the kernel's run queue for one (/proc/self/task/N/schedstat), so that a
+ * polling thread shows whatever else the machine runs (a loaded test run
+ * gives it less than 40 ms of a window, however hard it polls); where
+ * schedstat is missing, time on a CPU too.
  */
+#include <dirent.h>
 #include <sys/resource.h>
 
 #include "pair_util.h"
 
 #define ST_BOUND_US 300000
 #define ST_WINDOW_US 100000
+#define ST_TRIES 5
 
-static int64_t st_cpu_us(void)
+/* Every thread's time on a CPU and waiting for one, in us; -1 where the
+ * kernel keeps no schedstat. */
+static int64_t st_demand_us(void)
 {
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	int64_t sum = 0;
+	int seen = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[320];
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* a thread that ended meanwhile */
+		unsigned long long run = 0, wait = 0;
+		if (fscanf(f, "%llu %llu", &run, &wait) == 2) {
+			sum += (int64_t)((run + wait) / 1000);
+			seen++;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return seen ? sum : -1;
+}
+
+static int64_t st_cpu_us(bool demand)
+{
+	int64_t d = demand ? st_demand_us() : -1;
+	if (d >= 0)
+		return d;
 	struct rusage ru;
 	CHECK(getrusage(RUSAGE_SELF, &ru) == 0);
 	return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
 	       ru.ru_stime.tv_usec;
 }
 
-/* CPU time of the process over the next window, in ms. */
-static int64_t st_window_ms(void)
+/* CPU time of the process over the next window, in ms (demand: with the
+ * time its threads waited for a CPU). */
+static int64_t st_window_ms(bool demand)
 {
-	int64_t a = st_cpu_us();
+	int64_t a = st_cpu_us(demand);
 	usleep(ST_WINDOW_US);
-	return (st_cpu_us() - a) / 1000;
+	int64_t b = st_cpu_us(demand);
+	return b > a ? (b - a) / 1000 : 0; /* a thread that ended takes its time along */
 }
 
 static void st_ctx(tw_context **ctx, const char *name, const char *options)
@@ -71,16 +114,29 @@ static void st_measure(const char *options, bool spin)
 	tu_pair_open(&p, NULL);
 	st_message(&p, 1); /* every connection is up */
 	usleep((useconds_t)settle_us);
-	int64_t before = st_window_ms();
-	st_message(&p, 2);
-	int64_t after = st_window_ms();
+	int64_t before = st_window_ms(false);
 	CHECK(before <= 25);
+	/* A polling thread gets less than 40 ms of a 100 ms window when the
+	 * machine's other processes take the CPUs (a loaded test run), so the
+	 * polling case tries up to ST_TRIES messages, each once the bound of
+	 * the one before has passed; a thread that does not poll never burns
+	 * that much, however often it is asked. */
+	int64_t after = 0;
+	int tries = 0;
+	while (tries < (spin ? ST_TRIES : 1)) {
+		st_message(&p, 2 + (uint64_t)tries++);
+		after = st_window_ms(spin);
+		if (!spin || after >= 40)
+			break;
+		usleep(ST_BOUND_US + 200000);
+	}
 	if (spin) {
 		usleep(ST_BOUND_US + 200000);
-		int64_t later = st_window_ms();
+		int64_t later = st_window_ms(false);
 		printf("# %s busy_poll_us=%d: CPU ms in 100 ms windows: %lld idle before a message, "
-		       "%lld just after it, %lld once the bound has passed\n",
-		       c->transport, ST_BOUND_US, (long long)before, (long long)after, (long long)later);
+		       "%lld just after it (message %d), %lld once the bound has passed\n",
+		       c->transport, ST_BOUND_US, (long long)before, (long long)after, tries,
+		       (long long)later);
 		CHECK(after >= 40);
 		CHECK(later <= 25);
 	} else {
