@@ -169,10 +169,11 @@ static void check_read_sums(ctx *c, const json_t *ev)
 }
 
 /* Pumps the adapter for up to `ms`, reacting to the accept and read events;
- * returns early once a read has been issued when stop_at_read is set. */
-void twc_raw_observe(ctx *c, int ms, bool stop_at_read)
+ * `flags` (TWC_OBSERVE_*) may end it early. */
+void twc_raw_observe(ctx *c, int ms, int flags)
 {
 	long long deadline = twc_now_ms() + ms;
+	bool settled = false;
 	while (twc_now_ms() < deadline) {
 		twc_adapter_pump(20);
 		if (!alive(c))
@@ -222,8 +223,19 @@ void twc_raw_observe(ctx *c, int ms, bool stop_at_read)
 			c->read_id = -1; /* reported */
 			json_decref(ev);
 		}
-		if (stop_at_read && c->read_id != 0)
+		if ((flags & TWC_OBSERVE_STOP_AT_READ) && c->read_id != 0)
 			return;
+		/* settled: the descriptor's outcome is in and no read is pending
+		 * (read_id 0: none asked for, -1: reported); or no pipe was
+		 * accepted and the IUT has closed the raw client's connection */
+		if ((flags & TWC_OBSERVE_UNTIL_SETTLED) && !settled &&
+		    ((c->o->pipe[0] && c->read_id <= 0) ||
+		     (!c->o->accept[0] && c->nfds > 0 && twc_raw_wait_closed(c->fds[0], 1) == 1))) {
+			settled = true;
+			long long grace = twc_now_ms() + TWC_OBSERVE_GRACE_MS;
+			if (grace < deadline)
+				deadline = grace;
+		}
 	}
 }
 
@@ -261,7 +273,11 @@ static void probe_listener(ctx *c, int window_ms)
 	if (twc_raw_send_frame(fd, h, hn, c->err, sizeof(c->err)) == 0)
 		(void)twc_raw_send_frame(fd, twc_raw_brochure_uv_basic, twc_raw_brochure_uv_basic_len,
 		                        c->err, sizeof(c->err));
-	json_t *ev = twc_adapter_event(c->a, id, "accept", window_ms, c->err, sizeof(c->err));
+	/* a live listener answers at once, so a longer wait costs only a dead
+	 * one; an IUT still busy with the hostile input (stock decodes a 3 MB
+	 * Brochure for over a second) is not taken for dead */
+	json_t *ev = twc_adapter_event(c->a, id, "accept", window_ms > 4000 ? window_ms : 4000,
+	                               c->err, sizeof(c->err));
 	if (!ev) {
 		if (!alive(c))
 			snprintf(c->o->listener, sizeof(c->o->listener),
@@ -380,13 +396,13 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 	json_decref(r);
 
 	(void)rc->send(&c);
-	twc_raw_observe(&c, window_ms, false);
+	twc_raw_observe(&c, window_ms, TWC_OBSERVE_UNTIL_SETTLED);
 	/* Was the raw client's first connection dropped by the server? */
 	if (c.nfds > 0)
 		o->conn_dropped = twc_raw_wait_closed(c.fds[0], alive(&c) ? 100 : 0) == 1;
 	if (alive(&c)) {
 		probe_listener(&c, window_ms);
-		twc_raw_observe(&c, 50, false);
+		twc_raw_observe(&c, 50, 0);
 	}
 	if (!alive(&c) && !o->listener[0])
 		snprintf(o->listener, sizeof(o->listener), "n/a (process gone)");

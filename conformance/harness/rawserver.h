@@ -89,7 +89,8 @@ typedef struct twc_raw_input {
 /* Runs `in` against a fresh adapter started with `cmd` (`label` names it in
  * logs). Returns 0 when the observation is complete, -1 when the harness
  * could not set up (reason in o->note). window_ms: how long to watch after
- * the input. */
+ * the input at most: a pipe that reached its outcome ends the watch early
+ * (TWC_OBSERVE_UNTIL_SETTLED); one still pending is watched to the end. */
 int twc_raw_run(const char *cmd, const char *label, const twc_raw_input *in, int window_ms,
                twc_raw_obs *o);
 
@@ -122,8 +123,18 @@ int twc_raw_open_requested(twc_raw_ctx *c, const char *what, uint64_t id);
  * RequestedConnection (reference §3.4-3.8). */
 int twc_raw_handshake(twc_raw_ctx *c, int fd, const unsigned char *brochure, size_t blen,
                      bool open_conns);
+/* How twc_raw_observe may end before its time is up. */
+enum {
+	TWC_OBSERVE_STOP_AT_READ = 1, /* once a read has been issued */
+	/* once the pipe's outcome is known (its read_descriptor and any read
+	 * reported), or, with no pipe accepted, once the IUT has closed the
+	 * raw client's first connection; after a grace of TWC_OBSERVE_GRACE_MS
+	 * for what follows at once (a process that dies right after) */
+	TWC_OBSERVE_UNTIL_SETTLED = 2,
+};
+#define TWC_OBSERVE_GRACE_MS 150
 /* Pumps the adapter for up to `ms`, reacting to the accept and read events;
- * returns early once a read has been issued when stop_at_read is set. */
-void twc_raw_observe(twc_raw_ctx *c, int ms, bool stop_at_read);
+ * `flags` (TWC_OBSERVE_*) may end it early. */
+void twc_raw_observe(twc_raw_ctx *c, int ms, int flags);
 
 #endif /* TWC_HARNESS_RAWSERVER_H */

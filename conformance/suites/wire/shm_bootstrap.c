@@ -671,7 +671,7 @@ static twc_outcome_t run_shm_bootstrap(const twc_case *c, twc_case_env *env)
 #define SHM_BAD(id_, sec_, what_, req_, kind_)                                                    \
 	{.id = "wire.shm_" id_, .suite = "wire", .section = "wire.md " sec_, .level = TWC_MUST,      \
 	 .needs = "", .description = "raw shm client: " what_ "; then a good pipe over shm",       \
-	 .requirement = req_, .timeout_s = 60, .run = run_shm_bootstrap,                          \
+	 .requirement = req_, .timeout_s = 24, .run = run_shm_bootstrap,                          \
 	 .arg = (const void *)(intptr_t)(kind_)}
 
 #define REQ_B "(2.3.1.b) A receiver MUST treat a message with a different byte count or "        \

@@ -326,7 +326,7 @@ static int send_descriptor_reply(ctx *c)
 		return -1;
 	}
 	/* The IUT sends its DescriptorReply once the application reads. */
-	twc_raw_observe(c, 3000, true);
+	twc_raw_observe(c, 3000, TWC_OBSERVE_STOP_AT_READ);
 	long n = twc_raw_recv_frame(c->reply_fd, reply, sizeof(reply), 3000, c->err, sizeof(c->err));
 	if (n < 0) {
 		twc_raw_check(c, "no DescriptorReply on the descriptor-reply connection: %.150s",
