@@ -27,22 +27,47 @@ if [ -z "$bin" ] || [ ! -x "$bin" ]; then
     exit 77
   fi
   bin="$work/fuzz_$target"
-  # the codec sources, without the unit tests
-  sources=$(ls "$src"/ref/src/wire/*.c | grep -v '_test\.c$')
-  # shellcheck disable=SC2086
-  if ! "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-       -I"$src/ref/include" -I"$src/ref/src" \
-       "$src/fuzz/targets/$target.c" $sources -o "$bin.tmp" 2>"$work/build-$target.log"; then
-    if grep -q -e 'libclang_rt.fuzzer' -e 'fsanitize=fuzzer' "$work/build-$target.log"; then
-      echo "SKIP: $clang cannot link libFuzzer (install libclang-rt-14-dev):"
-      cat "$work/build-$target.log"
-      exit 77
+  flags="-g -O1 -fno-sanitize-recover=undefined -I$src/ref/include -I$src/ref/src"
+  # The codec (its sources without the unit tests), instrumented once for
+  # every target: the first run compiles it under a lock, the others wait
+  # and link against it; it is compiled again when a source is newer.
+  lib="$work/codec/libcodec.a"
+  mkdir -p "$work/codec"
+  if ! (
+    flock 9
+    if [ -f "$lib" ] && [ -z "$(find "$src/ref/src/wire" "$src/ref/include" -newer "$lib" -print -quit)" ]; then
+      exit 0
     fi
-    echo "fuzz.$target: building with $clang failed:"
-    cat "$work/build-$target.log"
+    objs=
+    for f in $(ls "$src"/ref/src/wire/*.c | grep -v '_test\.c$'); do
+      o="$work/codec/$(basename "$f" .c).o"
+      # shellcheck disable=SC2086
+      "$clang" $flags -fsanitize=fuzzer-no-link,address,undefined -c "$f" -o "$o" || exit 1
+      objs="$objs $o"
+    done
+    rm -f "$lib.tmp"
+    # shellcheck disable=SC2086
+    ar rcs "$lib.tmp" $objs && mv "$lib.tmp" "$lib"
+  ) 9>"$work/codec.lock" 2>"$work/build-codec-$target.log"; then
+    echo "fuzz.$target: building the codec with $clang failed:"
+    cat "$work/build-codec-$target.log"
     exit 1
   fi
-  mv "$bin.tmp" "$bin"
+  if [ ! -x "$bin" ] || [ "$lib" -nt "$bin" ] || [ "$src/fuzz/targets/$target.c" -nt "$bin" ]; then
+    # shellcheck disable=SC2086
+    if ! "$clang" $flags -fsanitize=fuzzer,address,undefined \
+         "$src/fuzz/targets/$target.c" "$lib" -o "$bin.tmp" 2>"$work/build-$target.log"; then
+      if grep -q -e 'libclang_rt.fuzzer' -e 'fsanitize=fuzzer' "$work/build-$target.log"; then
+        echo "SKIP: $clang cannot link libFuzzer (install libclang-rt-14-dev):"
+        cat "$work/build-$target.log"
+        exit 77
+      fi
+      echo "fuzz.$target: building with $clang failed:"
+      cat "$work/build-$target.log"
+      exit 1
+    fi
+    mv "$bin.tmp" "$bin"
+  fi
 fi
 
 dict="$src/fuzz/dict/nop.dict"
