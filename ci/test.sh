@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, then builds and runs
-# the test suite twice - under ASan+UBSan+LSan (every test but label 'large')
+# the test suite twice - under ASan+UBSan+LSan (every test but labels 'large' and 'full')
 # and under TSan (tests labelled 'tsan'). Warnings are errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."

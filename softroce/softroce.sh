@@ -185,6 +185,10 @@ try_guest() {
   chmod +x "$run/guest.sh"
   say "path guest: rxe-guest, $(cat "$dir/guest/kernel.txt"), QEMU $accel, layout $layout"
   local to=${TW_SOFTROCE_TIMEOUT:-900}
+  # TW_SOFTROCE_IDLE=poll: the guest's idle vCPUs spin (steady latency for
+  # benchmarks, both host cores busy all the time); by default they halt
+  local idle=""
+  [ -n "${TW_SOFTROCE_IDLE:-}" ] && idle=" idle=$TW_SOFTROCE_IDLE"
   # the working folder is shared read-write, so that reports CMD writes
   # there (relative paths: --junit out/x.xml) reach this host; never "/"
   local cwd_share=() cwd_arg=""
@@ -198,7 +202,7 @@ try_guest() {
       -smp "${TW_SOFTROCE_SMP:-2}" -m "${TW_SOFTROCE_MEM:-2048}" \
       -nodefaults -no-user-config -nographic -serial stdio -no-reboot -nic none \
       -kernel "$dir/guest/vmlinux" -initrd "$dir/guest/initrd.cpio" \
-      -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init idle=poll tw.run=$run$cwd_arg" \
+      -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init$idle tw.run=$run$cwd_arg" \
       -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
       -virtfs "local,path=$run,mount_tag=run,security_model=none,multidevs=remap" \
       "${cwd_share[@]}" \

@@ -169,7 +169,7 @@ static void usage(FILE *f)
 	"                      only if something ran and every run failed (FAIL, ERROR\n"
 	"                      or TIMEOUT) with TEXT in its reason\n"
 	"  --wait-s N          bound any single wait for an event to N seconds (default:\n"
-	"                      half the case's timeout); --mutants defaults to 20\n"
+	"                      half the case's timeout); --mutants defaults to 10\n"
 	"\n"
 	"reports:\n"
 	"  stdout              TAP version 13 as cases finish, then the summary matrix\n"
@@ -1132,7 +1132,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		/* a mutant that never calls back is killed after this long, not after
 		 * half the case's timeout; the baseline runs under the same bound */
 		if (opt.wait_ms == 0)
-			opt.wait_ms = 20000;
+			opt.wait_ms = 10000;
 		const char *why;
 		if (twc_cmd_unavailable(opt.mut.adapter, &why)) {
 			printf("# mutation suite skipped: %s\n", why);
