@@ -173,7 +173,6 @@ static void check_read_sums(ctx *c, const json_t *ev)
 void twc_raw_observe(ctx *c, int ms, int flags)
 {
 	long long deadline = twc_now_ms() + ms;
-	bool settled = false;
 	while (twc_now_ms() < deadline) {
 		twc_adapter_pump(20);
 		if (!alive(c))
@@ -227,11 +226,13 @@ void twc_raw_observe(ctx *c, int ms, int flags)
 			return;
 		/* settled: the descriptor's outcome is in and no read is pending
 		 * (read_id 0: none asked for, -1: reported); or no pipe was
-		 * accepted and the IUT has closed the raw client's connection */
-		if ((flags & TWC_OBSERVE_UNTIL_SETTLED) && !settled &&
+		 * accepted and the IUT has closed the raw client's connection
+		 * (a 1 ms wait: twc_raw_wait_closed does not look at all with 0).
+		 * Once settled the deadline is the grace's end; later passes
+		 * find it no later */
+		if ((flags & TWC_OBSERVE_UNTIL_SETTLED) &&
 		    ((c->o->pipe[0] && c->read_id <= 0) ||
 		     (!c->o->accept[0] && c->nfds > 0 && twc_raw_wait_closed(c->fds[0], 1) == 1))) {
-			settled = true;
 			long long grace = twc_now_ms() + TWC_OBSERVE_GRACE_MS;
 			if (grace < deadline)
 				deadline = grace;
