@@ -38,6 +38,7 @@
 	/* cross-memory attach (ipc.c) */                                                         \
 	X("sys/vm_readv/fail", "process_vm_readv() fails with EPERM")                            \
 	X("sys/vm_readv/short", "process_vm_readv() copies at most 1 byte")                      \
+	X("sys/peer_of", "telling whose socket a peer is fails with EACCES")                     \
 	/* who and where this process is (host.c) */                                              \
 	X("sys/boot_id", "reading the boot id fails with ENOENT")                                \
 	X("sys/ns", "stat() of /proc/self/ns/<ns> fails with ENOENT")                            \

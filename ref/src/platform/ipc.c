@@ -7,8 +7,13 @@
 #define _GNU_SOURCE /* O_TMPFILE, fallocate, process_vm_readv, MSG_CMSG_CLOEXEC */
 #include "platform/platform.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "platform/error.h"
 #include "platform/fault.h"
 
 #define TW_FDS_MAX 8 /* the most descriptors one message carries (shm: 4) */
@@ -249,4 +255,181 @@ ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned 
 		}
 	}
 	return process_vm_readv(pid, local, nlocal, remote, nremote, 0);
+}
+
+/* ---- who is at the other end of a socket ------------------------------- */
+
+/* A TCP endpoint as /proc/net/tcp{,6} shows it: an IPv4 address is kept as
+ * its IPv4-mapped IPv6 form, so that a dual-stack socket and a plain IPv4
+ * one compare equal. */
+typedef struct tw_tcp_end {
+	unsigned char addr[16];
+	unsigned port;
+} tw_tcp_end;
+
+static void tw__tcp_end_v4(tw_tcp_end *e, const void *v4, unsigned port)
+{
+	memset(e->addr, 0, 10);
+	e->addr[10] = e->addr[11] = 0xff;
+	memcpy(e->addr + 12, v4, 4);
+	e->port = port;
+}
+
+static bool tw__tcp_end_of(const struct sockaddr_storage *ss, tw_tcp_end *e)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+		tw__tcp_end_v4(e, &in->sin_addr, ntohs(in->sin_port));
+		return true;
+	}
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+		memcpy(e->addr, &in6->sin6_addr, 16);
+		e->port = ntohs(in6->sin6_port);
+		return true;
+	}
+	return false;
+}
+
+/* "0100007F:1F90" (tcp) or 32 hex digits and a port (tcp6): the kernel
+ * prints each 32-bit word of the address as the number it is in memory. */
+static bool tw__tcp_end_parse(const char *s, tw_tcp_end *e)
+{
+	size_t n = strcspn(s, ":");
+	if ((n != 8 && n != 32) || s[n] != ':')
+		return false;
+	uint32_t words[4];
+	for (size_t w = 0; w < n / 8; w++) {
+		char hex[9], *end;
+		memcpy(hex, s + 8 * w, 8);
+		hex[8] = '\0';
+		words[w] = (uint32_t)strtoul(hex, &end, 16);
+		if (end != hex + 8)
+			return false;
+	}
+	char *end;
+	unsigned long port = strtoul(s + n + 1, &end, 16);
+	if (end == s + n + 1 || port > 0xffff)
+		return false;
+	if (n == 8)
+		tw__tcp_end_v4(e, words, (unsigned)port);
+	else {
+		memcpy(e->addr, words, 16);
+		e->port = (unsigned)port;
+	}
+	return true;
+}
+
+/* The inode of the socket that /proc/<pid>/net/<file> lists as local `mine`
+ * and remote `theirs`; 0 if none. -1 and errno if the file cannot be read. */
+static int tw__tcp_find_inode(pid_t pid, const char *file, const tw_tcp_end *local,
+                              const tw_tcp_end *remote, unsigned long *inode_out)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, file);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	*inode_out = 0;
+	while (!*inode_out && fgets(line, sizeof(line), f)) {
+		char l[64], r[64];
+		unsigned long inode;
+		tw_tcp_end le, re;
+		/* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+		if (sscanf(line, " %*s %63s %63s %*s %*s %*s %*s %*s %*s %lu", l, r, &inode) != 3 ||
+		    !tw__tcp_end_parse(l, &le) || !tw__tcp_end_parse(r, &re))
+			continue; /* the heading */
+		if (inode && le.port == local->port && re.port == remote->port &&
+		    !memcmp(le.addr, local->addr, 16) && !memcmp(re.addr, remote->addr, 16))
+			*inode_out = inode;
+	}
+	fclose(f);
+	return 0;
+}
+
+/* 1 if socket `inode` is one of pid's descriptors, 0 if not, -1 and errno
+ * if its descriptors cannot be listed. */
+static int tw__fd_table_has_socket(pid_t pid, unsigned long inode)
+{
+	char path[64], want[48], link[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof(want), "socket:[%lu]", inode);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int found = 0;
+	for (struct dirent *de; !found && (de = readdir(d));) {
+		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = '\0';
+			found = !strcmp(link, want);
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+int tw__sys_socket_peer_of(int fd, pid_t pid, char *why, size_t why_len)
+{
+	char eb[128];
+	if (TW_FAULT_POINT("sys/peer_of")) {
+		errno = EACCES;
+		tw__detail(why, why_len, "reading /proc/%d: %s", (int)pid,
+		           tw__strerror(errno, eb, sizeof(eb)));
+		return -1;
+	}
+	if (fd < 0) {
+		tw__detail(why, why_len, "the connection has no socket (closed, or not open yet)");
+		errno = EBADF;
+		return -1;
+	}
+	struct sockaddr_storage mine, theirs;
+	socklen_t ml = sizeof(mine), tl = sizeof(theirs);
+	if (getsockname(fd, (struct sockaddr *)&mine, &ml) != 0 ||
+	    getpeername(fd, (struct sockaddr *)&theirs, &tl) != 0) {
+		tw__detail(why, why_len, "getpeername: %s", tw__strerror(errno, eb, sizeof(eb)));
+		return -1;
+	}
+	if (mine.ss_family == AF_UNIX) {
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+			tw__detail(why, why_len, "getsockopt(SO_PEERCRED): %s",
+			           tw__strerror(errno, eb, sizeof(eb)));
+			return -1;
+		}
+		if (cred.pid == pid)
+			return 1;
+		tw__detail(why, why_len, "the UNIX socket's peer is process %d%s", (int)cred.pid,
+		           cred.pid == 0 ? " (not visible from this pid namespace)" : "");
+		return 0;
+	}
+	tw_tcp_end me, peer;
+	if (!tw__tcp_end_of(&mine, &me) || !tw__tcp_end_of(&theirs, &peer)) {
+		tw__detail(why, why_len, "a socket of address family %d", (int)mine.ss_family);
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	/* the peer's socket: local address = our peer, remote = us */
+	unsigned long inode = 0;
+	static const char *const files[] = { "tcp", "tcp6" };
+	for (size_t i = 0; i < 2 && !inode; i++)
+		if (tw__tcp_find_inode(pid, files[i], &peer, &me, &inode) != 0) {
+			tw__detail(why, why_len, "reading /proc/%d/net/%s: %s", (int)pid, files[i],
+			           tw__strerror(errno, eb, sizeof(eb)));
+			return -1;
+		}
+	if (!inode) {
+		tw__detail(why, why_len, "no socket of process %d's network namespace is the other end "
+		                         "of this TCP connection", (int)pid);
+		return 0;
+	}
+	int has = tw__fd_table_has_socket(pid, inode);
+	if (has < 0)
+		tw__detail(why, why_len, "listing /proc/%d/fd: %s", (int)pid,
+		           tw__strerror(errno, eb, sizeof(eb)));
+	else if (!has)
+		tw__detail(why, why_len, "the other end of this TCP connection (socket inode %lu) is "
+		                         "not a descriptor of process %d", inode, (int)pid);
+	return has;
 }

@@ -109,6 +109,17 @@ int tw__sys_futex_wake_shared(const uint32_t *addr);
 ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned long nlocal,
                                  const struct iovec *remote, unsigned long nremote);
 
+/* ---- who is at the other end of a socket (ipc.c) ---- */
+/* Whether the other end of the connected socket fd is a descriptor of
+ * process pid (getpid() for this very process). A UNIX socket: the peer's
+ * credentials (SO_PEERCRED). TCP: the socket that pid's network namespace
+ * lists (/proc/<pid>/net/tcp, tcp6) with fd's two addresses swapped must be
+ * one of pid's descriptors (/proc/<pid>/fd). 1 yes; 0 no, with *why saying
+ * what was found instead; -1 could not tell, with errno and *why naming the
+ * call. Blocks briefly on /proc; the cost grows with the host's sockets.
+ * Fault point "sys/peer_of" (EACCES). */
+int tw__sys_socket_peer_of(int fd, pid_t pid, char *why, size_t why_len);
+
 /* ---- who and where this process runs (host.c) ---- */
 #define TW_BOOT_ID_LEN 36 /* 8-4-4-4-12 hex digits and dashes */
 /* The first line of /proc/sys/kernel/random/boot_id, NUL-terminated, into

@@ -16,7 +16,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -176,6 +179,89 @@ static void test_abstract(void)
 	      errno == ENAMETOOLONG);
 }
 
+/* A TCP connection over loopback (v4 or v6): *a connects, *b accepted. */
+static bool tcp_pair(int family, int *a, int *b)
+{
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	socklen_t len;
+	if (family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+		in->sin_family = AF_INET;
+		in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		len = sizeof(*in);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+		in6->sin6_family = AF_INET6;
+		in6->sin6_addr = in6addr_loopback;
+		len = sizeof(*in6);
+	}
+	int l = socket(family, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&ss, len) != 0 || listen(l, 4) != 0 ||
+	    getsockname(l, (struct sockaddr *)&ss, &len) != 0) {
+		if (l >= 0)
+			close(l);
+		return false;
+	}
+	*a = socket(family, SOCK_STREAM, 0);
+	bool ok = *a >= 0 && connect(*a, (struct sockaddr *)&ss, len) == 0 &&
+	          (*b = accept(l, NULL, NULL)) >= 0;
+	close(l);
+	return ok;
+}
+
+/* tw__sys_socket_peer_of: a UNIX pair and TCP connections inside this
+ * process are ours; the end a forked child holds alone is the child's. */
+static void test_peer_of(void)
+{
+	char why[256] = "";
+	int sv[2];
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	CHECKF(tw__sys_socket_peer_of(sv[0], getpid(), why, sizeof(why)) == 1, "unix: %s", why);
+	CHECK(tw__sys_socket_peer_of(sv[0], getpid() + 1, why, sizeof(why)) == 0);
+	CHECKF(strstr(why, "UNIX socket's peer is process"), "%s", why);
+	close(sv[0]);
+	close(sv[1]);
+	static const int families[] = { AF_INET, AF_INET6 };
+	for (size_t i = 0; i < 2; i++) {
+		int a = -1, b = -1;
+		if (!tcp_pair(families[i], &a, &b)) {
+			CHECKF(families[i] == AF_INET6, "no IPv4 loopback connection: %s", strerror(errno));
+			printf("# no IPv6 loopback here: %s\n", strerror(errno));
+			continue;
+		}
+		CHECKF(tw__sys_socket_peer_of(a, getpid(), why, sizeof(why)) == 1, "tcp %zu: %s", i,
+		       why);
+		CHECKF(tw__sys_socket_peer_of(b, getpid(), why, sizeof(why)) == 1, "tcp %zu: %s", i,
+		       why);
+		/* b goes to a child alone: a's peer is then the child's, not ours */
+		int go[2];
+		CHECK(pipe(go) == 0);
+		pid_t child = fork();
+		if (child == 0) {
+			char x;
+			close(go[1]);
+			(void)!read(go[0], &x, 1);
+			_exit(0);
+		}
+		close(b);
+		close(go[0]);
+		CHECK(tw__sys_socket_peer_of(a, getpid(), why, sizeof(why)) == 0);
+		CHECKF(strstr(why, "is not a descriptor of process"), "%s", why);
+		CHECKF(tw__sys_socket_peer_of(a, child, why, sizeof(why)) == 1, "child: %s", why);
+		close(go[1]);
+		int st;
+		CHECK(waitpid(child, &st, 0) == child);
+		close(a);
+	}
+	/* not connected: cannot tell */
+	int u = socket(AF_INET, SOCK_STREAM, 0);
+	errno = 0;
+	CHECK(tw__sys_socket_peer_of(u, getpid(), why, sizeof(why)) == -1 && errno == ENOTCONN);
+	CHECKF(strstr(why, "getpeername"), "%s", why);
+	close(u);
+}
+
 static void test_host(void)
 {
 	char id[TW_BOOT_ID_LEN + 1], again[TW_BOOT_ID_LEN + 1];
@@ -306,6 +392,9 @@ static int trigger(const char *point)
 	} else if (!strcmp(point, "sys/vm_readv/short")) {
 		struct iovec r = { buf + 10, 4 };
 		failed = tw__sys_process_vm_readv(getpid(), &iov, 1, &r, 1) == 1;
+	} else if (!strcmp(point, "sys/peer_of")) {
+		char why[256];
+		FAILS(tw__sys_socket_peer_of(sv[0], getpid(), why, sizeof(why)) < 0, EACCES);
 	} else if (!strcmp(point, "sys/boot_id")) {
 		char id[TW_BOOT_ID_LEN + 1];
 		FAILS(tw__sys_boot_id(id, sizeof(id)) < 0, ENOENT);
@@ -382,6 +471,7 @@ int main(int argc, char **argv)
 		test_vm_readv();
 		test_abstract();
 		test_host();
+		test_peer_of();
 	} else if (!strcmp(what, "faults")) {
 		test_faults();
 	} else {

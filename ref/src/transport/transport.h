@@ -88,6 +88,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "platform/loop.h"
 #include "tensorwire/tensorwire.h"
@@ -212,6 +213,13 @@ typedef struct tw_conn_ops {
 	 * wildcard can then tell a peer the address it already reached this
 	 * host at. False if unknown. Loop thread. */
 	bool (*local_address)(tw_conn *c, struct sockaddr_storage *out);
+	/* Optional (NULL: cannot tell): whether the other end of this
+	 * connection is a descriptor of process pid, as the kernel knows the
+	 * socket under it (tw__sys_socket_peer_of: tcp's socket, shm's UNIX
+	 * socket, ibv's bootstrap socket). 1 yes, 0 no, -1 cannot tell; `why`
+	 * says what was found. A channel that reads memory a peer names checks
+	 * this first (spec 4.5.b). Loop thread; reads /proc. */
+	int (*peer_of)(tw_conn *c, pid_t pid, char *why, size_t why_len);
 } tw_conn_ops;
 
 struct tw_conn {

@@ -1560,6 +1560,13 @@ static void ib_destroy(tw_transport *base)
 	tw__free(t);
 }
 
+/* The socket under the connection: the kernel knows who holds its other
+ * end (transport.h). */
+static int ib_conn_peer_of(tw_conn *base, pid_t pid, char *why, size_t why_len)
+{
+	return tw__sys_socket_peer_of(((ib_conn *)base)->fd, pid, why, why_len);
+}
+
 static const tw_conn_ops ib_conn_ops = {
 	.write = ib_conn_write,
 	.read_into = ib_conn_read_into,
@@ -1570,6 +1577,7 @@ static const tw_conn_ops ib_conn_ops = {
 	.peer = ib_conn_peer,
 	.has_unread = ib_conn_has_unread,
 	.was_connected = ib_conn_was_connected,
+	.peer_of = ib_conn_peer_of,
 };
 
 const tw_transport_ops tw__ibv_transport_ops = {

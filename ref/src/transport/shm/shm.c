@@ -865,6 +865,13 @@ static void shm_destroy(tw_transport *base)
 	tw__free(t);
 }
 
+/* The socket under the connection: the kernel knows who holds its other
+ * end (transport.h). */
+static int shm_conn_peer_of(tw_conn *base, pid_t pid, char *why, size_t why_len)
+{
+	return tw__sys_socket_peer_of(((shm_conn *)base)->fd, pid, why, why_len);
+}
+
 static const tw_conn_ops shm_conn_ops = {
 	.write = shm_conn_write,
 	.read_into = shm_conn_read_into,
@@ -874,6 +881,7 @@ static const tw_conn_ops shm_conn_ops = {
 	.peer = shm_conn_peer,
 	.has_unread = shm_conn_has_unread,
 	.was_connected = shm_conn_was_connected,
+	.peer_of = shm_conn_peer_of,
 };
 
 const tw_transport_ops tw__shm_transport_ops = {

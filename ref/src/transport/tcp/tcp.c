@@ -964,6 +964,13 @@ static void tcp_destroy(tw_transport *t)
 	tw__free(t);
 }
 
+/* The socket under the connection: the kernel knows who holds its other
+ * end (transport.h). */
+static int tcp_conn_peer_of(tw_conn *base, pid_t pid, char *why, size_t why_len)
+{
+	return tw__sys_socket_peer_of(((tcp_conn *)base)->fd, pid, why, why_len);
+}
+
 static const tw_conn_ops tcp_conn_ops = {
 	.write = tcp_conn_write,
 	.read_into = tcp_conn_read_into,
@@ -974,6 +981,7 @@ static const tw_conn_ops tcp_conn_ops = {
 	.has_unread = tcp_conn_has_unread,
 	.was_connected = tcp_conn_was_connected,
 	.local_address = tcp_conn_local_address,
+	.peer_of = tcp_conn_peer_of,
 };
 
 static const char *const tcp_schemes[] = { "tcp", "uv", NULL };
