@@ -368,6 +368,10 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 	                         "name", "server", "transports", "name", "uv", "kind", "uv",
 	                         "priority", 0, "channels", "name", "basic", "kind", "basic",
 	                         "priority", 0);
+	if (rc->channel)
+		json_array_append_new(json_object_get(creq, "channels"),
+		                      json_pack("{s:s,s:s,s:i}", "name", rc->channel, "kind",
+		                                rc->channel, "priority", 10));
 	if (rc->handshake_timeout_ms > 0) {
 		json_object_set_new(creq, "handshake_timeout_ms",
 		                    json_integer(rc->handshake_timeout_ms));

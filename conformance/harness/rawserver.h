@@ -84,6 +84,9 @@ typedef struct twc_raw_input {
 	 * fail with ("proto" where the spec says "fails with a protocol
 	 * error"); NULL = any kind. */
 	const char *robust_kind;
+	/* NULL, or a channel kind the IUT registers besides basic, above it in
+	 * priority ("xth"), so that a Brochure offering it gets it selected. */
+	const char *channel;
 } twc_raw_input;
 
 /* Runs `in` against a fresh adapter started with `cmd` (`label` names it in

@@ -6,6 +6,7 @@
 #include "rawpeer.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -228,13 +229,13 @@ static size_t put_str(const char *v, unsigned char *b)
 	return 2 + n;
 }
 
-size_t twc_raw_brochure(const char *transport, const char *domain, unsigned char *buf,
-                        size_t cap)
+size_t twc_raw_brochure_with(const char *transport, const char *domain, const char *channel,
+                             const char *descriptor, unsigned char *buf, size_t cap)
 {
-	static const unsigned char cpu0_any[] = {0xbb, 0x01, 0xb9, 0x02, 0xbd, 0x03, 'c', 'p',
-	                                         'u',  0x00, 0xbd, 0x03, 'a',  'n',  'y'};
-	size_t tl = strlen(transport), dl = strlen(domain);
-	if (tl >= 0x80 || dl >= 0x80 || cap < 4 + (2 + tl) + (2 + dl) + 2 + 7 + sizeof(cpu0_any))
+	size_t tl = strlen(transport), dl = strlen(domain), cl = strlen(channel),
+	       xl = strlen(descriptor);
+	if (tl >= 0x80 || dl >= 0x80 || cl >= 0x80 || xl >= 0x80 ||
+	    cap < 4 + (2 + tl) + (2 + dl) + 2 + (2 + cl) + 9 + (2 + xl))
 		return 0;
 	size_t k = 0;
 	buf[k++] = 0xb9, buf[k++] = 0x02; /* Brochure: 2 members */
@@ -242,9 +243,19 @@ size_t twc_raw_brochure(const char *transport, const char *domain, unsigned char
 	k += put_str(transport, buf + k);
 	k += put_str(domain, buf + k);
 	buf[k++] = 0xbb, buf[k++] = 0x01; /* one channel */
-	k += put_str("basic", buf + k);
-	memcpy(buf + k, cpu0_any, sizeof(cpu0_any));
-	return k + sizeof(cpu0_any);
+	k += put_str(channel, buf + k);
+	buf[k++] = 0xbb, buf[k++] = 0x01; /* one device: cpu:0 */
+	buf[k++] = 0xb9, buf[k++] = 0x02;
+	k += put_str("cpu", buf + k);
+	buf[k++] = 0x00;
+	k += put_str(descriptor, buf + k);
+	return k;
+}
+
+size_t twc_raw_brochure(const char *transport, const char *domain, unsigned char *buf,
+                        size_t cap)
+{
+	return twc_raw_brochure_with(transport, domain, "basic", "any", buf, cap);
 }
 
 int twc_raw_boot_id(char *out, size_t len)
@@ -260,14 +271,88 @@ int twc_raw_boot_id(char *out, size_t len)
 
 int twc_raw_ns_id(const char *ns, char *out, size_t len)
 {
+	return twc_raw_ns_id_of(0, ns, out, len);
+}
+
+int twc_raw_ns_id_of(int pid, const char *ns, char *out, size_t len)
+{
 	char path[64];
 	struct stat st;
-	snprintf(path, sizeof(path), "/proc/self/ns/%s", ns);
+	if (pid > 0)
+		snprintf(path, sizeof(path), "/proc/%d/ns/%s", pid, ns);
+	else
+		snprintf(path, sizeof(path), "/proc/self/ns/%s", ns);
 	if (stat(path, &st) != 0)
 		return 0;
 	snprintf(out, len, "%llx_%llx", (unsigned long long)st.st_dev,
 	         (unsigned long long)st.st_ino);
 	return 1;
+}
+
+/* The inode of the loopback TCP socket whose local port is `port` and
+ * remote port `rport`, from one /proc/net file; 0 if none listed. */
+static unsigned long tcp_inode_by_ports(const char *file, unsigned port, unsigned rport)
+{
+	FILE *f = fopen(file, "r");
+	if (!f)
+		return 0;
+	char line[512];
+	unsigned long found = 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *tok[12];
+		int n = 0;
+		for (char *save, *t = strtok_r(line, " \t\n", &save); t && n < 12;
+		     t = strtok_r(NULL, " \t\n", &save))
+			tok[n++] = t;
+		if (n < 10 || !strchr(tok[1], ':') || !strchr(tok[2], ':'))
+			continue;
+		unsigned lp = (unsigned)strtoul(strrchr(tok[1], ':') + 1, NULL, 16);
+		unsigned rp = (unsigned)strtoul(strrchr(tok[2], ':') + 1, NULL, 16);
+		if (lp == port && rp == rport)
+			found = strtoul(tok[9], NULL, 10);
+	}
+	fclose(f);
+	return found;
+}
+
+int twc_raw_peer_pid(int fd)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t ml = sizeof(me), pl = sizeof(peer);
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+	    getpeername(fd, (struct sockaddr *)&peer, &pl) != 0)
+		return -1;
+	unsigned mport = ntohs(((struct sockaddr_in *)&me)->sin_port); /* same offset in v6 */
+	unsigned pport = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+	unsigned long inode = tcp_inode_by_ports("/proc/net/tcp", pport, mport);
+	if (!inode)
+		inode = tcp_inode_by_ports("/proc/net/tcp6", pport, mport);
+	if (!inode)
+		return -1; /* not accepted yet: a queued connection has no inode */
+	char want[48];
+	snprintf(want, sizeof(want), "socket:[%lu]", inode);
+	DIR *proc = opendir("/proc");
+	if (!proc)
+		return -1;
+	int pid = -1;
+	for (struct dirent *p; pid < 0 && (p = readdir(proc));) {
+		if (p->d_name[0] < '1' || p->d_name[0] > '9')
+			continue;
+		char dir[300];
+		snprintf(dir, sizeof(dir), "/proc/%s/fd", p->d_name);
+		DIR *fds = opendir(dir);
+		if (!fds)
+			continue;
+		for (struct dirent *e; pid < 0 && (e = readdir(fds));) {
+			char link[64];
+			ssize_t n = readlinkat(dirfd(fds), e->d_name, link, sizeof(link) - 1);
+			if (n > 0 && (link[n] = '\0', !strcmp(link, want)))
+				pid = atoi(p->d_name);
+		}
+		closedir(fds);
+	}
+	closedir(proc);
+	return pid;
 }
 
 size_t twc_raw_hello(const char *name, unsigned char *buf, size_t cap)
@@ -466,6 +551,13 @@ int twc_raw_parse_answer(const unsigned char *b, size_t n, twc_raw_answer *out, 
 			(void)get_le(&r, 8, &out->mpt_id);
 			r.off = save;
 			out->has_mpt = 1;
+		}
+		if (strcmp(name, "basic") && strcmp(name, "mpt") && !out->other[0]) {
+			size_t save = r.off;
+			snprintf(out->other, sizeof(out->other), "%.31s", name);
+			for (uint64_t k8 = 0; k8 + 8 <= blen && out->other_n < 4; k8 += 8)
+				(void)get_le(&r, 8, &out->other_ids[out->other_n++]);
+			r.off = save;
 		}
 		r.off += (size_t)blen;
 	}

@@ -60,6 +60,9 @@ typedef struct twc_raw_answer {
 	uint64_t ext_mask;        /* transportRegistrationIds[0x74770001], spec/wire.md 8.1 */
 	int has_mpt;
 	uint64_t mpt_id;          /* channelRegistrationIds["mpt"][0], its control connection */
+	char other[32];           /* the first channel besides basic and mpt, */
+	uint64_t other_ids[4];    /* and its registration ids, one per connection */
+	int other_n;
 } twc_raw_answer;
 
 /* One lane of an mpt ServerHello (spec/wire.md 4.3). */
@@ -91,11 +94,22 @@ size_t twc_raw_requested(uint64_t id, unsigned char *buf, size_t cap);
  * does not fit or a string is 128 bytes or longer. */
 size_t twc_raw_brochure(const char *transport, const char *domain, unsigned char *buf,
                         size_t cap);
+/* The same, offering `channel` instead of basic, with `descriptor` for
+ * cpu:0 (xth: the process it claims to be). */
+size_t twc_raw_brochure_with(const char *transport, const char *domain, const char *channel,
+                             const char *descriptor, unsigned char *buf, size_t cap);
 
 /* This host's facts, read from /proc (spec/wire.md 6): the boot id (36
  * characters), and a namespace's id as "<st_dev>_<st_ino>" in lowercase hex
  * of /proc/self/ns/<ns>. false when unreadable. */
 int twc_raw_boot_id(char *out, size_t len);
 int twc_raw_ns_id(const char *ns, char *out, size_t len);
+/* The same for process pid's namespace. */
+int twc_raw_ns_id_of(int pid, const char *ns, char *out, size_t len);
+/* The process holding the other end of the loopback TCP connection fd (an
+ * IUT's accepted socket: whichever process of the host that is, whatever
+ * wrapper started it), found through /proc/net/tcp{,6} and /proc/<pid>/fd;
+ * -1 while it has not been accepted, or when /proc does not say. */
+int twc_raw_peer_pid(int fd);
 
 #endif /* TWC_RAWPEER_RAWPEER_H */

@@ -300,6 +300,82 @@ static int send_tensor_mismatch(ctx *c)
 	       twc_raw_frame(c, c->basic_fd, t, sizeof(t)) ? -1 : 0;
 }
 
+/* The start of the first readable mapping of process pid; 0 if none. */
+static uint64_t readable_address(int pid)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	FILE *f = fopen(path, "r");
+	unsigned long long start = 0;
+	char perms[8];
+	while (f && !start && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%llx-%*[0-9a-f] %7s", &start, perms) != 2 || perms[0] != 'r')
+			start = 0;
+	if (f)
+		fclose(f);
+	return start;
+}
+
+/* (4.5.b) The raw client claims to be the IUT's own process: it offers xth
+ * with the descriptor any local user can build from /proc (boot id, the
+ * IUT's pid namespace and pid), gets xth selected, and sends a 16-byte
+ * tensor whose xth Descriptor names memory of the IUT by address: an
+ * unmapped page, or the IUT's first readable mapping. */
+static int send_xth_forged(ctx *c, bool mapped)
+{
+	c->want_read = true;
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "xth-forged"))
+		return -1;
+	int pid = -1;
+	for (int i = 0; i < 300 && pid < 0; i++)
+		if ((pid = twc_raw_peer_pid(fd)) < 0)
+			usleep(10000);
+	char boot[64], pidns[64], desc[160];
+	if (pid < 0 || !twc_raw_boot_id(boot, sizeof(boot)) ||
+	    !twc_raw_ns_id_of(pid, "pid", pidns, sizeof(pidns))) {
+		twc_raw_note(c, "cannot tell the IUT's process from /proc (pid %d)", pid);
+		return -1;
+	}
+	snprintf(desc, sizeof(desc), "%s_%s_%d", boot, pidns, pid);
+	uint64_t ptr = mapped ? readable_address(pid) : 0x1000;
+	if (!ptr) {
+		twc_raw_note(c, "no readable mapping in /proc/%d/maps", pid);
+		return -1;
+	}
+	printf("# claiming to be process %d (%s); pointer 0x%llx\n", pid, desc,
+	       (unsigned long long)ptr);
+	unsigned char br[512];
+	size_t bl = twc_raw_brochure_with("uv", "uv:*", "xth", desc, br, sizeof(br));
+	if (!bl || twc_raw_handshake(c, fd, br, bl, true))
+		return -1;
+	if (strcmp(c->ans.other, "xth") != 0 || c->ans.other_n != 2) {
+		twc_raw_note(c, "the answer did not select xth with 2 connections (channels: %s)",
+		             c->ans.channels);
+		return -1;
+	}
+	int x0 = twc_raw_open_requested(c, "xth connection 0", c->ans.other_ids[0]);
+	if (x0 < 0 || twc_raw_open_requested(c, "xth connection 1", c->ans.other_ids[1]) < 0)
+		return -1;
+	unsigned char d[11] = { 0xb9, 0x01, 0x83 }; /* xth Descriptor {ptr} */
+	for (int i = 0; i < 8; i++)
+		d[3 + i] = (unsigned char)(ptr >> (8 * i));
+	return twc_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
+	               twc_raw_frame(c, x0, d, sizeof(d))
+	           ? -1
+	           : 0;
+}
+
+static int send_xth_unmapped(ctx *c)
+{
+	return send_xth_forged(c, false);
+}
+
+static int send_xth_mapped(ctx *c)
+{
+	return send_xth_forged(c, true);
+}
+
 static int send_descriptor_reply(ctx *c)
 {
 	/* Descriptor{"", [], [Tensor{16, cpu:0, cpu:0, ""}, Tensor{8, cpu:0, none, ""}]} */
@@ -438,7 +514,7 @@ static twc_outcome_t run_raw(const twc_case *c, twc_case_env *env)
 	       o.process, o.stderr_line[0] ? o.stderr_line : "-", o.accept[0] ? o.accept : "-",
 	       o.pipe[0] ? o.pipe : "-", o.listener, o.klass);
 	snprintf(env->transport, sizeof(env->transport), "uv");
-	snprintf(env->channel, sizeof(env->channel), "basic");
+	snprintf(env->channel, sizeof(env->channel), "%s", in->channel ? in->channel : "basic");
 	char why[1024];
 	if (twc_raw_robust(in, &o, why, sizeof(why)))
 		return twc_case_result(env, TWC_PASS, "%s", o.klass);
@@ -483,134 +559,134 @@ static const twc_case cases[] = {
 	    "whose value names none it supports. (8.1.c) A server MUST add key 0x74770001 to a "
 	    "BrochureAnswer only when the Brochure asked for an extension it supports. And always: "
 	    ALWAYS,
-	    send_ext_unknown_only, NULL, NULL, NULL, 0, NULL),
+	    send_ext_unknown_only, NULL, NULL, NULL, 0, NULL, NULL),
 	RAW("ext_bits_asked", "8.1 (8.1.c)", TWC_MUST,
 	    "a Brochure asking for goodbye between two unknown extension names",
 	    "(8.1.c) A server MUST add key 0x74770001 to a BrochureAnswer only when the Brochure "
 	    "asked for an extension it supports, and MUST set only the bits of extensions that were "
 	    "asked for and that it supports. And always: "
 	    ALWAYS,
-	    send_ext_bits_asked, NULL, NULL, NULL, 0, NULL),
+	    send_ext_bits_asked, NULL, NULL, NULL, 0, NULL, NULL),
 	RAW("close_before_hello", "5.4 (5.4.a)", TWC_MUST,
 	    "TCP connect, then close without sending anything",
 	    "(5.4.a) A connection that closes, or sends a malformed hello, before its hello is complete "
 	    "MUST be dropped without affecting the listener. And always: "
 	    ALWAYS,
-	    send_close_before_hello, NULL, "listener-dies", NULL, 0, NULL),
+	    send_close_before_hello, NULL, "listener-dies", NULL, 0, NULL, NULL),
 	RAW("bad_type_byte", "5.2 (5.2.c)", TWC_MUST,
 	    "hello frame ff ff ff ff ff (no such nop type)",
 	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
 	    "accepting. And always: "
 	    ALWAYS,
-	    send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0, NULL),
+	    send_bad_type_byte, NULL, "crash", "Unexpected Encoding Type", 0, NULL, NULL),
 	RAW("bad_variant_index", "5.2 (5.2.c)", TWC_MUST,
 	    "hello with Packet variant index 2 (b8 02 b9 01 00)",
 	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
 	    "accepting. And always: "
 	    ALWAYS,
-	    send_bad_variant, NULL, "crash", "Unexpected Variant Type", 0, NULL),
+	    send_bad_variant, NULL, "crash", "Unexpected Variant Type", 0, NULL, NULL),
 	RAW("empty_variant", "3.3 (3.3.e)", TWC_MUST,
 	    "hello = the empty variant (b8 ff be)",
 	    "(3.3.e) On the empty variant a listener MUST close that connection and keep listening. And "
 	    "always: "
 	    ALWAYS,
-	    send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0, NULL),
+	    send_empty_variant, "connection-dropped", "connection-dropped", NULL, 0, NULL, NULL),
 	RAW("unknown_registration_id", "3.8 (3.8.b)", TWC_MUST,
 	    "RequestedConnection{12345}, an id never handed out",
 	    "(3.8.b) A listener MUST close a connection whose RequestedConnection names an id that is "
 	    "not registered (never was, or was already used, or its pipe closed). And always: "
 	    ALWAYS,
-	    send_unknown_id, "connection-dropped", "connection-dropped", NULL, 0, NULL),
+	    send_unknown_id, "connection-dropped", "connection-dropped", NULL, 0, NULL, NULL),
 	RAW("truncated_hello", "5.2 (5.2.c)", TWC_MUST,
 	    "hello whose string length runs past the frame (b8 00 b9 01 bd 40)",
 	    "(5.2.c) A listener that receives a malformed hello MUST close that connection and keep "
 	    "accepting. And always: "
 	    ALWAYS,
-	    send_truncated_hello, NULL, "crash", "Read Limit Reached", 0, NULL),
+	    send_truncated_hello, NULL, "crash", "Read Limit Reached", 0, NULL, NULL),
 	RAW("huge_length_prefix", "5.3 (5.3.a), wire.md 2.2 (2.2.b, 2.2.c)", TWC_MUST,
 	    "uv length prefix 2^62",
 	    "(5.3.a) A frame length above the receiver's limit for what it expects MUST fail that "
 	    "connection or pipe with a protocol error, before any allocation of that size. And always: "
 	    ALWAYS,
 	    send_huge_length, NULL, "crash", "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
-	    "allocation size", 0, NULL),
+	    "allocation size", 0, NULL, NULL),
 	RAW("silent_mid_header", "3.3 (3.3.f)", TWC_MUST,
 	    "4 of the 8 bytes of a frame header, then silence (connection kept open)",
 	    "(3.3.f) A listener MUST keep accepting after any of these, and after any error on one "
 	    "accepted connection. (issue 3 item 4: a peer that goes silent mid-frame) And always: "
 	    ALWAYS,
-	    send_silent_mid_header, NULL, "ignored", NULL, 0, NULL),
+	    send_silent_mid_header, NULL, "ignored", NULL, 0, NULL, NULL),
 	RAW("silent_mid_body", "3.3 (3.3.f)", TWC_MUST,
 	    "a frame header announcing 64 bytes, 6 of them, then silence (connection kept open)",
 	    "(3.3.f) A listener MUST keep accepting after any of these, and after any error on one "
 	    "accepted connection. (issue 3 item 4: a peer that goes silent mid-frame) And always: "
 	    ALWAYS,
-	    send_silent_mid_body, NULL, "ignored", NULL, 0, NULL),
+	    send_silent_mid_body, NULL, "ignored", NULL, 0, NULL, NULL),
 	RAW("trailing_junk", "1.12 (1.12.a)", TWC_MUST,
 	    "hello followed by 4 junk bytes in the same frame, then a normal handshake and an empty "
 	    "message",
 	    "(1.12.a) A decoder MUST ignore bytes left in a frame after the packet's value ends. And "
 	    "always: "
 	    ALWAYS,
-	    send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	    send_trailing_junk, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL, NULL),
 	RAW("no_common_transport", "3.5 (3.5.b)", TWC_MUST,
 	    "Brochure offering only ibv",
 	    "(3.5.b) If no transport qualifies, a server MUST fail only that pipe (closing the "
 	    "bootstrap connection) with a protocol error, and keep its listener accepting. And always: "
 	    ALWAYS,
-	    send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0, NULL),
+	    send_no_common_transport, NULL, "crash", "Could not find a viable transport", 0, NULL, NULL),
 	RAW("no_channels", "3.5 (3.5.c)", TWC_MUST,
 	    "Brochure with no channels, then an empty message",
 	    "(3.5.c) A brochure with no common channel MUST still yield a pipe; messages without "
 	    "tensors then work. And always: "
 	    ALWAYS,
-	    send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	    send_no_channels, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL, NULL),
 	RAW("unknown_names", "3.5 (3.5.d)", TWC_MUST,
 	    "Brochure with an unknown transport (zz) and channel (yy) besides uv and basic, then an "
 	    "empty message: the answer must pick uv and basic only",
 	    "(3.5.d) A server MUST ignore transport and channel names it does not know. And always: "
 	    ALWAYS,
-	    send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	    send_unknown_names, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL, NULL),
 	RAW("many_devices", "3.5 (3.5.e), wire.md 3.3 (3.3.f)", TWC_MUST,
 	    "Brochure whose basic channel offers 200000 cpu devices (3.2 MB)",
 	    "(3.5.e) A peer MAY refuse a Brochure that offers more than 4096 devices, failing that "
 	    "pipe with a protocol error before pairing starts. Whether it refuses or pairs, "
 	    "always: "
 	    ALWAYS,
-	    send_many_devices, NULL, NULL, NULL, 0, "proto"),
+	    send_many_devices, NULL, NULL, NULL, 0, "proto", NULL),
 	RAW("reused_registration_id", "3.8 (3.8.b)", TWC_MUST,
 	    "after a handshake, a second connection with the descriptor-reply id already used, then an "
 	    "empty message on the first",
 	    "(3.8.b) A listener MUST close a connection whose RequestedConnection names an id that is "
 	    "not registered (never was, or was already used, or its pipe closed). And always: "
 	    ALWAYS,
-	    send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL),
+	    send_reused_registration_id, "descriptor-delivered", "descriptor-delivered", NULL, 0, NULL, NULL),
 	RAW("truncated_descriptor", "5.2 (5.2.a)", TWC_MUST,
 	    "after the handshake, Descriptor frame b9 03 bd 01",
 	    "(5.2.a) An implementation that receives a malformed packet MUST fail only the connection, "
 	    "or the pipe the connection belongs to, with a protocol error. And always: "
 	    ALWAYS,
-	    send_truncated_descriptor, "pipe-failed", "crash", "Read Limit Reached", 0, "proto"),
+	    send_truncated_descriptor, "pipe-failed", "crash", "Read Limit Reached", 0, "proto", NULL),
 	RAW("huge_descriptor_length", "5.3 (5.3.a), wire.md 2.2 (2.2.b)", TWC_MUST,
 	    "after the handshake, a Descriptor frame whose length prefix says 2^62 bytes",
 	    "(5.3.a) A frame length above the receiver's limit for what it expects MUST fail that "
 	    "connection or pipe with a protocol error, before any allocation of that size. And always: "
 	    ALWAYS,
 	    send_huge_descriptor, "pipe-failed", "crash", "bad_alloc|AddressSanitizer: allocator is out of memory|AddressSanitizer: requested "
-	    "allocation size", 0, "proto"),
+	    "allocation size", 0, "proto", NULL),
 	RAW("payload_length_mismatch", "5.5 (5.5.a), wire.md 3.10 (3.10.c), wire.md 2.2 (2.2.d)", TWC_MUST,
 	    "Descriptor announcing an 8-byte payload, then a 9-byte frame",
 	    "(5.5.a) A payload or basic-channel frame whose length differs from the Descriptor MUST "
 	    "fail the pipe with a protocol error. And always: "
 	    ALWAYS,
-	    send_payload_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"),
+	    send_payload_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto", NULL),
 	RAW("tensor_length_mismatch", "4.2 (4.2.a)", TWC_MUST,
 	    "Descriptor announcing a 16-byte tensor, then a 17-byte frame on the basic channel",
 	    "(4.2.a) A receiver MUST fail the channel (and pipe) with a protocol error if the frame's "
 	    "length differs from the tensor's length. (issue 3 item 4: a peer that sends more bytes "
 	    "than announced) And always: "
 	    ALWAYS,
-	    send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto"),
+	    send_tensor_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto", NULL),
 	RAW("descriptor_reply", "3.11 (3.11.a)", TWC_MUST,
 	    "Descriptor with a tensor that has a target device and one that has none: the IUT must "
 	    "answer DescriptorReply [cpu:0] on the reply connection, then receive both tensors",
@@ -618,14 +694,30 @@ static const twc_case cases[] = {
 	    "one tensor without a target device [...] (3.11.b) Its targetDevices MUST hold one Device "
 	    "per tensor that lacked a target device, in tensor order. And always: "
 	    ALWAYS,
-	    send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0, NULL),
+	    send_descriptor_reply, "message-delivered", "message-delivered", NULL, 0, NULL, NULL),
+	RAW("xth_forged_pointer", "4.5 (4.5.b)", TWC_MUST,
+	    "a Brochure claiming to be the IUT's own process (its xth descriptor, built from /proc), "
+	    "then a tensor whose xth Descriptor points at an unmapped page",
+	    "(4.5.b) A receiver MUST NOT read memory an xth Descriptor names unless it has made "
+	    "sure that the other end of the channel's connection is its own process; otherwise it "
+	    "MUST fail the channel, and the pipe, with a protocol error. And always: "
+	    ALWAYS,
+	    send_xth_unmapped, "pipe-failed", "crash", NULL, 0, "proto", "xth"),
+	RAW("xth_forged_mapped", "4.5 (4.5.b)", TWC_MUST,
+	    "a Brochure claiming to be the IUT's own process, then a tensor whose xth Descriptor "
+	    "points at the IUT's first readable mapping (its own memory, as the message's data)",
+	    "(4.5.b) A receiver MUST NOT read memory an xth Descriptor names unless it has made "
+	    "sure that the other end of the channel's connection is its own process; otherwise it "
+	    "MUST fail the channel, and the pipe, with a protocol error. And always: "
+	    ALWAYS,
+	    send_xth_mapped, "pipe-failed", "message-delivered", NULL, 0, "proto", "xth"),
 	RAW("close_after_answer", "5.4 (5.4.a)", TWC_MUST,
 	    "client closes the bootstrap connection right after the BrochureAnswer",
 	    "(5.4.a) A connection that closes [...] before its hello is complete MUST be dropped "
 	    "without affecting the listener; here the handshake is abandoned later, after the "
 	    "BrochureAnswer. And always: "
 	    ALWAYS,
-	    send_close_after_answer, NULL, "pipe-pending", NULL, 0, NULL),
+	    send_close_after_answer, NULL, "pipe-pending", NULL, 0, NULL, NULL),
 	RAW("close_after_answer_noticed", "5.6 (5.6.b)", TWC_SHOULD,
 	    "client closes the bootstrap connection right after the BrochureAnswer: the server pipe "
 	    "should fail rather than wait forever",
@@ -633,7 +725,7 @@ static const twc_case cases[] = {
 	    "(3.8.e) A server SHOULD fail a pipe whose registered connections do not all arrive within "
 	    "a bounded time. And always: "
 	    ALWAYS,
-	    send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0, NULL),
+	    send_close_after_answer, "pipe-failed", "pipe-pending", NULL, 0, NULL, NULL),
 	RAW("registration_timeout", "3.8 (3.8.e)", TWC_SHOULD,
 	    "hello and Brochure, then nothing: the requested connections never come (the bootstrap "
 	    "connection stays open); with the IUT's handshake timeout set to 2 s the server pipe should "
@@ -641,7 +733,7 @@ static const twc_case cases[] = {
 	    "(3.8.e) A server SHOULD fail a pipe whose registered connections do not all arrive within "
 	    "a bounded time. And always: "
 	    ALWAYS,
-	    send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000, NULL),
+	    send_registration_timeout, "pipe-failed", "pipe-pending", NULL, 2000, NULL, NULL),
 };
 
 const twc_case *twc_suite_wire(int *count_out)

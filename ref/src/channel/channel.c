@@ -1,6 +1,8 @@
 /*
  * channel.c - what every channel may share (see channel.h).
  */
+#include <unistd.h>
+
 #include "channel/channel.h"
 
 #include "platform/error.h"
@@ -41,4 +43,16 @@ tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_conn_write_cb
 		tw__free(ow);
 	}
 	return st;
+}
+
+tw_status_t tw__channel_peer_is_here(tw_conn *c, char *detail, size_t detail_len)
+{
+	char why[256] = "this transport cannot tell who its peer is";
+	int here = c->ops->peer_of ? c->ops->peer_of(c, getpid(), why, sizeof(why)) : -1;
+	if (here == 1)
+		return TW_OK;
+	tw__detail(detail, detail_len,
+	           "refused the peer %s: it names memory of this process by address, but %s (%s)",
+	           c->ops->peer(c), here == 0 ? "is another process" : "could not be checked", why);
+	return TW_ERR_PROTO;
 }

@@ -174,6 +174,15 @@ void tw__channel_cpu_ctx_free(tw_channel_ctx *c);
 TW_NODISCARD tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_conn_write_cb cb,
                                                void *arg);
 
+/* xth and cuda_xth (spec 4.5.b): the peer names memory by address in
+ * this process, so before the first copy the channel makes sure the other
+ * end of its connection c is this process (transport.h, peer_of). TW_OK if
+ * it is; otherwise TW_ERR_PROTO with a detail naming the peer and what
+ * was found; the caller adds the channel's name. A peer that cannot be
+ * checked is refused too. Loop thread; reads /proc, so a channel asks
+ * once and keeps the answer. */
+TW_NODISCARD tw_status_t tw__channel_peer_is_here(tw_conn *c, char *detail, size_t detail_len);
+
 /* The kinds built into this library (registry.c). */
 const tw_channel_ops *tw__channel_find_kind(const char *kind);
 

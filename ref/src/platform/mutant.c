@@ -57,6 +57,7 @@ static const char *const tw__mutants[] = {
 	"write_cb_twice",
 	"write_error_swallowed",
 	"write_ok_before_handshake",
+	"xth_peer_trusted",
 	"zero_length_tensor_framed",
 	NULL,
 };

@@ -33,7 +33,10 @@
  * xth (spec 4.5) is the same flow inside one process: its Descriptor is
  * {ptr} alone and the receiver copies with memcpy, in the same bounded
  * steps. Its device descriptor names the process (identity.c), so two
- * processes never select it. Details name whichever of the two it is.
+ * honest processes never select it; a peer that only claims to be this
+ * process (anyone can build that string) is refused before its first
+ * pointer is read: the other end of connection 0 must be one of this
+ * process's own sockets (4.5.b). Details name whichever of the two it is.
  *
  * This file must not know about descriptors of messages or pipes.
  */
@@ -74,6 +77,7 @@ typedef enum cma_mode {
 typedef struct cma_channel {
 	tw_channel base;
 	bool xth;           /* the same-process flavour (spec 4.5) */
+	bool here;          /* xth: the peer was found to be this process (4.5.b) */
 	tw_conn *conn[2];   /* 0: descriptors, 1: completions */
 	unsigned refs;      /* 1 while open + one per operation not yet called back */
 	tw_list copies;     /* cma_op receives with a descriptor, in receive order */
@@ -386,7 +390,12 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 		st = tw__wire_decode_cma_descriptor(buf, (size_t)len, &d, &used, dd, sizeof(dd));
 	}
 	tw__free(buf);
-	if (st != TW_OK) { /* a broken peer fails the channel (channel.h) */
+	/* xth: a pointer is only taken from this very process (4.5.b) */
+	if (st == TW_OK && ch->xth && !ch->here && !TW_MUTANT("xth_peer_trusted")) {
+		st = tw__channel_peer_is_here(ch->conn[0], dd, sizeof(dd));
+		ch->here = st == TW_OK;
+	}
+	if (st != TW_OK) { /* a broken or forged peer fails the channel (channel.h) */
 		ch->failed = TW_ERR_PROTO;
 		tw__detail(ch->failed_detail, sizeof(ch->failed_detail), "%s", dd);
 		cma_fail_op(op, TW_ERR_PROTO, dd);

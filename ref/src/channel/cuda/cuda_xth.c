@@ -2,7 +2,8 @@
  * cuda_xth.c - the cuda_xth channel (spec/wire.md 4.6.1): device to device
  * inside one process. Two connections: descriptors on 0, completions on 1.
  * Device descriptor "<boot_id>_<pidns>_<pid>" for every cuda:N, so only the
- * same process selects it.
+ * same process selects it; a peer that only claims to be this process is
+ * refused before its first pointer or event is used (4.5.b, channel.h).
  *
  * Per non-empty tensor the sender records an event on the tensor's stream
  * and writes Descriptor Structure(4){startEvent u64, srcPtr u64,
@@ -66,6 +67,7 @@ struct cx_channel {
 	char fail_detail[TW_DETAIL_MAX];
 	cx_op *recvs; /* receives in order: completions are written from the head */
 	bool open;
+	bool here; /* the peer was found to be this process (spec 4.5.b) */
 };
 
 static void cx_unref(cx_channel *ch)
@@ -234,6 +236,9 @@ static void cx_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 			tw__detail(d, sizeof(d), "CudaXthDescriptor: %llu bytes after its end",
 			           (unsigned long long)(len - used));
 		cx_fail(ch, TW_ERR_PROTO, d);
+	} else if (!ch->here &&
+	           !(ch->here = tw__channel_peer_is_here(ch->conn[0], d, sizeof(d)) == TW_OK)) {
+		cx_fail(ch, TW_ERR_PROTO, d); /* 4.5.b: its pointers and events are not ours */
 	} else {
 		int64_t dev = v.src_device;
 		uint64_t ptr = v.src_ptr, event = v.start_event;
