@@ -6,6 +6,8 @@
 #include "rawpeer.h"
 
 #include <arpa/inet.h>
+#include <inttypes.h>
+#include <linux/capability.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -353,6 +356,47 @@ int twc_raw_peer_pid(int fd)
 	}
 	closedir(proc);
 	return pid;
+}
+
+/* spec 6: one capability mask per "capability" entry of the LSM list
+ * (capability,yama assumed where securityfs is not readable). */
+static int capability_entries(void)
+{
+	FILE *f = fopen("/sys/kernel/security/lsm", "r");
+	if (!f)
+		return 1;
+	char line[512] = "";
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	fclose(f);
+	int n = 0;
+	for (char *save, *t = strtok_r(line, ",\n", &save); t; t = strtok_r(NULL, ",\n", &save))
+		n += !strcmp(t, "capability");
+	return n;
+}
+
+int twc_raw_cma_descriptor(char *out, size_t len)
+{
+	char boot[64], pid[64], user[64];
+	if (!twc_raw_boot_id(boot, sizeof(boot)) || !twc_raw_ns_id("pid", pid, sizeof(pid)) ||
+	    !twc_raw_ns_id("user", user, sizeof(user)))
+		return 0;
+	int at = snprintf(out, len, "cma:%s_%s_%s_%u_%u", boot, pid, user, (unsigned)getuid(),
+	                  (unsigned)getgid());
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &h, d) != 0)
+		return 0;
+	uint64_t caps = (uint64_t)d[0].permitted | (uint64_t)d[1].permitted << 32;
+	for (int i = capability_entries(); i > 0 && at > 0 && (size_t)at < len; i--)
+		at += snprintf(out + at, len - (size_t)at, "_%" PRIx64, caps);
+	return at > 0 && (size_t)at < len;
+}
+
+size_t twc_raw_u64(uint64_t v, unsigned char *b)
+{
+	return put_u64(v, b);
 }
 
 size_t twc_raw_hello(const char *name, unsigned char *buf, size_t cap)

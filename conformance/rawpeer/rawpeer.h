@@ -104,6 +104,12 @@ size_t twc_raw_brochure_with(const char *transport, const char *domain, const ch
  * of /proc/self/ns/<ns>. false when unreadable. */
 int twc_raw_boot_id(char *out, size_t len);
 int twc_raw_ns_id(const char *ns, char *out, size_t len);
+/* This process's cma device descriptor for cpu:0, built as stock builds it
+ * (spec 6.a: boot id, pid and user namespaces, uid, gid, capabilities). 0
+ * when a fact cannot be read. */
+int twc_raw_cma_descriptor(char *out, size_t len);
+/* A nop unsigned integer (its narrowest form) into b (9 bytes at most). */
+size_t twc_raw_u64(uint64_t v, unsigned char *b);
 /* The same for process pid's namespace. */
 int twc_raw_ns_id_of(int pid, const char *ns, char *out, size_t len);
 /* The process holding the other end of the loopback TCP connection fd (an

@@ -14,12 +14,10 @@
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
-#include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "case.h"
@@ -27,23 +25,6 @@
 #include "suites.h"
 
 /* ---- this host's facts, read here (not through ref/) ----------------------------- */
-
-/* spec 6: one capability mask per "capability" entry of the LSM list
- * (capability,yama assumed where securityfs is not readable). */
-static int capability_entries(void)
-{
-	FILE *f = fopen("/sys/kernel/security/lsm", "r");
-	if (!f)
-		return 1;
-	char line[512] = "";
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	fclose(f);
-	int n = 0;
-	for (char *save, *t = strtok_r(line, ",\n", &save); t; t = strtok_r(NULL, ",\n", &save))
-		n += !strcmp(t, "capability");
-	return n;
-}
 
 typedef struct expect {
 	const char *kind;  /* "shm", "cma", "xth" */
@@ -61,18 +42,10 @@ static bool build_expectations(expect *e, char *why, size_t whylen)
 		return false;
 	}
 	snprintf(e[0].want, sizeof(e[0].want), "shm:%s_%s", boot, net);
-	int at = snprintf(e[1].want, sizeof(e[1].want), "cma:%s_%s_%s_%u_%u", boot, pid, user,
-	                  (unsigned)getuid(), (unsigned)getgid());
-	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct d[2];
-	memset(d, 0, sizeof(d));
-	if (syscall(SYS_capget, &h, d) != 0) {
-		snprintf(why, whylen, "capget failed");
+	if (!twc_raw_cma_descriptor(e[1].want, sizeof(e[1].want))) {
+		snprintf(why, whylen, "cannot build this process's cma descriptor (capget failed)");
 		return false;
 	}
-	uint64_t caps = (uint64_t)d[0].permitted | (uint64_t)d[1].permitted << 32;
-	for (int i = capability_entries(); i > 0 && at > 0 && (size_t)at < sizeof(e[1].want); i--)
-		at += snprintf(e[1].want + at, sizeof(e[1].want) - (size_t)at, "_%" PRIx64, caps);
 	snprintf(e[2].want, sizeof(e[2].want), "%s_%s_", boot, pid);
 	e[2].prefix = true;
 	return true;
