@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "case.h"
@@ -376,6 +377,98 @@ static int send_xth_mapped(ctx *c)
 	return send_xth_forged(c, true);
 }
 
+/* (4.4.d) The raw client as a well-formed cma peer of the IUT: it offers
+ * cma with its own descriptor (same host, user and namespaces as the IUT,
+ * its child), gets cma selected and sends a 16-byte tensor whose cma
+ * Descriptor names process `pid` and address `ptr`. */
+static int send_cma_tensor(ctx *c, int pid, const void *ptr, uint64_t seed)
+{
+	c->want_read = true;
+	c->nexpect = 1;
+	c->expect[0] = (twc_agent_buf){.len = 16, .seed = seed};
+	char desc[512];
+	unsigned char br[1024];
+	int fd = twc_raw_open(c);
+	if (fd < 0 || twc_raw_say_hello(c, fd, "cma-raw"))
+		return -1;
+	size_t bl = twc_raw_cma_descriptor(desc, sizeof(desc))
+	                ? twc_raw_brochure_with("uv", "uv:*", "cma", desc, br, sizeof(br))
+	                : 0;
+	if (!bl) {
+		twc_raw_note(c, "cannot build a Brochure with this process's cma descriptor");
+		return -1;
+	}
+	if (twc_raw_handshake(c, fd, br, bl, true))
+		return -1;
+	if (strcmp(c->ans.other, "cma") != 0 || c->ans.other_n != 2) {
+		twc_raw_note(c, "the answer did not select cma with 2 connections (channels: %s)",
+		             c->ans.channels);
+		return -1;
+	}
+	int x0 = twc_raw_open_requested(c, "cma connection 0", c->ans.other_ids[0]);
+	if (x0 < 0 || twc_raw_open_requested(c, "cma connection 1", c->ans.other_ids[1]) < 0)
+		return -1;
+	unsigned char d[24] = { 0xb9, 0x02 }; /* cma Descriptor {pid, ptr} */
+	size_t k = 2;
+	k += twc_raw_u64((uint64_t)pid, d + k);
+	k += twc_raw_u64((uint64_t)(uintptr_t)ptr, d + k);
+	printf("# cma Descriptor: pid %d (the raw client is %d), address %p\n", pid, (int)getpid(),
+	       ptr);
+	return twc_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
+	               twc_raw_frame(c, x0, d, k)
+	           ? -1
+	           : 0;
+}
+
+/* The raw client names its own process: the copy an honest peer asks for. */
+static int send_cma_own(ctx *c)
+{
+	static unsigned char own[16];
+	twc_agent_gen_fill(own, sizeof(own), 80);
+	return send_cma_tensor(c, (int)getpid(), own, 80);
+}
+
+/* The raw client names a third process of the same user (a grandchild of
+ * the harness, alive until the run ends) and an address of its memory. */
+static int send_cma_other_pid(ctx *c)
+{
+	static unsigned char secret[16];
+	twc_agent_gen_fill(secret, sizeof(secret), 81);
+	int life[2], told[2];
+	if (c->nfds >= TWC_RAW_MAX_FDS - 5 || pipe(life) != 0 || pipe(told) != 0) {
+		twc_raw_note(c, "cannot make the third process's pipes");
+		return -1;
+	}
+	pid_t mid = fork();
+	if (mid == 0) {
+		if (fork() == 0) { /* the third process: it keeps `secret` until `life` closes */
+			pid_t me = getpid();
+			/* hold nothing of the harness's: the IUT's stdin must close */
+			for (int fd = 0; fd < 65536; fd++)
+				if (fd != life[0] && fd != told[1])
+					close(fd);
+			(void)!write(told[1], &me, sizeof(me));
+			char x;
+			(void)!read(life[0], &x, 1);
+		}
+		_exit(0);
+	}
+	close(life[0]);
+	close(told[1]);
+	pid_t third = -1;
+	if (mid > 0)
+		(void)waitpid(mid, NULL, 0);
+	if (mid < 0 || read(told[0], &third, sizeof(third)) != (ssize_t)sizeof(third)) {
+		close(told[0]);
+		close(life[1]);
+		twc_raw_note(c, "cannot start the third process");
+		return -1;
+	}
+	close(told[0]);
+	c->fds[c->nfds++] = life[1]; /* closed with the run's connections: the third one exits */
+	return send_cma_tensor(c, (int)third, secret, 81);
+}
+
 static int send_descriptor_reply(ctx *c)
 {
 	/* Descriptor{"", [], [Tensor{16, cpu:0, cpu:0, ""}, Tensor{8, cpu:0, none, ""}]} */
@@ -711,6 +804,21 @@ static const twc_case cases[] = {
 	    "MUST fail the channel, and the pipe, with a protocol error. And always: "
 	    ALWAYS,
 	    send_xth_mapped, "pipe-failed", "message-delivered", NULL, 0, "proto", "xth"),
+	RAW("cma_copy_from_peer", "4.4 (4.4.d)", TWC_MUST,
+	    "a well-formed cma peer in another process (the raw client's own cma descriptor) sends "
+	    "a 16-byte tensor whose cma Descriptor names its own pid: the IUT must copy it",
+	    "(4.4.d) [...] A receiver MUST copy from a process it found at the other end of "
+	    "connection 0. And always: "
+	    ALWAYS,
+	    send_cma_own, "message-delivered", "message-delivered", NULL, 0, NULL, "cma"),
+	RAW("cma_forged_pid", "4.4 (4.4.d)", TWC_MUST,
+	    "the same cma peer sends a tensor whose cma Descriptor names a third process of the "
+	    "same user and an address of its memory",
+	    "(4.4.d) A receiver MUST NOT copy from a process other than the one at the other end "
+	    "of the channel's connection 0; it MUST fail the channel, and the pipe, with a protocol "
+	    "error instead. And always: "
+	    ALWAYS,
+	    send_cma_other_pid, "pipe-failed", "message-delivered", NULL, 0, "proto", "cma"),
 	RAW("close_after_answer", "5.4 (5.4.a)", TWC_MUST,
 	    "client closes the bootstrap connection right after the BrochureAnswer",
 	    "(5.4.a) A connection that closes [...] before its hello is complete MUST be dropped "

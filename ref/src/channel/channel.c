@@ -1,6 +1,7 @@
 /*
  * channel.c - what every channel may share (see channel.h).
  */
+#include <stdio.h>
 #include <unistd.h>
 
 #include "channel/channel.h"
@@ -45,14 +46,18 @@ tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_conn_write_cb
 	return st;
 }
 
-tw_status_t tw__channel_peer_is_here(tw_conn *c, char *detail, size_t detail_len)
+tw_status_t tw__channel_peer_is(tw_conn *c, pid_t pid, char *detail, size_t detail_len)
 {
 	char why[256] = "this transport cannot tell who its peer is";
-	int here = c->ops->peer_of ? c->ops->peer_of(c, getpid(), why, sizeof(why)) : -1;
-	if (here == 1)
+	int is = c->ops->peer_of ? c->ops->peer_of(c, pid, why, sizeof(why)) : -1;
+	if (is == 1)
 		return TW_OK;
+	char whose[48] = "this process";
+	if (pid != getpid())
+		snprintf(whose, sizeof(whose), "process %d", (int)pid);
 	tw__detail(detail, detail_len,
-	           "refused the peer %s: it names memory of this process by address, but %s (%s)",
-	           c->ops->peer(c), here == 0 ? "is another process" : "could not be checked", why);
+	           "refused the peer %s: it names memory of %s by address, but it %s (%s)",
+	           c->ops->peer(c), whose,
+	           is == 0 ? "is another process" : "could not be checked to be that process", why);
 	return TW_ERR_PROTO;
 }

@@ -34,6 +34,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #include "platform/loop.h"
@@ -174,14 +175,16 @@ void tw__channel_cpu_ctx_free(tw_channel_ctx *c);
 TW_NODISCARD tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_conn_write_cb cb,
                                                void *arg);
 
-/* xth and cuda_xth (spec 4.5.b): the peer names memory by address in
- * this process, so before the first copy the channel makes sure the other
- * end of its connection c is this process (transport.h, peer_of). TW_OK if
- * it is; otherwise TW_ERR_PROTO with a detail naming the peer and what
- * was found; the caller adds the channel's name. A peer that cannot be
- * checked is refused too. Loop thread; reads /proc, so a channel asks
- * once and keeps the answer. */
-TW_NODISCARD tw_status_t tw__channel_peer_is_here(tw_conn *c, char *detail, size_t detail_len);
+/* cma, xth and cuda_xth (spec 4.4.d, 4.5.b): a peer names memory by
+ * address in a process (cma: the pid of its Descriptor; xth: this one), so
+ * before the first copy from that process the channel makes sure the other
+ * end of its connection c is that very process (transport.h, peer_of).
+ * TW_OK if it is; otherwise TW_ERR_PROTO with a detail naming the peer and
+ * what was found; the caller adds the channel's name. A peer that cannot
+ * be checked is refused too. Loop thread; reads /proc, so a channel asks
+ * once per pid and keeps the answer. */
+TW_NODISCARD tw_status_t tw__channel_peer_is(tw_conn *c, pid_t pid, char *detail,
+                                             size_t detail_len);
 
 /* The kinds built into this library (registry.c). */
 const tw_channel_ops *tw__channel_find_kind(const char *kind);

@@ -18,6 +18,7 @@ static const char *const tw__mutants[] = {
 	"channel_priority_ignored",
 	"close_cb_never",
 	"closed_as_eof",
+	"cma_pid_trusted",
 	"data_dropped_at_end",
 	"descriptor_cb_late",
 	"descriptor_cb_twice",

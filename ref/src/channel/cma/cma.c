@@ -77,7 +77,9 @@ typedef enum cma_mode {
 typedef struct cma_channel {
 	tw_channel base;
 	bool xth;           /* the same-process flavour (spec 4.5) */
-	bool here;          /* xth: the peer was found to be this process (4.5.b) */
+	/* the process found at the other end of connection 0, whose memory the
+	 * peer's Descriptors may name (4.4.d; xth: this one, 4.5.b); 0 until then */
+	uint32_t peer_pid;
 	tw_conn *conn[2];   /* 0: descriptors, 1: completions */
 	unsigned refs;      /* 1 while open + one per operation not yet called back */
 	tw_list copies;     /* cma_op receives with a descriptor, in receive order */
@@ -368,6 +370,19 @@ static void cma_copy_step(void *arg)
 	cma_unref(ch);
 }
 
+/* Whether `pid` is the process at the other end of connection 0, whose
+ * memory a Descriptor may then name (4.4.d, 4.5.b); asked of the kernel
+ * once per pid (an honest peer always names the same one). */
+static tw_status_t cma_check_peer(cma_channel *ch, uint32_t pid, char *detail, size_t len)
+{
+	if (pid != 0 && pid == ch->peer_pid)
+		return TW_OK;
+	tw_status_t st = tw__channel_peer_is(ch->conn[0], (pid_t)pid, detail, len);
+	if (st == TW_OK)
+		ch->peer_pid = pid;
+	return st;
+}
+
 static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
                         void *arg)
 {
@@ -390,11 +405,9 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 		st = tw__wire_decode_cma_descriptor(buf, (size_t)len, &d, &used, dd, sizeof(dd));
 	}
 	tw__free(buf);
-	/* xth: a pointer is only taken from this very process (4.5.b) */
-	if (st == TW_OK && ch->xth && !ch->here && !TW_MUTANT("xth_peer_trusted")) {
-		st = tw__channel_peer_is_here(ch->conn[0], dd, sizeof(dd));
-		ch->here = st == TW_OK;
-	}
+	/* memory is only read from the process at the other end (4.4.d, 4.5.b) */
+	if (st == TW_OK && !(ch->xth ? TW_MUTANT("xth_peer_trusted") : TW_MUTANT("cma_pid_trusted")))
+		st = cma_check_peer(ch, ch->xth ? (uint32_t)getpid() : d.pid, dd, sizeof(dd));
 	if (st != TW_OK) { /* a broken or forged peer fails the channel (channel.h) */
 		ch->failed = TW_ERR_PROTO;
 		tw__detail(ch->failed_detail, sizeof(ch->failed_detail), "%s", dd);
@@ -576,7 +589,9 @@ static void cma_on_peer_probe(tw_conn *c, tw_status_t st, const char *detail, vo
 	uint8_t got[CMA_PROOF_LEN] = { 0 };
 	struct iovec l = { got, sizeof(got) };
 	struct iovec r = { (void *)(uintptr_t)d.ptr, sizeof(got) };
-	ssize_t n = tw__sys_process_vm_readv((pid_t)d.pid, &l, 1, &r, 1);
+	/* a probe naming another process than the peer's is not copied (4.4.d) */
+	bool peer = TW_MUTANT("cma_pid_trusted") || cma_check_peer(ch, d.pid, dd, sizeof(dd)) == TW_OK;
+	ssize_t n = peer ? tw__sys_process_vm_readv((pid_t)d.pid, &l, 1, &r, 1) : 0;
 	int err = errno;
 	uint8_t want[CMA_PROOF_LEN];
 	memcpy(want, CMA_PROOF_MAGIC, 8);
@@ -587,7 +602,9 @@ static void cma_on_peer_probe(tw_conn *c, tw_status_t st, const char *detail, vo
 		ch->recv_mode = CMA_MODE_COPY;
 		ch->answer[0] = '\0';
 	} else {
-		if (n < 0)
+		if (!peer)
+			tw__detail(ch->answer, sizeof(ch->answer), "%s", dd);
+		else if (n < 0)
 			tw__detail(ch->answer, sizeof(ch->answer), "process_vm_readv from pid %u: %s",
 			           (unsigned)d.pid, tw__strerror(err, eb, sizeof(eb)));
 		else

@@ -16,6 +16,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "channel/cuda/cuda.h"
 #include "channel/cuda/cuda_common.h"
@@ -237,7 +238,7 @@ static void cx_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 			           (unsigned long long)(len - used));
 		cx_fail(ch, TW_ERR_PROTO, d);
 	} else if (!ch->here &&
-	           !(ch->here = tw__channel_peer_is_here(ch->conn[0], d, sizeof(d)) == TW_OK)) {
+	           !(ch->here = tw__channel_peer_is(ch->conn[0], getpid(), d, sizeof(d)) == TW_OK)) {
 		cx_fail(ch, TW_ERR_PROTO, d); /* 4.5.b: its pointers and events are not ours */
 	} else {
 		int64_t dev = v.src_device;
