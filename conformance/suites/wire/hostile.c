@@ -22,6 +22,14 @@ twc_outcome_t twc_hostile_then_good(twc_case_env *env, const twc_hostile_run *r)
 	}
 	char why[1024] = "";
 	if (r->hostile(&s, r->kind, why, sizeof(why)) != 0) {
+		int st;
+		twc_adapter_pump(100);
+		if (s.server && twc_adapter_exited(s.server, &st)) { /* say how it ended */
+			char how[96];
+			twc_adapter_describe_status(st, how, sizeof(how));
+			size_t l = strlen(why);
+			snprintf(why + l, sizeof(why) - l, "; the IUT's process ended: %s", how);
+		}
 		twc_session_destroy(&s);
 		return twc_case_result(env, strncmp(why, "harness:", 8) ? TWC_FAIL : TWC_ERROR, "%s",
 		                       why);

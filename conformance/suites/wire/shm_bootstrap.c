@@ -54,6 +54,7 @@ typedef enum bad_kind {
 	BAD_SILENT_CLOSE,   /* connect, send nothing, close */
 	RING_GOOD,          /* a good exchange, hello and Brochure; the answer read */
 	RING_MISALIGNED,    /* the same after one stray byte committed into the IUT's reactor */
+	RING_TRUNCATE,      /* the same, the IUT's inbox data segment truncated before the token */
 	BAD_FUZZ = 100,     /* + seed: a well-formed exchange mutated at random */
 	RING_FUZZ = 200,    /* + seed: a good exchange, then ring traffic mutated at random */
 } bad_kind;
@@ -197,6 +198,7 @@ typedef struct raw_shm {
 	uint8_t *seg[4];   /* the IUT's, in exchange order */
 	size_t seglen[4];
 	uint32_t inbox_token; /* the IUT's, from its 8 bytes */
+	int theirs[4];        /* the IUT's segments' descriptors, kept open */
 } raw_shm;
 
 #define OFF_CFLAG 16
@@ -227,6 +229,8 @@ static void raw_shm_close(raw_shm *p)
 	for (int i = 0; i < 4; i++) {
 		if (p->mine[i] >= 0)
 			close(p->mine[i]);
+		if (p->theirs[i] >= 0)
+			close(p->theirs[i]);
 		if (p->seg[i])
 			munmap(p->seg[i], p->seglen[i]);
 	}
@@ -279,8 +283,12 @@ static int recv_exchange(raw_shm *p, char *why, size_t len)
 			p->seglen[i] = want[i];
 		}
 	}
-	for (int i = 0; i < nfds; i++)
-		close(fds[i]);
+	for (int i = 0; i < nfds; i++) {
+		if (i < 4 && rc == 0)
+			p->theirs[i] = fds[i];
+		else
+			close(fds[i]);
+	}
 	p->inbox_token = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
 	                 (uint32_t)b[3] << 24;
 	return rc;
@@ -290,7 +298,7 @@ static int recv_exchange(raw_shm *p, char *why, size_t len)
  * of 2 MiB, tokens 1 and 2) and receives the IUT's. */
 static int raw_shm_open(raw_shm *p, const char *url, char *why, size_t len)
 {
-	*p = (raw_shm){.sock = -1, .mine = {-1, -1, -1, -1}};
+	*p = (raw_shm){.sock = -1, .mine = {-1, -1, -1, -1}, .theirs = {-1, -1, -1, -1}};
 	if ((p->sock = shm_connect(url, why, len)) < 0)
 		return -1;
 	if (ring_fds(4 * MiB, 4 * MiB, p->mine) || ring_fds(2 * MiB, 2 * MiB, p->mine + 2) ||
@@ -564,6 +572,15 @@ static int ring_traffic(const char *url, int k, char *why, size_t len)
 			uint64_t head = marker(p.seg[SEG_INBOX_H], OFF_HEAD);
 			inbox_put(&p, head, st, n);
 			set_marker(p.seg[SEG_INBOX_H], OFF_HEAD, head + n);
+			if (k == RING_TRUNCATE) {
+				/* the frames are in; the file under them goes (2.3.2.e) */
+				if (ftruncate(p.theirs[SEG_INBOX_D], 0) == 0)
+					printf("# truncated the IUT's inbox data segment to 0 bytes\n");
+				else
+					printf("# the IUT's inbox data segment cannot be truncated: %s\n",
+					       strerror(errno));
+				fflush(stdout);
+			}
 			if (!reactor_token(&p, p.inbox_token)) {
 				snprintf(why, len, "the IUT's reactor took no token within 1 s (its producer "
 				                   "flag stayed taken, or the ring is full)");
@@ -592,7 +609,7 @@ static int ring_traffic(const char *url, int k, char *why, size_t len)
 static int hostile(twc_session *s, int k, char *why, size_t len)
 {
 	bad_kind kind = (bad_kind)k;
-	if (k == RING_GOOD || k == RING_MISALIGNED || k >= RING_FUZZ) {
+	if (k == RING_GOOD || k == RING_MISALIGNED || k == RING_TRUNCATE || k >= RING_FUZZ) {
 		if (ring_traffic(s->url, k, why, len) != 0)
 			return -1;
 		/* a hello and Brochure that got through made the listener accept a
@@ -717,6 +734,16 @@ static const twc_case cases[] = {
 	        "owner SHOULD notice markers that are not a whole number of tokens apart, drop "
 	        "what is between them and re-check every connection.",
 	        RING_MISALIGNED),
+	SHM_BAD("ring_truncated_inbox", "2.3.2 (2.3.2.e)",
+	        "a good exchange, the hello and a Brochure written into the IUT's inbox as in "
+	        "ring_good, then the IUT's inbox data segment truncated to 0 bytes through the "
+	        "descriptor the IUT sent, then its inbox token; the BrochureAnswer must come back "
+	        "within 5 s",
+	        "(2.3.2.e) An implementation MUST NOT let a peer take away the memory under its "
+	        "own mappings: the segments it creates MUST have their size sealed where the "
+	        "system allows it (a memfd), so that a truncation fails instead of ending the "
+	        "owner with SIGBUS.",
+	        RING_TRUNCATE),
 #define SHM_RING_FUZZ(n_)                                                                         \
 	SHM_BAD("fuzz_ring_" #n_, "2.3.1 (2.3.1.e), 2.3.2 (2.3.2.d), 2.3.3",                      \
 	        "a good exchange, then ring traffic mutated at random (seed " #n_ "): frame "     \

@@ -35,6 +35,7 @@
 	X("sys/ftruncate", "ftruncate() fails with EFBIG")                                       \
 	X("sys/fallocate", "fallocate() fails with ENOSPC (a full /dev/shm)")                    \
 	X("sys/mmap", "mmap() fails with ENOMEM")                                                \
+	X("sys/seal", "sealing a memfd's size fails with EINVAL")                                \
 	/* cross-memory attach (ipc.c) */                                                         \
 	X("sys/vm_readv/fail", "process_vm_readv() fails with EPERM")                            \
 	X("sys/vm_readv/short", "process_vm_readv() copies at most 1 byte")                      \

@@ -145,7 +145,7 @@ int tw__sys_memfd_create(const char *name)
 		return -1;
 	}
 #ifdef SYS_memfd_create
-	return (int)syscall(SYS_memfd_create, name, 1U /* MFD_CLOEXEC */);
+	return (int)syscall(SYS_memfd_create, name, 1U /* MFD_CLOEXEC */ | 2U /* MFD_ALLOW_SEALING */);
 #else
 	(void)name;
 	errno = ENOSYS;
@@ -186,6 +186,15 @@ int tw__sys_fallocate(int fd, uint64_t len)
 		return -1;
 	}
 	return fallocate(fd, 0, 0, (off_t)len);
+}
+
+int tw__sys_seal_size(int fd)
+{
+	if (TW_FAULT_POINT("sys/seal")) {
+		errno = EINVAL;
+		return -1;
+	}
+	return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 }
 
 int tw__sys_fd_size(int fd, uint64_t *size_out)

@@ -51,6 +51,7 @@ static const char *const tw__mutants[] = {
 	"read_cb_early",
 	"registration_reusable",
 	"registration_unchecked",
+	"segments_unsealed",
 	"tensors_reordered",
 	"transport_priority_ignored",
 	"write_cb_early",

@@ -82,6 +82,12 @@ int tw__sys_ftruncate(int fd, uint64_t len);
  * than with SIGBUS on first touch. */
 int tw__sys_fallocate(int fd, uint64_t len);
 /* The size of the file behind fd (fstat), for checking received segments. */
+/* Fixes a memfd's size for good (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL):
+ * a peer given the descriptor can then no longer truncate the file under
+ * this process's mapping (a SIGBUS on its next access). -1 and errno
+ * (EINVAL: not a memfd made with sealing allowed, e.g. a /dev/shm file).
+ * Fault point "sys/seal" (EINVAL). */
+int tw__sys_seal_size(int fd);
 int tw__sys_fd_size(int fd, uint64_t *size_out);
 /* mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); NULL and errno
  * on failure (never MAP_FAILED). */

@@ -392,6 +392,10 @@ static int trigger(const char *point)
 	} else if (!strcmp(point, "sys/vm_readv/short")) {
 		struct iovec r = { buf + 10, 4 };
 		failed = tw__sys_process_vm_readv(getpid(), &iov, 1, &r, 1) == 1;
+	} else if (!strcmp(point, "sys/seal")) {
+		int m = tw__sys_memfd_create("t");
+		FAILS(tw__sys_seal_size(m) < 0, EINVAL);
+		close(m);
 	} else if (!strcmp(point, "sys/peer_of")) {
 		char why[256];
 		FAILS(tw__sys_socket_peer_of(sv[0], getpid(), why, sizeof(why)) < 0, EACCES);

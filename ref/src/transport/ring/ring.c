@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "platform/error.h"
+#include "platform/mutant.h"
 #include "platform/platform.h"
 
 /* ---- the shared header ---- */
@@ -70,7 +71,8 @@ tw_status_t tw__ring_init(tw_ring *r, void *header, void *data, uint64_t capacit
 	return TW_OK;
 }
 
-/* A shared-memory file of len bytes: memfd, else an unnamed /dev/shm file. */
+/* A shared-memory file of len bytes, its size sealed: memfd, else an
+ * unnamed /dev/shm file (not sealed). */
 static int tw__ring_segment(uint64_t len, const char *who, const char *what, char *detail,
                             size_t detail_len)
 {
@@ -91,13 +93,18 @@ static int tw__ring_segment(uint64_t len, const char *who, const char *what, cha
 	}
 	if (tw__sys_fallocate(fd, len) != 0) {
 		int e = errno;
-		if (e == EOPNOTSUPP && tw__sys_ftruncate(fd, len) == 0)
-			return fd; /* a filesystem without fallocate: size it at least */
-		tw__detail(detail, detail_len, "%s: %s segment: fallocate %llu bytes: %s", who, what,
-		           (unsigned long long)len, tw__strerror(e, eb, sizeof(eb)));
-		tw__sys_close(fd);
-		return -1;
+		if (e != EOPNOTSUPP || tw__sys_ftruncate(fd, len) != 0) {
+			tw__detail(detail, detail_len, "%s: %s segment: fallocate %llu bytes: %s", who,
+			           what, (unsigned long long)len, tw__strerror(e, eb, sizeof(eb)));
+			tw__sys_close(fd);
+			return -1;
+		}
+		/* a filesystem without fallocate: sized at least */
 	}
+	/* The peer gets this descriptor: sealed, it cannot shrink the file under
+	 * our mapping (spec 2.3.2.e). A /dev/shm file cannot be sealed. */
+	if (!TW_MUTANT("segments_unsealed"))
+		(void)tw__sys_seal_size(fd);
 	return fd;
 }
 

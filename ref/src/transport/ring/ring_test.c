@@ -430,6 +430,15 @@ static void test_process(void)
 	      TW_OK);
 	const uint8_t fresh[16] = { 0, 0, 0x20, 0, 0, 0, 0, 0, 0xff, 0xff, 0x1f };
 	CHECK(tw_test_bytes_eq("created header", r.header, 16, fresh, 16));
+	/* sealed (spec 2.3.2.e): the peer that gets these descriptors cannot
+	 * shrink them under our mapping, nor grow them */
+	errno = 0;
+	CHECKF(ftruncate(r.header_fd, 0) == -1 && errno == EPERM, "header shrunk: %s",
+	       strerror(errno));
+	errno = 0;
+	CHECKF(ftruncate(r.data_fd, 4096) == -1 && errno == EPERM, "data shrunk: %s", strerror(errno));
+	errno = 0;
+	CHECK(ftruncate(r.data_fd, 2 * TW_RING_INBOX_CAPACITY) == -1 && errno == EPERM);
 	int sv[2];
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
 	fflush(NULL);
