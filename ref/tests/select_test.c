@@ -5,6 +5,8 @@
  * a silent empty choice, the API call wins over the environment, and a
  * context whose choice keeps uv and basic still carries messages.
  */
+#include <pthread.h>
+
 #include "pair_util.h"
 
 static void expect_reg(bool transport, const char *kind, tw_status_t want, const char *substr)
@@ -82,6 +84,39 @@ static void case_api(void)
 	tw_context_destroy(c);
 }
 
+/* tw_context_select from one thread while another registers (which reads
+ * the choice): every call stays whole (TSan: no race on the choice). */
+static void *select_loop(void *arg)
+{
+	tw_context *c = arg;
+	for (int i = 0; i < 2000; i++)
+		CHECK_OK(tw_context_select(c, i % 2 ? "uv,shm" : "^ibv", i % 2 ? "basic" : "^mpt"));
+	return NULL;
+}
+
+static void case_threads(void)
+{
+	tw_context *c;
+	CHECK_OK(tw_context_create("sel", &c));
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, select_loop, c) == 0);
+	int ok = 0;
+	for (int i = 0; i < 2000; i++) {
+		/* the first of each succeeds, the rest name a registered name */
+		tw_status_t a = tw_context_register_transport(c, "uv", "u", 0, NULL);
+		tw_status_t b = tw_context_register_channel(c, "basic", "b", 0, NULL);
+		CHECK(a == TW_OK || a == TW_ERR_INVAL);
+		CHECK(b == TW_OK || b == TW_ERR_INVAL);
+		ok += (a == TW_OK) + (b == TW_OK);
+	}
+	CHECK(pthread_join(t, NULL) == 0);
+	if (ok != 2) {
+		fprintf(stderr, "%d registrations succeeded, want 2 (uv and basic, once each)\n", ok);
+		abort();
+	}
+	tw_context_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
 	unsetenv("TW_TRANSPORTS");
@@ -91,6 +126,7 @@ int main(int argc, char **argv)
 		{ "env_include", case_env_include },
 		{ "env_typo", case_env_typo },
 		{ "api", case_api },
+		{ "threads", case_threads },
 	};
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 60);
 }

@@ -262,8 +262,14 @@ static tw_status_t tw__ctx_selected(tw_context *ctx, const char *fn, bool transp
                                     const char *kind, int64_t *priority)
 {
 	const char *var = transports ? "TW_TRANSPORTS" : "TW_CHANNELS";
+	char chosen[sizeof(ctx->sel_transports)]; /* a copy: tw_context_select may run now */
+	pthread_mutex_lock(&ctx->mu);
 	bool set = transports ? ctx->sel_transports_set : ctx->sel_channels_set;
-	const char *spec = set ? (transports ? ctx->sel_transports : ctx->sel_channels) : getenv(var);
+	if (set)
+		snprintf(chosen, sizeof(chosen), "%s",
+		         transports ? ctx->sel_transports : ctx->sel_channels);
+	pthread_mutex_unlock(&ctx->mu);
+	const char *spec = set ? chosen : getenv(var);
 	if (!spec || !*spec)
 		return TW_OK;
 	char source[TW_SELECT_MAX + 64], detail[TW_DETAIL_MAX];
@@ -293,6 +299,7 @@ tw_status_t tw_context_select(tw_context *ctx, const char *transports, const cha
 		                          sizeof(detail)) != TW_OK)
 			return tw__api_fail(TW_ERR_INVAL, "%s: %s", fn, detail);
 	}
+	pthread_mutex_lock(&ctx->mu);
 	if (transports) {
 		snprintf(ctx->sel_transports, sizeof(ctx->sel_transports), "%s", transports);
 		ctx->sel_transports_set = true;
@@ -301,6 +308,7 @@ tw_status_t tw_context_select(tw_context *ctx, const char *transports, const cha
 		snprintf(ctx->sel_channels, sizeof(ctx->sel_channels), "%s", channels);
 		ctx->sel_channels_set = true;
 	}
+	pthread_mutex_unlock(&ctx->mu);
 	return TW_OK;
 }
 
