@@ -352,6 +352,32 @@ static tw_deferred *tw__loop_sync_end(tw_loop *self)
 	return d;
 }
 
+static bool tw__loop_sync_done(void *arg)
+{
+	return ((struct tw_sync_call *)arg)->done;
+}
+
+/* Under w->mu: sleeps on w->cv until done(arg); a loop thread (self, then
+ * w == self) marked as waiting runs meanwhile the calls other loop threads
+ * hand it (`urgent`), mutex released while each runs. */
+static void tw__loop_wait_marked(tw_loop *w, tw_loop *self, bool (*done)(void *), void *arg)
+{
+	while (!done(arg)) {
+		if (self && self->urgent_head) {
+			tw_deferred *d = self->urgent_head;
+			self->urgent_head = d->next;
+			if (!self->urgent_head)
+				self->urgent_tail = NULL;
+			d->next = NULL;
+			pthread_mutex_unlock(&w->mu);
+			d->fn(d->arg);
+			pthread_mutex_lock(&w->mu);
+			continue;
+		}
+		pthread_cond_wait(&w->cv, &w->mu);
+	}
+}
+
 /* A loop thread that waits here for another loop is inside work of its own
  * (an application's callback calling the API). If the other loop's thread
  * is itself waiting for this one, directly or round a ring of loops, each
@@ -399,20 +425,8 @@ bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 	pthread_mutex_unlock(&l->mu);
 	tw_loop *w = c.wake;
 	pthread_mutex_lock(&w->mu);
-	while (ok && !c.done) {
-		if (self && self->urgent_head) {
-			tw_deferred *d = self->urgent_head;
-			self->urgent_head = d->next;
-			if (!self->urgent_head)
-				self->urgent_tail = NULL;
-			d->next = NULL;
-			pthread_mutex_unlock(&w->mu);
-			d->fn(d->arg);
-			pthread_mutex_lock(&w->mu);
-			continue;
-		}
-		pthread_cond_wait(&w->cv, &w->mu);
-	}
+	if (ok)
+		tw__loop_wait_marked(w, self, tw__loop_sync_done, &c);
 	tw_deferred *rest = self ? tw__loop_sync_end(self) : NULL;
 	pthread_mutex_unlock(&w->mu);
 	tw__loop_run_list(rest);
