@@ -259,6 +259,59 @@ static void case_crossed_calls(void)
 	destroy_pair(&p);
 }
 
+/* One context's callback joins the other context while the other's
+ * callback calls the first one's waiting API (verdicts, listen): the join
+ * waits for a loop thread that waits for the joiner's loop. */
+struct joiner_side {
+	tw_context *target;
+	pthread_barrier_t *both_in;
+	tw_status_t join;
+	tu_rec done;
+};
+
+static void on_est_joiner(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	(void)p, (void)detail;
+	struct joiner_side *j = arg;
+	CHECK_OK(st);
+	pthread_barrier_wait(j->both_in);
+	j->join = tw_context_join(j->target);
+	tu_rec_hit(&j->done, TW_OK, NULL);
+}
+
+static void case_crossed_join(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	pthread_barrier_t both_in;
+	CHECK(pthread_barrier_init(&both_in, NULL, 2) == 0);
+	struct joiner_side js = { .target = p.sctx, .both_in = &both_in };
+	struct crossed_side ss = { .other_ctx = p.cctx, .other_pipe = p.c, .both_in = &both_in };
+	tu_rec_init(&js.done);
+	tu_rec_init(&ss.done);
+	CHECK_OK(tw_pipe_on_established(p.c, on_est_joiner, &js));
+	CHECK_OK(tw_pipe_on_established(p.s, on_est_cross, &ss));
+	if (!tu_wait_for(&js.done.w, 1, 20000) || !tu_wait_for(&ss.done.w, 1, 20000)) {
+		fprintf(stderr, "crossed_join: a callback joining the other context while that "
+		                "context's callback called tw_pipe_get_verdicts and tw_context_listen on "
+		                "the first did not return in 20 s (deadlock)\n");
+		exit(1);
+	}
+	if (js.join != TW_OK || ss.verdicts != TW_OK || ss.listen != TW_OK) {
+		fprintf(stderr, "crossed_join: join %s, verdicts %s, listen %s: %s\n",
+		        tw_status_name(js.join), tw_status_name(ss.verdicts),
+		        tw_status_name(ss.listen), ss.detail);
+		exit(1);
+	}
+	tu_once(&js.done);
+	tu_once(&ss.done);
+	tw_listener_destroy(ss.l);
+	pthread_barrier_destroy(&both_in);
+	p.s = NULL; /* the joined context frees its pipe and listener itself */
+	p.l = NULL;
+	destroy_pair(&p);
+}
+
 static void case_sync_errors(void)
 {
 	tw_context *ctx;
@@ -582,6 +635,7 @@ static const tu_case cases[] = {
 	{ "join_from_callback", case_join_from_callback },
 	{ "sync_errors", case_sync_errors },
 	{ "crossed_calls", case_crossed_calls },
+	{ "crossed_join", case_crossed_join },
 	{ "connect_refused", case_connect_refused },
 	{ "listener_close", case_listener_close },
 	{ "threads", case_threads },

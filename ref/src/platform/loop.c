@@ -81,18 +81,25 @@ static void tw__loop_check(tw_loop *l)
 
 /* Runs the posted queue until it is empty (work posted by what runs here
  * is taken in the same pass, after what was posted before it). */
+/* One item at a time, so that what waits in the queue stays in it (under
+ * mu) while an item runs: a join from that item may take calls of other
+ * loop threads out of it (tw__loop_join). */
 static void tw__loop_run_posted(tw_loop *l)
 {
 	l->posted_here = false;
-	for (;;) {
+	for (bool kicked = false;;) {
 		pthread_mutex_lock(&l->mu);
 		tw_deferred *d = l->posted_head;
-		l->posted_head = l->posted_tail = NULL;
+		if (d && !(l->posted_head = d->next))
+			l->posted_tail = NULL;
 		pthread_mutex_unlock(&l->mu);
 		if (!d)
 			break;
-		tw__loop_spin_kick(l);
-		tw__loop_run_list(d);
+		if (!kicked)
+			tw__loop_spin_kick(l);
+		kicked = true;
+		d->next = NULL;
+		d->fn(d->arg);
 	}
 }
 
@@ -236,9 +243,15 @@ static void *tw__loop_thread(void *arg)
 	tw_loop *l = arg;
 	current_loop = l;
 	uv_run(&l->uv, UV_RUN_DEFAULT);
+	__atomic_store_n(&l->exited, true, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&l->mu);
-	l->exited = true;
+	tw_loop *joiner = l->joiner;
 	pthread_mutex_unlock(&l->mu);
+	if (joiner) { /* a loop thread waits for this one in tw__loop_join */
+		pthread_mutex_lock(&joiner->mu);
+		pthread_cond_broadcast(&joiner->cv);
+		pthread_mutex_unlock(&joiner->mu);
+	}
 	return NULL;
 }
 
@@ -494,10 +507,59 @@ bool tw__loop_finish(tw_loop *l)
 	return true;
 }
 
+/* Under self->mu, on self's thread, as it starts a marked wait that is no
+ * call of its own: the calls other loop threads queued to it before it was
+ * marked (posted, each waiting in tw__loop_call_sync) become urgent, so
+ * that the wait runs them; one of them may be what the wait waits for. */
+static void tw__loop_take_sync_calls(tw_loop *self)
+{
+	tw_deferred **at = &self->posted_head, *last = NULL;
+	while (*at) {
+		tw_deferred *d = *at;
+		if (d->fn != tw__loop_sync_trampoline || ((struct tw_sync_call *)d->arg)->wake == self) {
+			last = d;
+			at = &d->next;
+			continue;
+		}
+		*at = d->next; /* a loop thread's call: out of the queue, into urgent */
+		d->next = NULL;
+		if (self->urgent_tail)
+			self->urgent_tail->next = d;
+		else
+			self->urgent_head = d;
+		self->urgent_tail = d;
+	}
+	self->posted_tail = last;
+}
+
+static bool tw__loop_exited(void *arg)
+{
+	return __atomic_load_n(&((tw_loop *)arg)->exited, __ATOMIC_ACQUIRE);
+}
+
+/* Called from another loop's thread (a callback joining a context), the
+ * wait is marked as in tw__loop_call_sync: the joined loop's thread may be
+ * inside a callback that calls this loop and waits for it, and it exits
+ * only once that call returned. */
 void tw__loop_join(tw_loop *l)
 {
 	if (!l->thread_started)
 		return;
+	tw_loop *self = current_loop;
+	if (self && self != l) {
+		pthread_mutex_lock(&self->mu);
+		self->sync_waiting++;
+		tw__loop_take_sync_calls(self);
+		pthread_mutex_unlock(&self->mu);
+		pthread_mutex_lock(&l->mu);
+		l->joiner = self;
+		pthread_mutex_unlock(&l->mu);
+		pthread_mutex_lock(&self->mu);
+		tw__loop_wait_marked(self, self, tw__loop_exited, l);
+		tw_deferred *rest = tw__loop_sync_end(self);
+		pthread_mutex_unlock(&self->mu);
+		tw__loop_run_list(rest);
+	}
 	pthread_join(l->thread, NULL);
 	l->thread_started = false;
 	uv_loop_close(&l->uv);

@@ -71,7 +71,8 @@ typedef struct tw_loop {
 	tw_deferred *posted_head;   /* under mu */
 	tw_deferred *posted_tail;
 	bool accepting;             /* under mu: false once the loop is finishing */
-	bool exited;                /* under mu: the thread returned from uv_run */
+	bool exited;                /* atomic: the thread returned from uv_run */
+	struct tw_loop *joiner;     /* under mu: a loop thread waiting for it to exit */
 	unsigned sync_waiting;      /* under mu: its thread waits in tw__loop_call_sync (depth) */
 	tw_deferred *urgent_head;   /* under mu: sync calls handed to that waiting thread */
 	tw_deferred *urgent_tail;
