@@ -14,7 +14,9 @@
  *     tw_context_listen() and tw_pipe_get_verdicts() wait for the context's
  *     loop thread to do their work (at once on that thread). Callbacks of
  *     two contexts calling them on each other's objects at the same time
- *     both return: a loop thread that waits runs the other's call.
+ *     both return: a loop thread that waits runs the other's call. The same
+ *     holds for a callback that joins or destroys another context while
+ *     that context's callbacks call into the first one.
  *   - Callbacks: every callback runs on the context's loop thread, never
  *     inline inside the caller's stack, and exactly once. When the object
  *     closes (or fails) first, each pending callback fires with an error
