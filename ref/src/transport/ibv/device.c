@@ -310,6 +310,12 @@ tw_status_t tw__ibv_choose(const char *hca, int gid_index, tw_ibv_choice *out, c
 	return TW_OK;
 }
 
+bool tw__ibv_fork_opted_out(void)
+{
+	const char *e = getenv("TW_IB_FORK_SAFE");
+	return (e && !strcmp(e, "0")) || TW_MUTANT("ibv_fork_unsafe");
+}
+
 tw_status_t tw__ibv_fork_safe(char *why, size_t why_len)
 {
 	enum ibv_fork_status fs = ibv_is_fork_initialized();

@@ -115,4 +115,8 @@ int tw__ibv_qp_connect(struct ibv_qp *qp, const tw_ibv_choice *ch, int gid_index
  * (memory was registered before, by someone else). */
 TW_NODISCARD tw_status_t tw__ibv_fork_safe(char *why, size_t why_len);
 
+/* Whether the user opted out of that (TW_IB_FORK_SAFE=0, documented in
+ * tensorwire.h), for the ibv transport and cuda_gdr alike. */
+bool tw__ibv_fork_opted_out(void);
+
 #endif /* TW_TRANSPORT_IBV_DEVICE_H */

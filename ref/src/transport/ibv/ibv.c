@@ -1391,8 +1391,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	    ib_env_u64("TW_IB_ANSWER_WAIT_MS", 60000, "a wait (0 to 60000 ms)", &o->answer_wait_ms,
 	               detail, detail_len) != TW_OK)
 		return TW_ERR_INVAL;
-	e = getenv("TW_IB_FORK_SAFE");
-	if ((e && !strcmp(e, "0")) || TW_MUTANT("ibv_fork_unsafe"))
+	if (tw__ibv_fork_opted_out())
 		o->fork_safe = false;
 	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
 	                         detail, detail_len);
