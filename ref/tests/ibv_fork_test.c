@@ -12,6 +12,8 @@
  *            failed and ibv would not have been offered; on a real kernel
  *            (softroce.sh) UNNEEDED is right too: the kernel keeps
  *            registered pages with the parent by itself
+ *   order_gdr the same for a context with cuda_gdr and no ibv transport
+ *            (its NICs register memory when it is registered)
  *   late     memory registered by someone else before the first context:
  *            ibv_fork_init can no longer help, and ibv is refused with a
  *            reason naming it (not offered silently unsafe)
@@ -52,6 +54,25 @@ static void case_order(void)
 	bool real = prov && strcmp(prov, "simverbs") != 0;
 	printf("   ibv_is_fork_initialized: %d (want %d, enabled%s)\n", (int)fs, (int)IBV_FORK_ENABLED,
 	       real ? ", or 2, unneeded: a real kernel" : "");
+	CHECK(fs == IBV_FORK_ENABLED || (real && fs == IBV_FORK_UNNEEDED));
+	tw_context_destroy(ctx);
+}
+
+/* cuda_gdr alone (no ibv transport) registers memory on its NICs when it
+ * is registered: fork handling must be on before that too. Run under
+ * simcuda and simverbs. */
+static void case_order_gdr(void)
+{
+	tw_context *ctx;
+	CHECK_OK(tw_context_create("fork-order-gdr", &ctx));
+	CHECK_OK(tw_context_register_transport(ctx, "uv", NULL, 0, NULL));
+	tw_status_t st = tw_context_register_channel(ctx, "cuda_gdr", NULL, 0, NULL);
+	printf("   register cuda_gdr: %s %s\n", tw_status_name(st), st ? tw_last_error() : "");
+	CHECK_OK(st);
+	enum ibv_fork_status fs = ibv_is_fork_initialized();
+	const char *prov = getenv("TW_RDMA_PROVIDER");
+	bool real = prov && strcmp(prov, "simverbs") != 0;
+	printf("   ibv_is_fork_initialized: %d (want %d, enabled)\n", (int)fs, (int)IBV_FORK_ENABLED);
 	CHECK(fs == IBV_FORK_ENABLED || (real && fs == IBV_FORK_UNNEEDED));
 	tw_context_destroy(ctx);
 }
@@ -189,6 +210,7 @@ static void case_stream(void)
 static const tu_case cases[] = {
 	{ "order", case_order },
 	{ "late", case_late },
+	{ "order_gdr", case_order_gdr },
 	{ "stream", case_stream },
 };
 

@@ -1175,7 +1175,13 @@ static tw_status_t gd_create(const tw_channel_env *env, const char *options, tw_
 		return st;
 	}
 	char why[TW_DETAIL_MAX] = "";
-	st = gd_pair(c, why, sizeof(why));
+	/* its NICs register memory: fork safety first, as the ibv transport */
+	char fw[TW_DETAIL_MAX];
+	st = tw__ibv_fork_opted_out() ? TW_OK : tw__ibv_fork_safe(fw, sizeof(fw));
+	if (st != TW_OK)
+		tw__detail(why, sizeof(why), GD_WHO ": not viable: %s", fw);
+	else
+		st = gd_pair(c, why, sizeof(why));
 	if (st != TW_OK) {
 		tw__detail(detail, detail_len, "%s", why);
 		gd_destroy(&c->cc.base);
