@@ -645,6 +645,11 @@ static twc_outcome_t run_raw(const twc_case *c, twc_case_env *env)
 		.timeout_s = 60, .run = run_raw, .arg = &(const twc_raw_input){__VA_ARGS__},      \
 	}
 
+#define REQ_XTH_PEER                                                                            \
+	"(4.5.b) A receiver MUST NOT read memory an xth Descriptor names unless it has made sure "  \
+	"that the other end of the channel's connection is its own process; otherwise it MUST "    \
+	"fail the channel, and the pipe, with a protocol error. And always: " ALWAYS
+
 static const twc_case cases[] = {
 	RAW("ext_unknown_only", "8.1 (8.1.b, 8.1.c)", TWC_MUST,
 	    "a Brochure whose tensorwire.ext entry names only extensions nobody knows",
@@ -791,18 +796,12 @@ static const twc_case cases[] = {
 	RAW("xth_forged_pointer", "4.5 (4.5.b)", TWC_MUST,
 	    "a Brochure claiming to be the IUT's own process (its xth descriptor, built from /proc), "
 	    "then a tensor whose xth Descriptor points at an unmapped page",
-	    "(4.5.b) A receiver MUST NOT read memory an xth Descriptor names unless it has made "
-	    "sure that the other end of the channel's connection is its own process; otherwise it "
-	    "MUST fail the channel, and the pipe, with a protocol error. And always: "
-	    ALWAYS,
+	    REQ_XTH_PEER,
 	    send_xth_unmapped, "pipe-failed", "crash", NULL, 0, "proto", "xth"),
 	RAW("xth_forged_mapped", "4.5 (4.5.b)", TWC_MUST,
 	    "a Brochure claiming to be the IUT's own process, then a tensor whose xth Descriptor "
 	    "points at the IUT's first readable mapping (its own memory, as the message's data)",
-	    "(4.5.b) A receiver MUST NOT read memory an xth Descriptor names unless it has made "
-	    "sure that the other end of the channel's connection is its own process; otherwise it "
-	    "MUST fail the channel, and the pipe, with a protocol error. And always: "
-	    ALWAYS,
+	    REQ_XTH_PEER,
 	    send_xth_mapped, "pipe-failed", "message-delivered", NULL, 0, "proto", "xth"),
 	RAW("cma_copy_from_peer", "4.4 (4.4.d)", TWC_MUST,
 	    "a well-formed cma peer in another process (the raw client's own cma descriptor) sends "
