@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,13 +330,24 @@ static bool tw__tcp_end_parse(const char *s, tw_tcp_end *e)
 	return true;
 }
 
+/* /proc/<pid>/<a><b>, or /proc/self/... for this process: /proc may be
+ * the mount of another pid namespace (unshare -p without a new /proc),
+ * where our own number names another process or none. */
+static void tw__proc_path(char *out, size_t len, pid_t pid, const char *a, const char *b)
+{
+	if (pid == getpid())
+		snprintf(out, len, "/proc/self/%s%s", a, b);
+	else
+		snprintf(out, len, "/proc/%d/%s%s", (int)pid, a, b);
+}
+
 /* The inode of the socket that /proc/<pid>/net/<file> lists as local `mine`
  * and remote `theirs`; 0 if none. -1 and errno if the file cannot be read. */
 static int tw__tcp_find_inode(pid_t pid, const char *file, const tw_tcp_end *local,
                               const tw_tcp_end *remote, unsigned long *inode_out)
 {
 	char path[64], line[512];
-	snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, file);
+	tw__proc_path(path, sizeof(path), pid, "net/", file);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return -1;
@@ -361,7 +373,7 @@ static int tw__tcp_find_inode(pid_t pid, const char *file, const tw_tcp_end *loc
 static int tw__fd_table_has_socket(pid_t pid, unsigned long inode)
 {
 	char path[64], want[48], link[64];
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	tw__proc_path(path, sizeof(path), pid, "fd", "");
 	snprintf(want, sizeof(want), "socket:[%lu]", inode);
 	DIR *d = opendir(path);
 	if (!d)
@@ -391,6 +403,10 @@ int tw__sys_socket_peer_of(int fd, pid_t pid, char *why, size_t why_len)
 		tw__detail(why, why_len, "the connection has no socket (closed, or not open yet)");
 		errno = EBADF;
 		return -1;
+	}
+	if (pid <= 0) {
+		tw__detail(why, why_len, "%d names no process", (int)pid);
+		return 0;
 	}
 	struct sockaddr_storage mine, theirs;
 	socklen_t ml = sizeof(mine), tl = sizeof(theirs);
@@ -441,4 +457,21 @@ int tw__sys_socket_peer_of(int fd, pid_t pid, char *why, size_t why_len)
 		tw__detail(why, why_len, "the other end of this TCP connection (socket inode %lu) is "
 		                         "not a descriptor of process %d", inode, (int)pid);
 	return has;
+}
+
+int tw__sys_pidfd_open(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+	(void)pid;
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+bool tw__sys_pidfd_exited(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
 }

@@ -15,6 +15,7 @@
 #ifndef TW_PLATFORM_PLATFORM_H
 #define TW_PLATFORM_PLATFORM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -125,6 +126,11 @@ ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned 
  * call. Blocks briefly on /proc; the cost grows with the host's sockets.
  * Fault point "sys/peer_of" (EACCES). */
 int tw__sys_socket_peer_of(int fd, pid_t pid, char *why, size_t why_len);
+/* A descriptor that stays with process pid, whatever its number becomes
+ * once it exits (pidfd_open; -1 and errno, ENOSYS before Linux 5.3), and
+ * whether that process has exited (a pidfd polls readable then). */
+int tw__sys_pidfd_open(pid_t pid);
+bool tw__sys_pidfd_exited(int pidfd);
 
 /* ---- who and where this process runs (host.c) ---- */
 #define TW_BOOT_ID_LEN 36 /* 8-4-4-4-12 hex digits and dashes */

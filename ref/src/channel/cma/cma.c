@@ -80,6 +80,7 @@ typedef struct cma_channel {
 	/* the process found at the other end of connection 0, whose memory the
 	 * peer's Descriptors may name (4.4.d; xth: this one, 4.5.b); 0 until then */
 	uint32_t peer_pid;
+	int peer_pidfd;     /* that process, -1 if none (xth, or no pidfd_open) */
 	tw_conn *conn[2];   /* 0: descriptors, 1: completions */
 	unsigned refs;      /* 1 while open + one per operation not yet called back */
 	tw_list copies;     /* cma_op receives with a descriptor, in receive order */
@@ -120,8 +121,11 @@ typedef struct cma_op {
 
 static void cma_unref(cma_channel *ch)
 {
-	if (--ch->refs == 0)
-		tw__free(ch);
+	if (--ch->refs != 0)
+		return;
+	if (ch->peer_pidfd >= 0)
+		tw__sys_close(ch->peer_pidfd);
+	tw__free(ch);
 }
 
 static void cma_fail_op(cma_op *op, tw_status_t st, const char *detail)
@@ -371,16 +375,44 @@ static void cma_copy_step(void *arg)
 }
 
 /* Whether `pid` is the process at the other end of connection 0, whose
- * memory a Descriptor may then name (4.4.d, 4.5.b); asked of the kernel
- * once per pid (an honest peer always names the same one). */
+ * memory a Descriptor may then name (4.4.d, 4.5.b). The kernel is asked
+ * once: an honest peer names its own process every time, so another pid
+ * later is refused, and so is the same one once that process has exited
+ * (its number may be another process's by then; a pidfd, taken before the
+ * lookup, keeps to the process that was found). */
 static tw_status_t cma_check_peer(cma_channel *ch, uint32_t pid, char *detail, size_t len)
 {
-	if (pid != 0 && pid == ch->peer_pid)
+	if (ch->peer_pid != 0 && pid != ch->peer_pid) {
+		tw__detail(detail, len,
+		           "refused the peer %s: its Descriptors named process %u, now process %u "
+		           "(a peer names its own process, always the same one)",
+		           ch->conn[0]->ops->peer(ch->conn[0]), (unsigned)ch->peer_pid, (unsigned)pid);
+		return TW_ERR_PROTO;
+	}
+	if (ch->peer_pid != 0 && ch->peer_pidfd >= 0 && tw__sys_pidfd_exited(ch->peer_pidfd)) {
+		tw__detail(detail, len,
+		           "refused the peer %s: process %u, found at the other end of this "
+		           "connection, has exited (its number may now be another process's)",
+		           ch->conn[0]->ops->peer(ch->conn[0]), (unsigned)pid);
+		return TW_ERR_PROTO;
+	}
+	if (ch->peer_pid != 0)
 		return TW_OK;
+	int pidfd = ch->xth ? -1 : tw__sys_pidfd_open((pid_t)pid);
 	tw_status_t st = tw__channel_peer_is(ch->conn[0], (pid_t)pid, detail, len);
-	if (st == TW_OK)
-		ch->peer_pid = pid;
-	return st;
+	if (st == TW_OK && pidfd >= 0 && tw__sys_pidfd_exited(pidfd)) {
+		tw__detail(detail, len, "refused the peer %s: process %u exited as it was checked",
+		           ch->conn[0]->ops->peer(ch->conn[0]), (unsigned)pid);
+		st = TW_ERR_PROTO;
+	}
+	if (st != TW_OK) {
+		if (pidfd >= 0)
+			tw__sys_close(pidfd);
+		return st;
+	}
+	ch->peer_pid = pid;
+	ch->peer_pidfd = pidfd;
+	return TW_OK;
 }
 
 static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf, uint64_t len,
@@ -761,6 +793,7 @@ static tw_status_t cma_open(tw_channel_ctx *c, tw_endpoint_t endpoint, tw_conn *
 	ch->conn[0] = conns[0];
 	ch->conn[1] = conns[1];
 	ch->refs = 1;
+	ch->peer_pidfd = -1;
 	tw__list_init(&ch->copies);
 	tw__list_init(&ch->held_sends);
 	tw__list_init(&ch->held_recvs);
