@@ -17,24 +17,30 @@
 typedef struct twc_raw_ctx ctx;
 
 
+/* The first of a kind is kept: what went wrong first explains the rest. */
+#define TWC_KEEP_FIRST(field)                                                                   \
+	do {                                                                                    \
+		if (c->o->field[0])                                                             \
+			return;                                                                 \
+		va_list ap;                                                                     \
+		va_start(ap, fmt);                                                              \
+		vsnprintf(c->o->field, sizeof(c->o->field), fmt, ap);                           \
+		va_end(ap);                                                                     \
+	} while (0)
+
 void twc_raw_note(ctx *c, const char *fmt, ...)
 {
-	if (c->o->note[0])
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->o->note, sizeof(c->o->note), fmt, ap);
-	va_end(ap);
+	TWC_KEEP_FIRST(note);
+}
+
+void twc_raw_skip(ctx *c, const char *fmt, ...)
+{
+	TWC_KEEP_FIRST(skip);
 }
 
 void twc_raw_check(ctx *c, const char *fmt, ...)
 {
-	if (c->o->check[0])
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->o->check, sizeof(c->o->check), fmt, ap);
-	va_end(ap);
+	TWC_KEEP_FIRST(check);
 }
 
 static int keep_fd(ctx *c, int fd)
@@ -368,10 +374,13 @@ int twc_raw_run(const char *cmd, const char *label_id, const twc_raw_input *rc, 
 	                         "name", "server", "transports", "name", "uv", "kind", "uv",
 	                         "priority", 0, "channels", "name", "basic", "kind", "basic",
 	                         "priority", 0);
-	if (rc->channel)
+	if (rc->channel) /* cma: allowed to be copied from under YAMA scope 1 too */
 		json_array_append_new(json_object_get(creq, "channels"),
-		                      json_pack("{s:s,s:s,s:i}", "name", rc->channel, "kind",
-		                                rc->channel, "priority", 10));
+		                      json_pack("{s:s,s:s,s:i,s:o}", "name", rc->channel, "kind",
+		                                rc->channel, "priority", 10, "options",
+		                                strcmp(rc->channel, "cma")
+		                                    ? json_object()
+		                                    : json_pack("{s:b}", "ptracer_any", 1)));
 	if (rc->handshake_timeout_ms > 0) {
 		json_object_set_new(creq, "handshake_timeout_ms",
 		                    json_integer(rc->handshake_timeout_ms));

@@ -38,6 +38,7 @@ typedef struct twc_raw_obs {
 	                         pipe-failed, pipe-pending, connection-dropped, ignored */
 	char check[256];      /* a case-specific check that failed (bytes the IUT sent) */
 	char note[256];       /* what the raw client or the harness could not do */
+	char skip[256];       /* why this host cannot run the case (it is then a SKIP) */
 } twc_raw_obs;
 
 /* One run: the IUT, the raw client's connections and what it learnt. Send
@@ -109,6 +110,9 @@ bool twc_raw_as_stock(const twc_raw_input *in, const twc_raw_obs *o);
 
 /* What the raw client could not do (the first note is kept). */
 void twc_raw_note(twc_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* This host cannot run the case (say YAMA forbids what it needs): a SKIP
+ * with the reason, whatever else was observed (the first is kept). */
+void twc_raw_skip(twc_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A case-specific check of what the IUT sent failed (the first is kept). */
 void twc_raw_check(twc_raw_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A new connection to the IUT's listener, kept for the run (the first one

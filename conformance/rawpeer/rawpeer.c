@@ -238,7 +238,7 @@ size_t twc_raw_brochure_with(const char *transport, const char *domain, const ch
 	size_t tl = strlen(transport), dl = strlen(domain), cl = strlen(channel),
 	       xl = strlen(descriptor);
 	if (tl >= 0x80 || dl >= 0x80 || cl >= 0x80 || xl >= 0x80 ||
-	    cap < 4 + (2 + tl) + (2 + dl) + 2 + (2 + cl) + 9 + (2 + xl))
+	    cap < 4 + (2 + tl) + (2 + dl) + 2 + (2 + cl) + 10 + (2 + xl))
 		return 0;
 	size_t k = 0;
 	buf[k++] = 0xb9, buf[k++] = 0x02; /* Brochure: 2 members */

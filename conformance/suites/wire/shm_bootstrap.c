@@ -574,14 +574,18 @@ static int ring_traffic(const char *url, int k, char *why, size_t len)
 			set_marker(p.seg[SEG_INBOX_H], OFF_HEAD, head + n);
 			if (k == RING_TRUNCATE) {
 				/* the frames are in; the file under them goes (2.3.2.e) */
-				if (ftruncate(p.theirs[SEG_INBOX_D], 0) == 0)
+				if (ftruncate(p.theirs[SEG_INBOX_D], 0) == 0) {
 					printf("# truncated the IUT's inbox data segment to 0 bytes\n");
-				else
-					printf("# the IUT's inbox data segment cannot be truncated: %s\n",
-					       strerror(errno));
+				} else if (errno == EPERM) {
+					printf("# the IUT's inbox data segment is sealed: %s\n", strerror(errno));
+				} else {
+					snprintf(why, len, "harness: ftruncate of the IUT's inbox: %s",
+					         strerror(errno));
+					rc = -1;
+				}
 				fflush(stdout);
 			}
-			if (!reactor_token(&p, p.inbox_token)) {
+			if (rc == 0 && !reactor_token(&p, p.inbox_token)) {
 				snprintf(why, len, "the IUT's reactor took no token within 1 s (its producer "
 				                   "flag stayed taken, or the ring is full)");
 				rc = -1;
