@@ -16,7 +16,10 @@
  *     two contexts calling them on each other's objects at the same time
  *     both return: a loop thread that waits runs the other's call. The same
  *     holds for a callback that joins or destroys another context while
- *     that context's callbacks call into the first one.
+ *     that context's callbacks call into the first one. Not broken: two
+ *     callbacks that join each other's contexts (neither loop can end
+ *     while its callback waits), or two threads joining one context while
+ *     its callback calls into one of them.
  *   - Callbacks: every callback runs on the context's loop thread, never
  *     inline inside the caller's stack, and exactly once. When the object
  *     closes (or fails) first, each pending callback fires with an error
