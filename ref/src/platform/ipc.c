@@ -375,9 +375,19 @@ static int tw__fd_table_has_socket(pid_t pid, unsigned long inode)
 	char path[64], want[48], link[64];
 	tw__proc_path(path, sizeof(path), pid, "fd", "");
 	snprintf(want, sizeof(want), "socket:[%lu]", inode);
-	DIR *d = opendir(path);
-	if (!d)
+	/* open() then fdopendir(), not opendir(): ThreadSanitizer sees the
+	 * descriptor made (glibc's opendir opens it out of its sight, so the
+	 * closedir of a number another thread's closed descriptor had before
+	 * reads to it as a race) */
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		int e = errno;
+		if (dfd >= 0)
+			close(dfd);
+		errno = e;
 		return -1;
+	}
 	int found = 0;
 	for (struct dirent *de; !found && (de = readdir(d));) {
 		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
