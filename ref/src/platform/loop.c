@@ -80,10 +80,10 @@ static void tw__loop_check(tw_loop *l)
 }
 
 /* Runs the posted queue until it is empty (work posted by what runs here
- * is taken in the same pass, after what was posted before it). */
-/* One item at a time, so that what waits in the queue stays in it (under
- * mu) while an item runs: a join from that item may take calls of other
- * loop threads out of it (tw__loop_join). */
+ * is taken in the same pass, after what was posted before it), one item at
+ * a time, so that what waits stays in the queue (under mu) while an item
+ * runs: a join from that item may take other loop threads' calls out of it
+ * (tw__loop_take_sync_calls). */
 static void tw__loop_run_posted(tw_loop *l)
 {
 	l->posted_here = false;
@@ -365,6 +365,17 @@ static tw_deferred *tw__loop_sync_end(tw_loop *self)
 	return d;
 }
 
+/* Under l->mu: appends a sync call to those l's waiting thread runs next. */
+static void tw__loop_urgent_push(tw_loop *l, tw_deferred *d)
+{
+	d->next = NULL;
+	if (l->urgent_tail)
+		l->urgent_tail->next = d;
+	else
+		l->urgent_head = d;
+	l->urgent_tail = d;
+}
+
 static bool tw__loop_sync_done(void *arg)
 {
 	return ((struct tw_sync_call *)arg)->done;
@@ -426,11 +437,7 @@ bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 	pthread_mutex_lock(&l->mu);
 	bool ok = true;
 	if (self && l->sync_waiting && l->accepting) {
-		if (l->urgent_tail)
-			l->urgent_tail->next = &c.node;
-		else
-			l->urgent_head = &c.node;
-		l->urgent_tail = &c.node;
+		tw__loop_urgent_push(l, &c.node);
 		pthread_cond_broadcast(&l->cv);
 	} else {
 		ok = tw__loop_post_locked(l, &c.node, false);
@@ -522,12 +529,7 @@ static void tw__loop_take_sync_calls(tw_loop *self)
 			continue;
 		}
 		*at = d->next; /* a loop thread's call: out of the queue, into urgent */
-		d->next = NULL;
-		if (self->urgent_tail)
-			self->urgent_tail->next = d;
-		else
-			self->urgent_head = d;
-		self->urgent_tail = d;
+		tw__loop_urgent_push(self, d);
 	}
 	self->posted_tail = last;
 }
