@@ -226,6 +226,26 @@ static void on_est_cross(tw_pipe *p, tw_status_t st, const char *detail, void *a
 	tu_rec_hit(&x->done, TW_OK, NULL);
 }
 
+/* Both sides' callbacks returned within 20 s, or `what` deadlocked. */
+static void crossed_wait(const char *what, tu_rec *a, tu_rec *b)
+{
+	if (!tu_wait_for(&a->w, 1, 20000) || !tu_wait_for(&b->w, 1, 20000)) {
+		fprintf(stderr, "%s did not return in 20 s (deadlock)\n", what);
+		exit(1);
+	}
+}
+
+/* A crossed side's calls succeeded, and its callback ran once. */
+static void crossed_check(const char *name, struct crossed_side *x)
+{
+	if (x->verdicts != TW_OK || x->listen != TW_OK) {
+		fprintf(stderr, "%s: verdicts %s, listen %s: %s\n", name,
+		        tw_status_name(x->verdicts), tw_status_name(x->listen), x->detail);
+		exit(1);
+	}
+	tu_once(&x->done);
+}
+
 static void case_crossed_calls(void)
 {
 	tu_pair p = { 0 };
@@ -238,21 +258,12 @@ static void case_crossed_calls(void)
 	tu_rec_init(&ss.done);
 	CHECK_OK(tw_pipe_on_established(p.c, on_est_cross, &cs));
 	CHECK_OK(tw_pipe_on_established(p.s, on_est_cross, &ss));
-	if (!tu_wait_for(&cs.done.w, 1, 20000) || !tu_wait_for(&ss.done.w, 1, 20000)) {
-		fprintf(stderr, "crossed_calls: callbacks of two contexts calling "
-		                "tw_pipe_get_verdicts and tw_context_listen on each other did not "
-		                "return in 20 s (deadlock)\n");
-		exit(1);
-	}
+	crossed_wait("crossed_calls: callbacks of two contexts calling tw_pipe_get_verdicts and "
+	             "tw_context_listen on each other",
+	             &cs.done, &ss.done);
 	struct crossed_side *sides[] = { &cs, &ss };
 	for (int i = 0; i < 2; i++) {
-		if (sides[i]->verdicts != TW_OK || sides[i]->listen != TW_OK) {
-			fprintf(stderr, "crossed_calls: verdicts %s, listen %s: %s\n",
-			        tw_status_name(sides[i]->verdicts), tw_status_name(sides[i]->listen),
-			        sides[i]->detail);
-			exit(1);
-		}
-		tu_once(&sides[i]->done);
+		crossed_check("crossed_calls", sides[i]);
 		tw_listener_destroy(sides[i]->l);
 	}
 	pthread_barrier_destroy(&both_in);
@@ -291,20 +302,15 @@ static void case_crossed_join(void)
 	tu_rec_init(&ss.done);
 	CHECK_OK(tw_pipe_on_established(p.c, on_est_joiner, &js));
 	CHECK_OK(tw_pipe_on_established(p.s, on_est_cross, &ss));
-	if (!tu_wait_for(&js.done.w, 1, 20000) || !tu_wait_for(&ss.done.w, 1, 20000)) {
-		fprintf(stderr, "crossed_join: a callback joining the other context while that "
-		                "context's callback called tw_pipe_get_verdicts and tw_context_listen on "
-		                "the first did not return in 20 s (deadlock)\n");
-		exit(1);
-	}
-	if (js.join != TW_OK || ss.verdicts != TW_OK || ss.listen != TW_OK) {
-		fprintf(stderr, "crossed_join: join %s, verdicts %s, listen %s: %s\n",
-		        tw_status_name(js.join), tw_status_name(ss.verdicts),
-		        tw_status_name(ss.listen), ss.detail);
+	crossed_wait("crossed_join: a callback joining the other context while that context's "
+	             "callback called tw_pipe_get_verdicts and tw_context_listen on the first",
+	             &js.done, &ss.done);
+	if (js.join != TW_OK) {
+		fprintf(stderr, "crossed_join: join %s\n", tw_status_name(js.join));
 		exit(1);
 	}
 	tu_once(&js.done);
-	tu_once(&ss.done);
+	crossed_check("crossed_join", &ss);
 	tw_listener_destroy(ss.l);
 	pthread_barrier_destroy(&both_in);
 	p.s = NULL; /* the joined context frees its pipe and listener itself */
