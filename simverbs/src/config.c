@@ -220,6 +220,8 @@ static void dev_key(struct sv_dev_cfg *d, const char *k, const char *v)
 		d->max_srq_wr = (int)num(v);
 	else if (!strcmp(k, "max_cqe"))
 		d->max_cqe = (int)num(v);
+	else if (!strcmp(k, "round_queues"))
+		d->round_queues = (int)num(v);
 	else if (!strcmp(k, "max_sge")) {
 		d->max_sge = (int)num(v);
 		if (d->max_sge > SV_MAX_SGE)

@@ -643,6 +643,9 @@ SV_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 		errno = EINVAL;
 		return NULL;
 	}
+	if (d->round_queues) /* as real providers do: the caller reads back what it got */
+		while (attr->attr.max_wr & (attr->attr.max_wr - 1))
+			attr->attr.max_wr += attr->attr.max_wr & -attr->attr.max_wr;
 	struct sv_srq *s = calloc(1, sizeof(*s));
 	if (!s || !(s->ring = calloc(attr->attr.max_wr, sizeof(*s->ring)))) {
 		free(s);

@@ -67,6 +67,7 @@ struct sv_dev_cfg {
 	struct sv_port_cfg port[SV_MAX_PORT];
 	int max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd;
 	int max_srq, max_srq_wr, max_srq_sge, max_qp_rd_atom, max_inline;
+	int round_queues; /* SRQs are rounded up to a power of two, and say so (mlx5, rxe) */
 	uint64_t max_mr_size;
 };
 
