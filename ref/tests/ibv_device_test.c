@@ -20,6 +20,16 @@
  *            (2.4.5.d); both pipes carry 3 MiB both ways. TW_WANT is the
  *            GID both ends use. Run with a long TW_IB_ANSWER_WAIT_MS, so
  *            that "without waiting" holds on a loaded machine too
+ *   churn    one client context and one listener carry 100 pipes, one after
+ *            the other, on a device whose shared receive queue holds 4
+ *            receives: each pipe moves a message each way, then one end
+ *            writes 3 more that land as the other end destroys its pipe.
+ *            A receive that a closed connection used up must be put back,
+ *            whenever its completion is seen: else the queue runs dry and
+ *            the next pipe's writes wait for a receive forever (receiver-
+ *            not-ready retries never end). The case must finish, every
+ *            message of a live pipe arriving. TW_WANT: the queue's size
+ *            in the transport's detail
  *   port_down the port goes down (simverbs' control file, SIMVERBS_CONTROL)
  *            while a pipe carries 3 MiB messages: the write in flight fails
  *            within 20 s (the queue pair's retries run out), with a detail
@@ -176,7 +186,53 @@ static void case_port_down(void)
 	tu_pair_close(&p);
 }
 
+static void on_any_status(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	(void)p, (void)st, (void)detail;
+	tu_signal(arg);
+}
+
+static void case_churn(void)
+{
+	enum { PIPES = 100, LAST = 3 };
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	check_detail(p.c);
+	for (int i = 0; i < PIPES; i++) {
+		tu_rec acc, e1, e2;
+		tu_rec_init(&acc), tu_rec_init(&e1), tu_rec_init(&e2);
+		CHECK_OK(tw_listener_accept(p.l, tu_on_accept, &acc));
+		tw_pipe *c;
+		CHECK_OK(tw_context_connect(p.cctx, p.url, &c));
+		tu_expect(&acc, TW_OK, NULL);
+		CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &e1));
+		CHECK_OK(tw_pipe_on_established(c, tu_on_status, &e2));
+		tu_expect(&e1, TW_OK, NULL);
+		tu_expect(&e2, TW_OK, NULL);
+		tu_send_text(c, "ping");
+		tu_expect_text(acc.pipe, "ping");
+		tu_send_text(acc.pipe, "pong");
+		tu_expect_text(c, "pong");
+		/* the last writes land as the other end goes: the server's on
+		 * even pipes, the client's on odd ones */
+		tw_pipe *writer = i % 2 ? c : acc.pipe, *goes = i % 2 ? acc.pipe : c;
+		tu_waiter done;
+		tu_waiter_init(&done);
+		tw_message m = { .metadata = "last", .metadata_length = 4 };
+		for (int k = 0; k < LAST; k++)
+			CHECK_OK(tw_pipe_write(writer, &m, on_any_status, &done));
+		tw_pipe_destroy(goes);
+		tw_pipe_destroy(writer);
+		tu_wait(&done, LAST); /* delivered or failed: either is fine */
+		tu_once(&acc), tu_once(&e1), tu_once(&e2);
+		if ((i + 1) % 10 == 0)
+			printf("   %d pipes\n", i + 1);
+	}
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
+	{ "churn", case_churn },
 	{ "choice", case_choice },
 	{ "refused", case_refused },
 	{ "memo", case_memo },

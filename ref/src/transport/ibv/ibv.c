@@ -181,6 +181,7 @@ struct ib_transport {
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *chan;
 	struct ibv_srq *srq; /* NULL: per-QP receive queues */
+	uint32_t srq_owed;   /* shared receives used up and not yet put back */
 	uv_poll_t chan_poll;
 	bool chan_poll_init; /* chan_poll needs closing */
 	bool chan_poll_on;   /* and watches the channel */
@@ -262,6 +263,7 @@ static const char *ib_dev(const ib_conn *c)
 }
 
 static void ib_conn_release(ib_conn *c);
+static void ib_srq_reclaim(ib_conn *c);
 
 /* Fails the connection (tw__conn_fail); a closed one still delivering
  * its last bytes (ib_conn_close) just gives up on them. */
@@ -310,6 +312,8 @@ static void ib_free_conn(tw_conn_core *core)
 	ib_conn *c = (ib_conn *)core;
 	if (tw__list_linked(&c->cq_link))
 		tw__list_remove(&c->cq_link);
+	if (c->qp && c->cq && c->t->srq)
+		ib_srq_reclaim(c);
 	if (c->qp)
 		(void)ibv_destroy_qp(c->qp);
 	if (c->cq)
@@ -439,14 +443,14 @@ static bool ib_conn_was_connected(tw_conn *base)
 
 /* ---- receive queues ----------------------------------------------------------- */
 
-/* Posts n receives (no scatter entries: immediates only) to the shared
- * receive queue, or to qp's own when there is none. Returns the errno
- * value of the failing post, 0 on success. */
-static int ib_post_recvs(ib_transport *t, struct ibv_qp *qp, uint32_t n)
+/* Posts *n receives (no scatter entries: immediates only) to the shared
+ * receive queue, or to qp's own when there is none; *n becomes the number
+ * not posted. Returns the errno value of the failing post, 0 on success. */
+static int ib_post_recvs(ib_transport *t, struct ibv_qp *qp, uint32_t *n)
 {
 	struct ibv_recv_wr wr[16];
-	while (n > 0) {
-		uint32_t k = n < 16 ? n : 16;
+	while (*n > 0) {
+		uint32_t k = *n < 16 ? *n : 16;
 		memset(wr, 0, sizeof(wr));
 		for (uint32_t i = 0; i < k; i++) {
 			wr[i].wr_id = IBV_WRID_RECV;
@@ -454,11 +458,46 @@ static int ib_post_recvs(ib_transport *t, struct ibv_qp *qp, uint32_t n)
 		}
 		struct ibv_recv_wr *bad = NULL;
 		int rc = t->srq ? ibv_post_srq_recv(t->srq, wr, &bad) : ibv_post_recv(qp, wr, &bad);
-		if (rc != 0)
+		if (rc != 0) {
+			/* the requests before `bad` are posted */
+			for (uint32_t i = 0; i < k && &wr[i] != bad; i++)
+				--*n;
 			return rc;
-		n -= k;
+		}
+		*n -= k;
 	}
 	return 0;
+}
+
+/* Puts back n shared receives that completions used up, with any an
+ * earlier post failed to put back: each one not put back is lost to every
+ * connection of the transport, and with none left the peers' writes meet
+ * receiver-not-ready retries. Returns the errno value of a failing post
+ * (what it did not post is owed, and tried again by the next call). */
+static int ib_srq_put_back(ib_transport *t, uint32_t n)
+{
+	t->srq_owed += n;
+	return t->srq_owed ? ib_post_recvs(t, NULL, &t->srq_owed) : 0;
+}
+
+/* Before a queue pair on the shared receive queue is destroyed: receives
+ * it took whose completions are still in its completion queue would be
+ * lost with it (a provider may also clean its entries at destroy, mlx5
+ * does), so it is moved to the error state, where it takes no more, and
+ * every receive completion left is put back. */
+static void ib_srq_reclaim(ib_conn *c)
+{
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_ERR;
+	(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+	struct ibv_wc wc[IBV_POLL_BATCH];
+	uint32_t used = 0;
+	int n;
+	while ((n = ibv_poll_cq(c->cq, IBV_POLL_BATCH, wc)) > 0)
+		for (int i = 0; i < n; i++)
+			used += wc[i].wr_id == IBV_WRID_RECV;
+	(void)ib_srq_put_back(c->t, used);
 }
 
 /* ---- the data path --------------------------------------------------------------- */
@@ -639,7 +678,7 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 		 * connection's state and whatever the completion's status (one
 		 * that failed, say a peer's SEND too long for it, consumed it
 		 * too: not putting it back lost it for every connection) */
-		int rc = ib_post_recvs(t, NULL, 1);
+		int rc = ib_srq_put_back(t, 1);
 		if (rc != 0 && !tw__conn_done(&c->core))
 			ib_fail_verb(c, "ibv_post_srq_recv", rc);
 	}
@@ -680,7 +719,8 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 	if (recv) {
 		uint64_t n = (uint32_t)wc->imm_data; /* host order, as stock */
 		if (!t->srq) {
-			int rc = ib_post_recvs(t, c->qp, 1);
+			uint32_t one = 1;
+			int rc = ib_post_recvs(t, c->qp, &one);
 			if (rc != 0) {
 				ib_fail_verb(c, "ibv_post_recv", rc);
 				return;
@@ -726,8 +766,8 @@ static unsigned ib_drain_cq(ib_conn *c)
 			ib_on_completion(c, &wc[i]);
 	}
 	if (n < 0 && !tw__conn_done(&c->core))
-		ib_fail(c, TW_ERR_SYS, IBV_WHO ": ibv_poll_cq on %s (peer %s) failed", ib_dev(c),
-		        c->core.peer);
+		ib_fail(c, TW_ERR_SYS, IBV_WHO ": ibv_poll_cq on %s (peer %s) failed: it returned %d",
+		        ib_dev(c), c->core.peer, n);
 	return got;
 }
 
@@ -1204,7 +1244,8 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 	}
 	if (!err && !t->srq && !TW_MUTANT("ibv_srq_assumed")) {
 		verb = "ibv_post_recv";
-		err = ib_post_recvs(t, c->qp, t->rq_depth);
+		uint32_t rq = t->rq_depth;
+		err = ib_post_recvs(t, c->qp, &rq);
 	}
 	if (err) {
 		tw__detail(detail, detail_len, IBV_WHO ": %s on %s (peer %s): %s", verb, t->ch.dev_name,
@@ -1471,8 +1512,13 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 		sa.attr.max_sge = 1;
 		t->srq = ibv_create_srq(t->pd, &sa);
 		if (t->srq) {
-			rq = sa.attr.max_wr;
-			if ((err = ib_post_recvs(t, NULL, rq)) != 0) {
+			/* a provider may round the queue up (sa.attr.max_wr):
+			 * the completion queues are sized for rq, so no more
+			 * are posted */
+			if (sa.attr.max_wr < rq)
+				rq = sa.attr.max_wr;
+			uint32_t left = rq;
+			if ((err = ib_post_recvs(t, NULL, &left)) != 0) {
 				tw__detail(detail, detail_len, IBV_WHO ": ibv_post_srq_recv on %s: %s",
 				           t->ch.dev_name, tw__strerror(err, eb, sizeof(eb)));
 				ib_destroy(&t->base);
