@@ -15,6 +15,12 @@
  *
  *   limits_test refused   the above
  *   limits_test options   bad option strings are refused, naming the key
+ *   limits_test small_object  a server whose frames are limited to 4 KiB
+ *                         (max_object_bytes=4096) reads a message of 100
+ *                         one-byte tensors (a Descriptor of about 2 KiB, within
+ *                         its limit) intact: what such a frame takes decoded
+ *                         (about twenty times its size, spec/wire.md 5.3.d) is
+ *                         no reason to refuse it
  *   limits_test ring      on the real shm transport (shm+basic), a tensor of
  *                         4.5 GiB is refused before any of it is read (its
  *                         buffer is 16 bytes: touching it would fault),
@@ -131,6 +137,42 @@ static void test_ring(void)
 	tu_once(&w);
 }
 
+static void test_small_object(void)
+{
+	enum { N = 100 };
+	tu_pair p = { 0 };
+	CHECK_OK(tw_context_create("server", &p.sctx));
+	CHECK_OK(tw_context_register_transport(p.sctx, "uv", NULL, 0, "max_object_bytes=4096"));
+	CHECK_OK(tw_context_register_channel(p.sctx, "basic", NULL, 0, NULL));
+	tu_pair_open(&p, NULL);
+	static uint8_t out[N], in[N];
+	static tw_tensor ts[N];
+	static tw_tensor_allocation as[N];
+	for (int i = 0; i < N; i++) {
+		out[i] = (uint8_t)(i * 7 + 1);
+		ts[i] = (tw_tensor){ .data = &out[i], .length = 1, .source_device = tw_device_cpu(),
+			             .has_target_device = true, .target_device = tw_device_cpu() };
+		as[i] = (tw_tensor_allocation){ &in[i], tw_device_cpu(), NULL };
+	}
+	tw_message m = { .num_tensors = N, .tensors = ts };
+	tu_rec w, d, r;
+	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	tu_wait(&d.w, 1);
+	printf("# %d one-byte tensors to a 4 KiB frame limit: %s: %s\n", N, tw_status_name(d.status),
+	       d.detail);
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->num_tensors == N);
+	tw_allocation a = { .num_tensors = N, .tensors = as };
+	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+	tu_expect(&r, TW_OK, NULL);
+	tu_expect(&w, TW_OK, NULL);
+	CHECK(memcmp(out, in, N) == 0);
+	tu_pair_close(&p);
+	tu_once(&w), tu_once(&d), tu_once(&r);
+}
+
 static void test_options(void)
 {
 	expect_refused("uv", "max_frame=abc",
@@ -157,6 +199,7 @@ int main(int argc, char **argv)
 	static const tu_case cases[] = {
 		{ "refused", test_refused },
 		{ "options", test_options },
+		{ "small_object", test_small_object },
 		{ "ring", test_ring },
 	};
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 60);

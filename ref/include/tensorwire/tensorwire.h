@@ -198,9 +198,10 @@ TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_ou
  * largest nop-object frame (hello, Brochure, Descriptor...) this context
  * accepts from a peer before failing that pipe with TW_ERR_PROTO (default
  * 64 MiB; the last registration that sets it wins; payload and tensor frames
- * are not limited by it). Twice that bounds what such a frame may take in
- * memory once decoded (a Descriptor of many small tensors grows about
- * twentyfold): more fails the pipe with TW_ERR_PROTO too (spec/wire.md 5.3.d). Must be called before the first listen or connect.
+ * are not limited by it). Twice that, and at least 16 MiB, bounds what such
+ * a frame may take in memory once decoded (a Descriptor of many small
+ * tensors grows about twentyfold): more fails the pipe with TW_ERR_PROTO
+ * too (spec/wire.md 5.3.d). Must be called before the first listen or connect.
  * Opt-in busy polling, "busy_poll_us=N" (uv, shm and ibv; 0 = off, the default):
  * after work, the context's loop thread polls for N microseconds instead of
  * sleeping, so a message that arrives meanwhile costs no wake-up; that

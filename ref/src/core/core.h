@@ -318,10 +318,16 @@ tw_status_t tw__in_msg_build_view(tw_in_msg *m, size_t budget, size_t limit, cha
                                   size_t detail_len);
 
 /* What one packet from a peer may take from the heap once decoded (spec
- * 5.3.d): twice the context's max_object (its frames' limit), saturating. */
+ * 5.3.d): twice the context's max_object (its frames' limit), saturating,
+ * and never less than TW_DECODE_FLOOR: a frame of a few KiB decodes to
+ * about twenty times its size, so a context that lowered max_object to
+ * bound its frames would otherwise refuse a message of a few dozen
+ * tensors that its own limit lets through. */
+#define TW_DECODE_FLOOR ((size_t)16 << 20)
 static inline size_t tw__ctx_decode_budget(const tw_context *ctx)
 {
-	return ctx->max_object > SIZE_MAX / 2 ? SIZE_MAX : (size_t)ctx->max_object * 2;
+	size_t b = ctx->max_object > SIZE_MAX / 2 ? SIZE_MAX : (size_t)ctx->max_object * 2;
+	return b < TW_DECODE_FLOOR ? TW_DECODE_FLOOR : b;
 }
 void tw__in_msg_free(tw_in_msg *m);
 void tw__device_from_wire(tw_device *dst, const tw_wire_device *src);
