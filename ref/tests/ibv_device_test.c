@@ -105,6 +105,31 @@ static void case_choice(void)
 	tu_pair_close(&p);
 }
 
+/* Another pipe from p's client context to p's listener, established at
+ * both ends; *server gets the accepted end. The caller checks each of
+ * recs (accept, both establishments) fired once when it is done. */
+static tw_pipe *open_another(tu_pair *p, tw_pipe **server, tu_rec recs[3])
+{
+	for (int i = 0; i < 3; i++)
+		tu_rec_init(&recs[i]);
+	CHECK_OK(tw_listener_accept(p->l, tu_on_accept, &recs[0]));
+	tw_pipe *c;
+	CHECK_OK(tw_context_connect(p->cctx, p->url, &c));
+	tu_expect(&recs[0], TW_OK, NULL);
+	*server = recs[0].pipe;
+	CHECK_OK(tw_pipe_on_established(*server, tu_on_status, &recs[1]));
+	CHECK_OK(tw_pipe_on_established(c, tu_on_status, &recs[2]));
+	tu_expect(&recs[1], TW_OK, NULL);
+	tu_expect(&recs[2], TW_OK, NULL);
+	return c;
+}
+
+static void once_each(tu_rec recs[3])
+{
+	for (int i = 0; i < 3; i++)
+		tu_once(&recs[i]);
+}
+
 static void case_memo(void)
 {
 	tu_pair p = { 0 };
@@ -113,23 +138,15 @@ static void case_memo(void)
 	check_detail_has(p.s, "set-up record sent after waiting for the peer's");
 	send_big(p.c, p.s, 4);
 	/* a second pipe from the same client context to the same listener */
-	tu_rec acc, e1, e2;
-	tu_rec_init(&acc), tu_rec_init(&e1), tu_rec_init(&e2);
-	CHECK_OK(tw_listener_accept(p.l, tu_on_accept, &acc));
-	tw_pipe *c2;
-	CHECK_OK(tw_context_connect(p.cctx, p.url, &c2));
-	tu_expect(&acc, TW_OK, NULL);
-	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &e1));
-	CHECK_OK(tw_pipe_on_established(c2, tu_on_status, &e2));
-	tu_expect(&e1, TW_OK, NULL);
-	tu_expect(&e2, TW_OK, NULL);
+	tu_rec recs[3];
+	tw_pipe *s2, *c2 = open_another(&p, &s2, recs);
 	check_detail_has(c2, "set-up record sent first, in the family this listener used before");
-	check_detail_has(acc.pipe, "set-up record answered the peer's, which came first");
-	send_big(c2, acc.pipe, 5);
-	send_big(acc.pipe, c2, 6);
+	check_detail_has(s2, "set-up record answered the peer's, which came first");
+	send_big(c2, s2, 5);
+	send_big(s2, c2, 6);
 	tw_pipe_destroy(c2);
-	tw_pipe_destroy(acc.pipe);
-	tu_once(&acc), tu_once(&e1), tu_once(&e2);
+	tw_pipe_destroy(s2);
+	once_each(recs);
 	tu_pair_close(&p);
 }
 
@@ -199,23 +216,15 @@ static void case_churn(void)
 	tu_pair_open(&p, NULL);
 	check_detail(p.c);
 	for (int i = 0; i < PIPES; i++) {
-		tu_rec acc, e1, e2;
-		tu_rec_init(&acc), tu_rec_init(&e1), tu_rec_init(&e2);
-		CHECK_OK(tw_listener_accept(p.l, tu_on_accept, &acc));
-		tw_pipe *c;
-		CHECK_OK(tw_context_connect(p.cctx, p.url, &c));
-		tu_expect(&acc, TW_OK, NULL);
-		CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &e1));
-		CHECK_OK(tw_pipe_on_established(c, tu_on_status, &e2));
-		tu_expect(&e1, TW_OK, NULL);
-		tu_expect(&e2, TW_OK, NULL);
+		tu_rec recs[3];
+		tw_pipe *s, *c = open_another(&p, &s, recs);
 		tu_send_text(c, "ping");
-		tu_expect_text(acc.pipe, "ping");
-		tu_send_text(acc.pipe, "pong");
+		tu_expect_text(s, "ping");
+		tu_send_text(s, "pong");
 		tu_expect_text(c, "pong");
 		/* the last writes land as the other end goes: the server's on
 		 * even pipes, the client's on odd ones */
-		tw_pipe *writer = i % 2 ? c : acc.pipe, *goes = i % 2 ? acc.pipe : c;
+		tw_pipe *writer = i % 2 ? c : s, *goes = i % 2 ? s : c;
 		tu_waiter done;
 		tu_waiter_init(&done);
 		tw_message m = { .metadata = "last", .metadata_length = 4 };
@@ -224,7 +233,7 @@ static void case_churn(void)
 		tw_pipe_destroy(goes);
 		tw_pipe_destroy(writer);
 		tu_wait(&done, LAST); /* delivered or failed: either is fine */
-		tu_once(&acc), tu_once(&e1), tu_once(&e2);
+		once_each(recs);
 		if ((i + 1) % 10 == 0)
 			printf("   %d pipes\n", i + 1);
 	}
