@@ -12,7 +12,8 @@
  * max_msg_sz). A case passes when every byte arrives over ibv and both
  * adapters end cleanly. `fork_stream` instead streams 1 MiB messages while
  * the client forks (T26), with simverbs' strict fork model in both
- * adapters' environment. Where the adapters find no usable verbs device at
+ * adapters' environment. `srq_churn` then carries more pipes between the
+ * same two contexts, each ending as the peer's last writes land. Where the adapters find no usable verbs device at
  * all (no simverbs, no HCA), the case is a SKIP with the reason they gave.
  *
  * On a real rxe or HCA host the configuration file means nothing: set
@@ -38,6 +39,7 @@ typedef struct rdma_spec {
 	int messages; /* per direction */
 	const char *env; /* more of the adapters' environment ("NAME=value "), or NULL */
 	int forks;       /* > 0: the client forks this many children while it sends */
+	int churn;       /* > 0: this many more pipes after the first (churn_pipes) */
 } rdma_spec;
 
 static uint64_t g_len;
@@ -77,6 +79,68 @@ static int fork_while_sending(twc_session *s, const rdma_spec *sp)
 	return rc;
 }
 
+static int close_pipe(twc_session *s, twc_adapter *a, char *pipe)
+{
+	json_t *r = twc_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
+	pipe[0] = '\0';
+	json_decref(r);
+	return r ? 0 : -1;
+}
+
+/* After the first pipe (closed here): sp->churn more between the same two
+ * contexts, one after the other. Each moves a message each way; then one
+ * end (the server on even pipes, the client on odd ones) writes three
+ * more and the other end closes its pipe at once, so that their bytes land
+ * on connections that are going; then the writer closes too, and its
+ * writes may end either way. Every pipe must connect and move its
+ * messages: the receives a going connection took from a shared receive
+ * queue must come back to it, or the queue runs dry and a later pipe waits
+ * for a receive forever. */
+static int churn_pipes(twc_session *s, const rdma_spec *sp)
+{
+	int rc = close_pipe(s, s->client, s->cpipe) || close_pipe(s, s->server, s->spipe) ? -1 : 0;
+	for (int i = 0; rc == 0 && i < sp->churn; i++) {
+		uint64_t seed = (UINT64_C(5) << 40) + (uint64_t)i * 64;
+		rc = twc_session_connect(s, NULL);
+		if (rc == 0)
+			rc = twc_session_transfer(s, true, shape_one, 1, false, seed);
+		if (rc == 0)
+			rc = twc_session_transfer(s, false, shape_one, 1, false, seed + 16);
+		twc_adapter *writer = i % 2 ? s->client : s->server;
+		twc_adapter *goer = i % 2 ? s->server : s->client;
+		char *wpipe = i % 2 ? s->cpipe : s->spipe, *gpipe = i % 2 ? s->spipe : s->cpipe;
+		json_int_t wids[3];
+		for (int k = 0; rc == 0 && k < 3; k++) {
+			twc_agent_msg m;
+			if (shape_one(k, &m))
+				return twc_session_fail(s, "harness: out of memory");
+			twc_msg_assign_seeds(&m, seed + 32 + (uint64_t)k * 4);
+			wids[k] = twc_session_arm(s, writer, json_pack("{s:s,s:s,s:o}", "cmd", "write",
+			                                               "pipe", wpipe, "message",
+			                                               twc_msg_json(&m)));
+			twc_msg_clear(&m);
+			rc = wids[k] < 0 ? -1 : 0;
+		}
+		if (rc == 0)
+			rc = close_pipe(s, goer, gpipe);
+		if (rc == 0)
+			rc = close_pipe(s, writer, wpipe);
+		for (int k = 0; rc == 0 && k < 3; k++) { /* delivered or failed: either */
+			json_t *ev = NULL;
+			rc = twc_session_event(s, writer, wids[k], "write", &ev);
+			json_decref(ev);
+		}
+		if (rc)
+			(void)twc_session_fail(s, "pipe %d of %d after the first: %s", i + 1, sp->churn,
+			                       s->reason);
+	}
+	if (rc == 0)
+		printf("# %d more pipes between the same contexts, each ending as the peer's last "
+		       "writes landed\n",
+		       sp->churn);
+	return rc;
+}
+
 static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 {
 	const rdma_spec *sp = c->arg;
@@ -87,6 +151,11 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
 	char path[PATH_MAX] = "", prefix[2 * PATH_MAX] = "";
 	const char *native = getenv("TWC_RDMA_NATIVE");
+	if (native && !strcmp(native, "1") && sp->churn)
+		return twc_case_result(env, TWC_SKIP,
+		                       "TWC_RDMA_NATIVE=1: the case needs a shared receive queue of 16 "
+		                       "receives (a simverbs configuration); a real device's holds "
+		                       "hundreds, which 40 pipes cannot use up");
 	if (!(native && !strcmp(native, "1")) &&
 	    twc_env_file("SIMVERBS_CONFIG", c->id, sp->config, path, sizeof(path), prefix,
 	                 sizeof(prefix)) != 0)
@@ -123,6 +192,8 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 		rc = twc_session_transfer(&s, false, shape_one, sp->messages, false, UINT64_C(4) << 40);
 	if (rc == 0)
 		rc = twc_session_check_info(&s, "ibv", "basic");
+	if (rc == 0 && sp->churn)
+		rc = churn_pipes(&s, sp);
 	snprintf(env->transport, sizeof(env->transport), "%s", s.transport);
 	snprintf(env->channel, sizeof(env->channel), "%s", s.channel);
 	if (rc == 0)
@@ -152,6 +223,10 @@ static const rdma_spec small_max_msg = {
 static const rdma_spec small_queues = {
 	.config = "[device simrdma0]\nmax_qp_wr = 16\nmax_srq_wr = 16\nmax_cqe = 64\n",
 	.tensor_len = 4 * MiB, .messages = 2};
+
+static const rdma_spec srq_churn = {
+	.config = "[device simrdma0]\nmax_srq_wr = 16\n", .tensor_len = 64 << 10, .messages = 2,
+	.churn = 40};
 
 /* the pre-5.13 kernel's hazard (simverbs' strict fork model, docs/simverbs.md) */
 static const rdma_spec fork_stream = {
@@ -192,6 +267,14 @@ static const twc_case cases[] = {
 	     "(2.4.3.d) [...] nor its send queue depth with outstanding work requests, nor let its "
 	     "completion queue overflow",
 	     small_queues),
+	RDMA("srq_churn", "wire.md 2.4.3 (2.4.3.h)",
+	     "a shared receive queue of 16 receives: 40 more pipes between the same two contexts, "
+	     "one after the other, each closed while the peer's last writes land; every pipe "
+	     "connects and moves its messages",
+	     "(2.4.3.h) Before it destroys a queue pair on a shared receive queue, a receiver MUST "
+	     "[...] drain its completion queue and post a receive for every receive completion "
+	     "found there",
+	     srq_churn),
 	RDMA("fork_stream", "wire.md 2.4.5",
 	     "the client streams 1 MiB messages over ibv while it forks 20 children that each write "
 	     "to every page of a 64 MiB heap block, on a fabric where memory registered without "

@@ -38,6 +38,7 @@ static const char *const tw__mutants[] = {
 	"ibv_queues_unbounded",
 	"ibv_record_unchecked",
 	"ibv_srq_assumed",
+	"ibv_srq_leaked",
 	"ibv_writes_unsplit",
 	"listen_backlog_small",
 	"listener_dies_on_bad_hello",

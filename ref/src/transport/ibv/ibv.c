@@ -312,7 +312,7 @@ static void ib_free_conn(tw_conn_core *core)
 	ib_conn *c = (ib_conn *)core;
 	if (tw__list_linked(&c->cq_link))
 		tw__list_remove(&c->cq_link);
-	if (c->qp && c->cq && c->t->srq)
+	if (c->qp && c->cq && c->t->srq && !TW_MUTANT("ibv_srq_leaked"))
 		ib_srq_reclaim(c);
 	if (c->qp)
 		(void)ibv_destroy_qp(c->qp);
