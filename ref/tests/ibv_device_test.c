@@ -20,7 +20,7 @@
  *            (2.4.5.d); both pipes carry 3 MiB both ways. TW_WANT is the
  *            GID both ends use. Run with a long TW_IB_ANSWER_WAIT_MS, so
  *            that "without waiting" holds on a loaded machine too
- *   churn    one client context and one listener carry 100 pipes, one after
+ *   churn    one client context and one listener carry 40 pipes, one after
  *            the other, on a device whose shared receive queue holds 4
  *            receives: each pipe moves a message each way, then one end
  *            writes 3 more that land as the other end destroys its pipe.
@@ -211,7 +211,7 @@ static void on_any_status(tw_pipe *p, tw_status_t st, const char *detail, void *
 
 static void case_churn(void)
 {
-	enum { PIPES = 100, LAST = 3 };
+	enum { PIPES = 40, LAST = 3 };
 	tu_pair p = { 0 };
 	tu_pair_open(&p, NULL);
 	check_detail(p.c);
