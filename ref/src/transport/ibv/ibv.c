@@ -484,7 +484,10 @@ static int ib_srq_put_back(ib_transport *t, uint32_t n)
  * it took whose completions are still in its completion queue would be
  * lost with it (a provider may also clean its entries at destroy, mlx5
  * does), so it is moved to the error state, where it takes no more, and
- * every receive completion left is put back. */
+ * every receive completion left is put back. One drain: a completion that
+ * hardware writes after it (the verbs' way to know there is none left is
+ * the QP_LAST_WQE_REACHED event, which this transport does not watch yet)
+ * is still lost; simverbs writes them before ibv_modify_qp returns. */
 static void ib_srq_reclaim(ib_conn *c)
 {
 	struct ibv_qp_attr a;
@@ -1241,6 +1244,12 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 		                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		c->outbox_mr = c->inbox_mr ? ibv_reg_mr(t->pd, c->outbox_mem, IBV_CAP, 0) : NULL;
 		err = c->outbox_mr ? 0 : errno;
+	}
+	if (!err && t->srq && t->srq_owed) {
+		/* receives an earlier post failed to put back: with none left
+		 * no completion would come to retry them */
+		verb = "ibv_post_srq_recv";
+		err = ib_srq_put_back(t, 0);
 	}
 	if (!err && !t->srq && !TW_MUTANT("ibv_srq_assumed")) {
 		verb = "ibv_post_recv";
