@@ -302,17 +302,24 @@ bool tw__loop_forked(const tw_loop *l)
 	return l->pid != 0 && atomic_load(&fork_generation) != l->fork_generation;
 }
 
+/* Appends d to the singly linked queue *head .. *tail. */
+static void tw__deferred_append(tw_deferred **head, tw_deferred **tail, tw_deferred *d)
+{
+	d->next = NULL;
+	if (*tail)
+		(*tail)->next = d;
+	else
+		*head = d;
+	*tail = d;
+}
+
 /* Under l->mu: queues d on the posted queue (false if the loop accepts no
  * more work); `here` when the loop's own thread posts. */
 static bool tw__loop_post_locked(tw_loop *l, tw_deferred *d, bool here)
 {
 	if (!l->accepting)
 		return false;
-	if (l->posted_tail)
-		l->posted_tail->next = d;
-	else
-		l->posted_head = d;
-	l->posted_tail = d;
+	tw__deferred_append(&l->posted_head, &l->posted_tail, d);
 	/* uv_async_send is async-signal-safe and thread-safe; calling it under
 	 * the lock keeps the handle alive (finish closes it under the lock).
 	 * The loop thread itself needs no wake-up (an eventfd write, then an
@@ -329,7 +336,6 @@ bool tw__loop_post(tw_loop *l, tw_deferred *d, void (*fn)(void *), void *arg)
 	if (tw__loop_forked(l))
 		return false;
 	bool here = tw__loop_on_thread(l);
-	d->next = NULL;
 	d->fn = fn;
 	d->arg = arg;
 	pthread_mutex_lock(&l->mu);
@@ -368,12 +374,7 @@ static tw_deferred *tw__loop_sync_end(tw_loop *self)
 /* Under l->mu: appends a sync call to those l's waiting thread runs next. */
 static void tw__loop_urgent_push(tw_loop *l, tw_deferred *d)
 {
-	d->next = NULL;
-	if (l->urgent_tail)
-		l->urgent_tail->next = d;
-	else
-		l->urgent_head = d;
-	l->urgent_tail = d;
+	tw__deferred_append(&l->urgent_head, &l->urgent_tail, d);
 }
 
 static bool tw__loop_sync_done(void *arg)
@@ -426,7 +427,6 @@ bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 		return false;
 	tw_loop *self = current_loop;
 	struct tw_sync_call c = { .fn = fn, .arg = arg, .wake = self ? self : l, .done = false };
-	c.node.next = NULL;
 	c.node.fn = tw__loop_sync_trampoline;
 	c.node.arg = &c;
 	if (self) {
@@ -458,14 +458,9 @@ bool tw__loop_call_sync(tw_loop *l, void (*fn)(void *), void *arg)
 static void tw__loop_enqueue(tw_loop *l, tw_deferred **head, tw_deferred **tail, tw_deferred *d,
                              void (*fn)(void *), void *arg)
 {
-	d->next = NULL;
 	d->fn = fn;
 	d->arg = arg;
-	if (*tail)
-		(*tail)->next = d;
-	else
-		*head = d;
-	*tail = d;
+	tw__deferred_append(head, tail, d);
 	tw__loop_idle_on(l);
 }
 
