@@ -608,19 +608,21 @@ int twc_session_check_info(twc_session *s, const char *transport, const char *ch
 	return 0;
 }
 
+int twc_session_close_pipe(twc_session *s, twc_adapter *a, const char *pipe)
+{
+	json_t *r = twc_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
+	json_decref(r);
+	return r ? 0 : -1;
+}
+
 int twc_session_finish(twc_session *s)
 {
 	char err[TWC_REASON_MAX];
 	twc_adapter *sides[2] = {s->client, s->server};
 	const char *pipes[2] = {s->cpipe, s->spipe};
 	for (int i = 0; i < 2; i++) {
-		if (!pipes[i][0])
-			continue;
-		json_t *r = twc_session_call(s, sides[i], json_pack("{s:s,s:s}", "cmd", "close", "pipe",
-		                                                   pipes[i]));
-		if (!r)
+		if (pipes[i][0] && twc_session_close_pipe(s, sides[i], pipes[i]))
 			return -1;
-		json_decref(r);
 	}
 	for (int i = 0; i < 2; i++) {
 		json_t *r = twc_session_call(s, sides[i], json_pack("{s:s}", "cmd", "shutdown"));

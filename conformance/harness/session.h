@@ -81,6 +81,9 @@ int twc_session_transfer(twc_session *s, bool client_to_server, twc_shape_fn sha
  * = do not check), the roles and the client's name as the server saw it. */
 int twc_session_check_info(twc_session *s, const char *transport, const char *channel);
 
+/* Asks adapter a to close its pipe `pipe` (a request that must succeed). */
+int twc_session_close_pipe(twc_session *s, twc_adapter *a, const char *pipe);
+
 /* Orderly end: closes both pipes, shuts both contexts down, waits for both
  * adapters to exit with status 0 and checks every callback fired once. */
 int twc_session_finish(twc_session *s);

@@ -426,9 +426,9 @@ static int adapter_done(twc_session *s, twc_adapter *a)
  * pipe, shut it down, and adapter_done. */
 static int finish_one(twc_session *s, twc_adapter *a, const char *pipe)
 {
-	json_t *r = twc_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
-	json_decref(r);
-	r = r ? twc_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+	json_t *r = twc_session_close_pipe(s, a, pipe)
+	                    ? NULL
+	                    : twc_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown"));
 	json_decref(r);
 	return r ? adapter_done(s, a) : -1;
 }
