@@ -1245,9 +1245,9 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 		c->outbox_mr = c->inbox_mr ? ibv_reg_mr(t->pd, c->outbox_mem, IBV_CAP, 0) : NULL;
 		err = c->outbox_mr ? 0 : errno;
 	}
-	if (!err && t->srq && t->srq_owed) {
-		/* receives an earlier post failed to put back: with none left
-		 * no completion would come to retry them */
+	if (!err && t->srq) {
+		/* receives an earlier post failed to put back (if any): with
+		 * none left no completion would come to retry them */
 		verb = "ibv_post_srq_recv";
 		err = ib_srq_put_back(t, 0);
 	}
