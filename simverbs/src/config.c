@@ -255,12 +255,16 @@ static void global_key(const char *sec, const char *k, const char *v)
 		sv_cfg.devmem_status = status_of(v);
 	else if (!strcmp(k, "peer_memory"))
 		sv_cfg.peer_memory = !strcmp(v, "on") || num(v) != 0;
+	else if (!strcmp(k, "last_wqe_event"))
+		sv_cfg.no_last_wqe = num(v) == 0;
 	else if (!strcmp(k, "err_cqe_garbage"))
 		sv_cfg.err_cqe_garbage = num(v) != 0;
 	else if (!strcmp(k, "time_scale"))
 		sv_cfg.time_scale = strtod(v, NULL);
 	else if (!strcmp(k, "ack_latency_us"))
 		sv_cfg.ack_latency_ns = strtoull(v, NULL, 10) * 1000ull;
+	else if (!strcmp(k, "recv_cqe_lag_us"))
+		sv_cfg.recv_cqe_lag_ns = strtoull(v, NULL, 10) * 1000ull;
 	else if (!strcmp(k, "control"))
 		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", v);
 	else if (!strcmp(k, "trace"))

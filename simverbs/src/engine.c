@@ -76,6 +76,17 @@ struct sv_late_ack {
 	struct sv_late_ack *next;
 };
 
+/* what the device writes late (recv_cqe_lag_us): a receive completion of a
+ * QP on an SRQ, or, behind that QP's last one, its LAST_WQE_REACHED event */
+struct sv_late_cqe {
+	struct sv_qp *qp;
+	bool last_wqe; /* the event, not a completion */
+	bool solicited;
+	struct ibv_wc wc;
+	uint64_t due_ns;
+	struct sv_late_cqe *next;
+};
+
 static struct {
 	bool started;
 	pid_t pid;
@@ -87,6 +98,7 @@ static struct {
 	struct sv_context *ctxs;
 	struct sv_readjob *reads;
 	struct sv_late_ack *late_head, *late_tail; /* in arrival order, equal delays */
+	struct sv_late_cqe *lcqe_head, *lcqe_tail; /* the same */
 	uint64_t next_port_poll;
 	time_t ctl_mtime;
 	bool stop;
@@ -153,12 +165,95 @@ static void readjobs_drop_qp(struct sv_qp *qp)
 	}
 }
 
+/* A destroyed QP's completions not yet written never are (mlx5 also
+ * removes a destroyed QP's entries from its completion queue). */
+static void late_cqes_drop_qp(struct sv_qp *qp)
+{
+	struct sv_late_cqe **pp = &E.lcqe_head, *last = NULL;
+	while (*pp) {
+		if ((*pp)->qp == qp) {
+			struct sv_late_cqe *x = *pp;
+			*pp = x->next;
+			free(x);
+		} else {
+			last = *pp;
+			pp = &(*pp)->next;
+		}
+	}
+	E.lcqe_tail = last;
+}
+
 void sv_engine_del_qp(struct sv_qp *qp)
 {
 	if (qp->slot > 0 && qp->slot < SV_SLOTS && E.qps[qp->slot] == qp)
 		E.qps[qp->slot] = NULL;
 	sv_engine_drop_parked(qp);
 	readjobs_drop_qp(qp);
+	late_cqes_drop_qp(qp);
+}
+
+static void late_cqe_add(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
+{
+	struct sv_late_cqe *x = calloc(1, sizeof(*x));
+	if (!x) { /* written at once rather than lost */
+		if (wc)
+			sv_cq_push((struct sv_cq *)qp->qp.recv_cq, wc, solicited);
+		else
+			sv_async_push(sv_ctx(qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED,
+				      &qp->qp);
+		return;
+	}
+	x->qp = qp;
+	x->last_wqe = !wc;
+	if (wc)
+		x->wc = *wc;
+	x->solicited = solicited;
+	x->due_ns = sv_now_ns() + sv_cfg.recv_cqe_lag_ns;
+	if (E.lcqe_tail)
+		E.lcqe_tail->next = x;
+	else
+		E.lcqe_head = x;
+	E.lcqe_tail = x;
+	sv_engine_kick(); /* the engine may sleep past the due time */
+}
+
+/* caller holds sv_lock: a receive completion of qp (late on an SRQ's QP
+ * under recv_cqe_lag_us, as hardware may write it after the verb that
+ * moved the QP to ERR returned) */
+void sv_recv_complete(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
+{
+	if (sv_cfg.recv_cqe_lag_ns && qp->qp.srq)
+		late_cqe_add(qp, wc, solicited);
+	else
+		sv_cq_push((struct sv_cq *)qp->qp.recv_cq, wc, solicited);
+}
+
+/* caller holds sv_lock: qp (on an SRQ) takes no more receives; the event
+ * comes after every receive completion of qp is written */
+void sv_last_wqe_reached(struct sv_qp *qp)
+{
+	if (sv_cfg.recv_cqe_lag_ns)
+		late_cqe_add(qp, NULL, false);
+	else
+		sv_async_push(sv_ctx(qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED, &qp->qp);
+}
+
+static void deliver_late_cqes(uint64_t now, uint64_t *next)
+{
+	while (E.lcqe_head && E.lcqe_head->due_ns <= now) {
+		struct sv_late_cqe *x = E.lcqe_head;
+		E.lcqe_head = x->next;
+		if (!E.lcqe_head)
+			E.lcqe_tail = NULL;
+		if (x->last_wqe)
+			sv_async_push(sv_ctx(x->qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED,
+				      &x->qp->qp);
+		else
+			sv_cq_push((struct sv_cq *)x->qp->qp.recv_cq, &x->wc, x->solicited);
+		free(x);
+	}
+	if (E.lcqe_head && E.lcqe_head->due_ns < *next)
+		*next = E.lcqe_head->due_ns;
 }
 
 struct sv_qp *sv_engine_qp_by_num(uint32_t qpn)
@@ -927,7 +1022,7 @@ place:
 			wc.wc_flags |= IBV_WC_WITH_IMM;
 			wc.imm_data = h->imm;
 		}
-		sv_cq_push((struct sv_cq *)qp->qp.recv_cq, &wc, (h->flags & F_SOLICITED) != 0);
+		sv_recv_complete(qp, &wc, (h->flags & F_SOLICITED) != 0);
 	}
 	send_ctl(l, T_ACK, h->src_qpn, qp->qp.qp_num, h->psn, 0);
 	return false;
@@ -1360,6 +1455,7 @@ static void *progress(void *arg)
 		}
 		uint64_t next = E.next_port_poll;
 		deliver_late_acks(now, &next);
+		deliver_late_cqes(now, &next);
 		check_timers(now, &next);
 		reap_links();
 		pthread_mutex_unlock(&sv_lock);

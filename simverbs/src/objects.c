@@ -986,14 +986,14 @@ void sv_qp_to_error(struct sv_qp *qp, bool raise_fatal)
 		wc.wr_id = qp->in_wqe.wr_id;
 		wc.status = IBV_WC_WR_FLUSH_ERR;
 		wc.qp_num = qp->qp.qp_num;
-		sv_cq_push((struct sv_cq *)qp->qp.recv_cq, &wc, false);
+		sv_recv_complete(qp, &wc, false);
 		qp->in_has_wqe = false;
 	}
 	qp->in_active = false;
 	sv_engine_drop_parked(qp);
-	if (qp->qp.srq && !qp->last_wqe_sent) {
+	if (qp->qp.srq && !qp->last_wqe_sent && !sv_cfg.no_last_wqe) {
 		qp->last_wqe_sent = true;
-		sv_async_push(ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->qp);
+		sv_last_wqe_reached(qp);
 	}
 }
 

@@ -83,6 +83,8 @@ struct sv_config {
 	bool err_cqe_garbage;        /* error CQEs: fields other than status/wr_id/qp_num are junk */
 	double time_scale;           /* multiplies IB timeouts (ack, RNR) */
 	uint64_t ack_latency_ns;     /* ACKs reach their requester this much later */
+	bool no_last_wqe;            /* QP_LAST_WQE_REACHED is never raised (last_wqe_event = 0) */
+	uint64_t recv_cqe_lag_ns;    /* receive completions of QPs on an SRQ are written this much later */
 	char control[512];           /* control file: "<dev> <port> up|down" lines */
 	bool trace;
 };
@@ -261,6 +263,8 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 /* events (caller holds sv_lock) */
 void sv_async_purge(struct sv_context *ctx, void *element);
 void sv_async_push(struct sv_context *ctx, enum ibv_event_type type, void *element);
+void sv_recv_complete(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited);
+void sv_last_wqe_reached(struct sv_qp *qp);
 void sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
 /* A receive completion whose payload (n <= 64 bytes) travels in the CQE and
  * is copied to dst by the CPU inside ibv_poll_cq (mlx5's scatter-to-CQE). */
