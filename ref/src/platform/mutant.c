@@ -37,6 +37,7 @@ static const char *const tw__mutants[] = {
 	"ibv_port_state_ignored",
 	"ibv_queues_unbounded",
 	"ibv_record_unchecked",
+	"ibv_reap_unwaited",
 	"ibv_srq_assumed",
 	"ibv_srq_leaked",
 	"ibv_writes_unsplit",

@@ -114,6 +114,10 @@
 #define IBV_LINGER_MS 10000
 /* How many listeners' GIDs a transport remembers (spec 2.4.5.d) */
 #define IBV_MEMO 64
+/* How long a gone connection's queue pair on the shared receive queue is
+ * kept for its QP_LAST_WQE_REACHED event (spec 2.4.3.h; ib_srq_reclaim)
+ * when the device raises none. */
+#define IBV_REAP_WAIT_MS 1000
 
 typedef struct ib_conn ib_conn;
 typedef struct ib_transport ib_transport;
@@ -173,7 +177,19 @@ struct ib_conn {
 	bool lingering;
 	tw_list linger_link;
 	tw_list cq_link; /* in the transport's `cqs` from its completion queue on */
+	bool last_wqe;   /* its QP_LAST_WQE_REACHED event came */
 };
+
+/* A gone connection's queue pair on the shared receive queue and its
+ * completion queue, kept until the QP_LAST_WQE_REACHED event (or
+ * IBV_REAP_WAIT_MS) says every receive it took has its completion written
+ * (ib_srq_reclaim). */
+typedef struct ib_reap {
+	tw_list link; /* in the transport's `reaping`, oldest first */
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	uint64_t due_ms; /* loop time */
+} ib_reap;
 
 struct ib_transport {
 	tw_transport base;
@@ -185,6 +201,12 @@ struct ib_transport {
 	uv_poll_t chan_poll;
 	bool chan_poll_init; /* chan_poll needs closing */
 	bool chan_poll_on;   /* and watches the channel */
+	uv_poll_t async_poll; /* the device's async events (QP_LAST_WQE_REACHED) */
+	bool async_init, async_on;
+	uv_timer_t reap_timer; /* the first of `reaping` is due */
+	bool reap_timer_init;
+	tw_list reaping;      /* ib_reap: gone connections' queue pairs */
+	bool shut;            /* ib_shutdown ran: nothing is kept for events */
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
 	uint64_t answer_wait_ms;
@@ -264,6 +286,7 @@ static const char *ib_dev(const ib_conn *c)
 
 static void ib_conn_release(ib_conn *c);
 static void ib_srq_reclaim(ib_conn *c);
+static void ib_reap_finish(ib_transport *t, ib_reap *r);
 
 /* Fails the connection (tw__conn_fail); a closed one still delivering
  * its last bytes (ib_conn_close) just gives up on them. */
@@ -313,7 +336,7 @@ static void ib_free_conn(tw_conn_core *core)
 	if (tw__list_linked(&c->cq_link))
 		tw__list_remove(&c->cq_link);
 	if (c->qp && c->cq && c->t->srq && !TW_MUTANT("ibv_srq_leaked"))
-		ib_srq_reclaim(c);
+		ib_srq_reclaim(c); /* may take the queue pair and its queue */
 	if (c->qp)
 		(void)ibv_destroy_qp(c->qp);
 	if (c->cq)
@@ -480,27 +503,131 @@ static int ib_srq_put_back(ib_transport *t, uint32_t n)
 	return t->srq_owed ? ib_post_recvs(t, NULL, &t->srq_owed) : 0;
 }
 
-/* Before a queue pair on the shared receive queue is destroyed: receives
- * it took whose completions are still in its completion queue would be
- * lost with it (a provider may also clean its entries at destroy, mlx5
- * does), so it is moved to the error state, where it takes no more, and
- * every receive completion left is put back. One drain: a completion that
- * hardware writes after it (the verbs' way to know there is none left is
- * the QP_LAST_WQE_REACHED event, which this transport does not watch yet)
- * is still lost; simverbs writes them before ibv_modify_qp returns. */
-static void ib_srq_reclaim(ib_conn *c)
+/* Puts back a shared receive for every receive completion in cq. */
+static void ib_srq_drain(ib_transport *t, struct ibv_cq *cq)
 {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_ERR;
-	(void)ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	struct ibv_wc wc[IBV_POLL_BATCH];
 	uint32_t used = 0;
 	int n;
-	while ((n = ibv_poll_cq(c->cq, IBV_POLL_BATCH, wc)) > 0)
+	while ((n = ibv_poll_cq(cq, IBV_POLL_BATCH, wc)) > 0)
 		for (int i = 0; i < n; i++)
 			used += wc[i].wr_id == IBV_WRID_RECV;
-	(void)ib_srq_put_back(c->t, used);
+	(void)ib_srq_put_back(t, used);
+}
+
+static void ib_on_reap_timer(uv_timer_t *h);
+
+/* Before a queue pair on the shared receive queue is destroyed: receives
+ * it took whose completions are not yet read would be lost with it (a
+ * provider cleans its entries at destroy, mlx5 does), so it is moved to
+ * the error state, where it takes no more, and every receive completion
+ * is put back. Hardware may write some after ibv_modify_qp returned: the
+ * device's QP_LAST_WQE_REACHED event says none is left (spec 2.4.3.h). So
+ * unless that event already came, the queue pair and its completion queue
+ * are kept (c loses them) until it comes or IBV_REAP_WAIT_MS passes, and
+ * drained again then; without the device's events watched, one drain. */
+static void ib_srq_reclaim(ib_conn *c)
+{
+	ib_transport *t = c->t;
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_ERR;
+	int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+	ib_srq_drain(t, c->cq);
+	if (err || c->last_wqe || !t->async_on || t->shut || TW_MUTANT("ibv_reap_unwaited"))
+		return;
+	ib_reap *r = tw__calloc(1, sizeof(*r));
+	if (!r)
+		return; /* one drain it is */
+	r->qp = c->qp;
+	r->cq = c->cq;
+	c->qp = NULL;
+	c->cq = NULL;
+	r->due_ms = uv_now(&t->base.loop->uv) + IBV_REAP_WAIT_MS;
+	tw__list_push_back(&t->reaping, &r->link);
+	if (!uv_is_active((uv_handle_t *)&t->reap_timer))
+		uv_timer_start(&t->reap_timer, ib_on_reap_timer, IBV_REAP_WAIT_MS, 0);
+}
+
+/* Every receive completion of r is written (or the wait is over): the
+ * last drain, then the queue pair and its completion queue go. */
+static void ib_reap_finish(ib_transport *t, ib_reap *r)
+{
+	tw__list_remove(&r->link);
+	ib_srq_drain(t, r->cq);
+	(void)ibv_destroy_qp(r->qp);
+	(void)ibv_destroy_cq(r->cq);
+	tw__free(r);
+}
+
+static ib_reap *ib_reap_find(ib_transport *t, const struct ibv_qp *qp, const struct ibv_cq *cq)
+{
+	for (tw_list *n = t->reaping.next; n != &t->reaping; n = n->next) {
+		ib_reap *r = TW_CONTAINER_OF(n, ib_reap, link);
+		if (r->qp == qp || r->cq == cq)
+			return r;
+	}
+	return NULL;
+}
+
+static void ib_reap_all(ib_transport *t)
+{
+	while (!tw__list_empty(&t->reaping))
+		ib_reap_finish(t, TW_CONTAINER_OF(tw__list_front(&t->reaping), ib_reap, link));
+}
+
+static void ib_on_reap_timer(uv_timer_t *h)
+{
+	ib_transport *t = h->data;
+	uint64_t now = uv_now(&t->base.loop->uv);
+	while (!tw__list_empty(&t->reaping)) {
+		ib_reap *r = TW_CONTAINER_OF(tw__list_front(&t->reaping), ib_reap, link);
+		if (r->due_ms > now) {
+			uv_timer_start(&t->reap_timer, ib_on_reap_timer, r->due_ms - now, 0);
+			return;
+		}
+		ib_reap_finish(t, r);
+	}
+}
+
+/* QP_LAST_WQE_REACHED for qp: no receive completion of it is still to be
+ * written. A gone connection's queue pair goes now; a live one's
+ * connection remembers it (its ibv_modify_qp to ERR raises no second). */
+static void ib_last_wqe(ib_transport *t, struct ibv_qp *qp)
+{
+	ib_reap *r = ib_reap_find(t, qp, NULL);
+	if (r) {
+		ib_reap_finish(t, r);
+		return;
+	}
+	for (tw_list *n = t->cqs.next; n != &t->cqs; n = n->next) {
+		ib_conn *c = TW_CONTAINER_OF(n, ib_conn, cq_link);
+		if (c->qp == qp)
+			c->last_wqe = true;
+	}
+}
+
+/* The device's async fd is readable. Each event is acknowledged before
+ * anything it names is destroyed (ibv_destroy_qp waits for that). */
+static void ib_on_async(uv_poll_t *h, int status, int events)
+{
+	ib_transport *t = h->data;
+	(void)events;
+	if (status < 0) {
+		/* no more events: nothing is kept waiting for one */
+		uv_poll_stop(h);
+		t->async_on = false;
+		ib_reap_all(t);
+		return;
+	}
+	struct ibv_async_event ev;
+	while (ibv_get_async_event(t->ch.ctx, &ev) == 0) {
+		struct ibv_qp *qp =
+		        ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED ? ev.element.qp : NULL;
+		ibv_ack_async_event(&ev);
+		if (qp)
+			ib_last_wqe(t, qp);
+	}
 }
 
 /* ---- the data path --------------------------------------------------------------- */
@@ -834,6 +961,12 @@ static void ib_on_channel(uv_poll_t *h, int status, int events)
 		if (ibv_get_cq_event(t->chan, &cq, &ctx) != 0)
 			break; /* EAGAIN: nothing more */
 		ibv_ack_cq_events(cq, 1);
+		ib_reap *r = ib_reap_find(t, NULL, cq);
+		if (r) {
+			/* armed before its connection went (ctx is gone) */
+			ib_srq_drain(t, cq);
+			continue;
+		}
 		ib_conn *c = ctx;
 		ib_kick(t);
 		ib_drain_cq(c);
@@ -1175,8 +1308,33 @@ static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_h
 
 /* ---- making connections --------------------------------------------------------------- */
 
-/* Starts watching the completion channel (the first connection does it:
- * create() may not touch the loop). */
+/* Starts watching the device's async events where queue pairs share a
+ * receive queue (ib_srq_reclaim waits for QP_LAST_WQE_REACHED). Best
+ * effort: unwatched, a gone connection's queue pair is drained once. */
+static void ib_watch_async(ib_transport *t)
+{
+	if (!t->srq || t->async_init || t->shut)
+		return;
+	uv_loop_t *uv = &t->base.loop->uv;
+	int fd = t->ch.ctx->async_fd;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return;
+	if (!t->reap_timer_init) {
+		if (uv_timer_init(uv, &t->reap_timer) != 0)
+			return;
+		t->reap_timer_init = true;
+		t->reap_timer.data = t;
+	}
+	if (uv_poll_init(uv, &t->async_poll, fd) != 0)
+		return;
+	t->async_init = true;
+	t->async_poll.data = t;
+	t->async_on = uv_poll_start(&t->async_poll, UV_READABLE, ib_on_async) == 0;
+}
+
+/* Starts watching the completion channel and the device's async events
+ * (the first connection does it: create() may not touch the loop). */
 static tw_status_t ib_watch_channel(ib_transport *t, char *detail, size_t detail_len)
 {
 	if (t->chan_poll_on)
@@ -1197,6 +1355,7 @@ static tw_status_t ib_watch_channel(ib_transport *t, char *detail, size_t detail
 		           t->ch.dev_name, uv_strerror(rc));
 		return TW_ERR_SYS;
 	}
+	ib_watch_async(t);
 	return TW_OK;
 }
 
@@ -1470,6 +1629,7 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->poller.poll = ib_poll;
 	tw__list_init(&t->lingering);
 	tw__list_init(&t->cqs);
+	tw__list_init(&t->reaping);
 	st = tw__ibv_choose(o.hca, o.gid_index == UINT64_MAX ? -1 : (int)o.gid_index, &t->ch, detail,
 	                    detail_len);
 	if (st != TW_OK) {
@@ -1594,8 +1754,16 @@ static void ib_shutdown(tw_transport *base)
 	ib_transport *t = (ib_transport *)base;
 	while (!tw__list_empty(&t->lingering))
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
+	/* connections freed from here on drain their queue pair once */
+	t->shut = true;
+	t->async_on = false;
+	ib_reap_all(t);
 	if (t->chan_poll_init)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
+	if (t->async_init)
+		uv_close((uv_handle_t *)&t->async_poll, ib_on_chan_closed);
+	if (t->reap_timer_init)
+		uv_close((uv_handle_t *)&t->reap_timer, ib_on_chan_closed);
 	t->poller.busy_ns = 0; /* no kick restarts polling */
 	tw__loop_poller_cancel(t->base.loop, &t->poller);
 }
@@ -1603,6 +1771,7 @@ static void ib_shutdown(tw_transport *base)
 static void ib_destroy(tw_transport *base)
 {
 	ib_transport *t = (ib_transport *)base;
+	ib_reap_all(t); /* none after ib_shutdown; create's failures come here too */
 	if (t->srq)
 		(void)ibv_destroy_srq(t->srq);
 	if (t->chan)
