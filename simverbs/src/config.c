@@ -255,6 +255,8 @@ static void global_key(const char *sec, const char *k, const char *v)
 		sv_cfg.devmem_status = status_of(v);
 	else if (!strcmp(k, "peer_memory"))
 		sv_cfg.peer_memory = !strcmp(v, "on") || num(v) != 0;
+	else if (!strcmp(k, "srq_post_fail_every"))
+		sv_cfg.srq_post_fail_every = (uint32_t)num(v);
 	else if (!strcmp(k, "last_wqe_event"))
 		sv_cfg.no_last_wqe = num(v) == 0;
 	else if (!strcmp(k, "err_cqe_garbage"))

@@ -83,6 +83,7 @@ struct sv_config {
 	bool err_cqe_garbage;        /* error CQEs: fields other than status/wr_id/qp_num are junk */
 	double time_scale;           /* multiplies IB timeouts (ack, RNR) */
 	uint64_t ack_latency_ns;     /* ACKs reach their requester this much later */
+	uint32_t srq_post_fail_every; /* every Nth receive offered to an SRQ fails (ENOMEM) */
 	bool no_last_wqe;            /* QP_LAST_WQE_REACHED is never raised (last_wqe_event = 0) */
 	uint64_t recv_cqe_lag_ns;    /* receive completions of QPs on an SRQ are written this much later */
 	char control[512];           /* control file: "<dev> <port> up|down" lines */

@@ -495,12 +495,25 @@ static int ib_post_recvs(ib_transport *t, struct ibv_qp *qp, uint32_t *n)
 /* Puts back n shared receives that completions used up, with any an
  * earlier post failed to put back: each one not put back is lost to every
  * connection of the transport, and with none left the peers' writes meet
- * receiver-not-ready retries. Returns the errno value of a failing post
- * (what it did not post is owed, and tried again by the next call). */
+ * receiver-not-ready retries. What a failing post did not put back is
+ * owed, and tried again by the next call: while some receives are not
+ * owed, they are posted or in use, and a completion or a gone connection
+ * calls again. Once all are owed the queue is empty and nothing would:
+ * then the errno value of the failing post is returned, and every
+ * connection of the transport fails naming it (their peers' writes
+ * would wait forever); a new connection tries again. */
 static int ib_srq_put_back(ib_transport *t, uint32_t n)
 {
 	t->srq_owed += n;
-	return t->srq_owed ? ib_post_recvs(t, NULL, &t->srq_owed) : 0;
+	int rc = t->srq_owed ? ib_post_recvs(t, NULL, &t->srq_owed) : 0;
+	if (rc == 0 || t->srq_owed < t->rq_depth)
+		return 0;
+	for (tw_list *it = t->cqs.next; it != &t->cqs; it = it->next) {
+		ib_conn *c = TW_CONTAINER_OF(it, ib_conn, cq_link);
+		if (!tw__conn_done(&c->core))
+			ib_fail_verb(c, "ibv_post_srq_recv (the shared receive queue is empty)", rc);
+	}
+	return rc;
 }
 
 /* Puts back a shared receive for every receive completion in cq. */
@@ -808,9 +821,7 @@ static void ib_on_completion(ib_conn *c, const struct ibv_wc *wc)
 		 * connection's state and whatever the completion's status (one
 		 * that failed, say a peer's SEND too long for it, consumed it
 		 * too: not putting it back lost it for every connection) */
-		int rc = ib_srq_put_back(t, 1);
-		if (rc != 0 && !tw__conn_done(&c->core))
-			ib_fail_verb(c, "ibv_post_srq_recv", rc);
+		(void)ib_srq_put_back(t, 1);
 	}
 	if (c->lingering) {
 		/* closed, its last writes landing: done when all have, or never */
@@ -1407,7 +1418,7 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 	if (!err && t->srq) {
 		/* receives an earlier post failed to put back (if any): with
 		 * none left no completion would come to retry them */
-		verb = "ibv_post_srq_recv";
+		verb = "ibv_post_srq_recv (the shared receive queue is empty)";
 		err = ib_srq_put_back(t, 0);
 	}
 	if (!err && !t->srq && !TW_MUTANT("ibv_srq_assumed")) {
@@ -1686,13 +1697,16 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 			 * are posted */
 			if (sa.attr.max_wr < rq)
 				rq = sa.attr.max_wr;
+			/* some posted: the rest is owed (ib_srq_put_back) */
 			uint32_t left = rq;
-			if ((err = ib_post_recvs(t, NULL, &left)) != 0) {
+			if ((err = ib_post_recvs(t, NULL, &left)) != 0 && left == rq) {
 				tw__detail(detail, detail_len, IBV_WHO ": ibv_post_srq_recv on %s: %s",
 				           t->ch.dev_name, tw__strerror(err, eb, sizeof(eb)));
 				ib_destroy(&t->base);
 				return TW_ERR_UNSUPPORTED;
 			}
+			t->srq_owed = left;
+			err = 0;
 		} else {
 			tw__detail(srq_note, sizeof(srq_note),
 			           "; ibv_create_srq on %s: %s (max_srq %d): per-QP receive queues",
