@@ -165,9 +165,10 @@ static void readjobs_drop_qp(struct sv_qp *qp)
 	}
 }
 
-/* A destroyed QP's completions not yet written never are (mlx5 also
- * removes a destroyed QP's entries from its completion queue). */
-static void late_cqes_drop_qp(struct sv_qp *qp)
+/* caller holds sv_lock: the completions of a QP destroyed or reset that
+ * are not yet written never are (mlx5 also removes such a QP's entries
+ * from its completion queue) */
+void sv_engine_drop_late(struct sv_qp *qp)
 {
 	struct sv_late_cqe **pp = &E.lcqe_head, *last = NULL;
 	while (*pp) {
@@ -189,7 +190,7 @@ void sv_engine_del_qp(struct sv_qp *qp)
 		E.qps[qp->slot] = NULL;
 	sv_engine_drop_parked(qp);
 	readjobs_drop_qp(qp);
-	late_cqes_drop_qp(qp);
+	sv_engine_drop_late(qp);
 }
 
 static void late_cqe_add(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
@@ -936,7 +937,7 @@ static bool handle_request(struct sv_qp *qp, struct sv_link *l, const struct sv_
 						    .qp_num = qp->qp.qp_num};
 				garbage_wc(&wc);
 				qp->in_has_wqe = false;
-				sv_cq_push((struct sv_cq *)qp->qp.recv_cq, &wc, false);
+				sv_recv_complete(qp, &wc, false);
 				send_ctl(l, T_NAK, h->src_qpn, qp->qp.qp_num, h->psn,
 					 IBV_WC_REM_INV_REQ_ERR);
 				sv_qp_to_error(qp, false);
@@ -948,7 +949,7 @@ static bool handle_request(struct sv_qp *qp, struct sv_link *l, const struct sv_
 						    .qp_num = qp->qp.qp_num};
 				garbage_wc(&wc);
 				qp->in_has_wqe = false;
-				sv_cq_push((struct sv_cq *)qp->qp.recv_cq, &wc, false);
+				sv_recv_complete(qp, &wc, false);
 				send_ctl(l, T_NAK, h->src_qpn, qp->qp.qp_num, h->psn,
 					 IBV_WC_REM_OP_ERR);
 				sv_qp_to_error(qp, false);
@@ -1011,7 +1012,7 @@ place:
 				 * CQE inside poll_cq, which faults on device memory */
 				wc.status = sv_cfg.devmem_status;
 				garbage_wc(&wc);
-				sv_cq_push((struct sv_cq *)qp->qp.recv_cq, &wc, false);
+				sv_recv_complete(qp, &wc, false);
 				send_ctl(l, T_ACK, h->src_qpn, qp->qp.qp_num, h->psn, 0);
 				sv_qp_to_error(qp, false);
 				return false;
@@ -1585,6 +1586,7 @@ static void atfork_child(void)
 		close(l->fd);
 	E.links = NULL; /* the structs are the parent's; leave them */
 	E.reads = NULL;
+	E.lcqe_head = E.lcqe_tail = NULL; /* the parent's QPs */
 	close(E.lfd);
 	close(E.ep);
 	close(E.bell);

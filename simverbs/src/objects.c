@@ -942,6 +942,7 @@ static void qp_reset(struct sv_qp *qp)
 	qp->rq_head = qp->rq_count = 0;
 	qp->in_active = qp->in_failed = qp->in_has_wqe = false;
 	qp->last_wqe_sent = false;
+	sv_engine_drop_late(qp);
 }
 
 /* caller holds sv_lock: QP enters ERR and every outstanding WQE is flushed */

@@ -264,6 +264,7 @@ static inline struct sv_context *sv_ctx(struct ibv_context *c)
 /* events (caller holds sv_lock) */
 void sv_async_purge(struct sv_context *ctx, void *element);
 void sv_async_push(struct sv_context *ctx, enum ibv_event_type type, void *element);
+void sv_engine_drop_late(struct sv_qp *qp);
 void sv_recv_complete(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited);
 void sv_last_wqe_reached(struct sv_qp *qp);
 void sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);

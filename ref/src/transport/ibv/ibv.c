@@ -36,7 +36,10 @@
  * Resources (device.h chooses the device, port and GID): per transport
  * instance a protection domain, a completion channel watched on the loop,
  * and a shared receive queue where the device has one (else each queue
- * pair gets its own receive queue: same wire). Per connection a completion
+ * pair gets its own receive queue: same wire). A connection that goes
+ * puts back every shared receive it took (spec 2.4.3.h): its queue pair is
+ * kept until the device's QP_LAST_WQE_REACHED event, at most reap_wait_ms
+ * (TW_IB_REAP_WAIT_MS, 1000 unless given). Per connection a completion
  * queue sized so that it cannot overflow (send queue depth + receive
  * depth), a queue pair and two registered 2 MiB buffers. Every depth is
  * capped by the device's limits (max_qp_wr, max_srq_wr, max_cqe), and RDMA
@@ -116,8 +119,8 @@
 #define IBV_MEMO 64
 /* How long a gone connection's queue pair on the shared receive queue is
  * kept for its QP_LAST_WQE_REACHED event (spec 2.4.3.h; ib_srq_reclaim)
- * when the device raises none. */
-#define IBV_REAP_WAIT_MS 1000
+ * when the device raises none (option reap_wait_ms, TW_IB_REAP_WAIT_MS) */
+#define TW_IB_REAP_WAIT_MS 1000
 
 typedef struct ib_conn ib_conn;
 typedef struct ib_transport ib_transport;
@@ -182,7 +185,7 @@ struct ib_conn {
 
 /* A gone connection's queue pair on the shared receive queue and its
  * completion queue, kept until the QP_LAST_WQE_REACHED event (or
- * IBV_REAP_WAIT_MS) says every receive it took has its completion written
+ * reap_wait_ms) says every receive it took has its completion written
  * (ib_srq_reclaim). */
 typedef struct ib_reap {
 	tw_list link; /* in the transport's `reaping`, oldest first */
@@ -210,6 +213,7 @@ struct ib_transport {
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
 	uint64_t answer_wait_ms;
+	uint64_t reap_wait_ms;
 	char describe[TW_DETAIL_MAX];
 	/* the GID of each listener's last record, by its address (the
 	 * connecting side's peer string), oldest replaced first (2.4.5.d) */
@@ -537,7 +541,7 @@ static void ib_on_reap_timer(uv_timer_t *h);
  * is put back. Hardware may write some after ibv_modify_qp returned: the
  * device's QP_LAST_WQE_REACHED event says none is left (spec 2.4.3.h). So
  * unless that event already came, the queue pair and its completion queue
- * are kept (c loses them) until it comes or IBV_REAP_WAIT_MS passes, and
+ * are kept (c loses them) until it comes or reap_wait_ms passes, and
  * drained again then; without the device's events watched, one drain. */
 static void ib_srq_reclaim(ib_conn *c)
 {
@@ -547,7 +551,8 @@ static void ib_srq_reclaim(ib_conn *c)
 	a.qp_state = IBV_QPS_ERR;
 	int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	ib_srq_drain(t, c->cq);
-	if (err || c->last_wqe || !t->async_on || t->shut || TW_MUTANT("ibv_reap_unwaited"))
+	if (err || c->last_wqe || !t->async_on || t->shut || !t->reap_wait_ms ||
+	    TW_MUTANT("ibv_reap_unwaited"))
 		return;
 	ib_reap *r = tw__calloc(1, sizeof(*r));
 	if (!r)
@@ -556,10 +561,10 @@ static void ib_srq_reclaim(ib_conn *c)
 	r->cq = c->cq;
 	c->qp = NULL;
 	c->cq = NULL;
-	r->due_ms = uv_now(&t->base.loop->uv) + IBV_REAP_WAIT_MS;
+	r->due_ms = uv_now(&t->base.loop->uv) + t->reap_wait_ms;
 	tw__list_push_back(&t->reaping, &r->link);
 	if (!uv_is_active((uv_handle_t *)&t->reap_timer))
-		uv_timer_start(&t->reap_timer, ib_on_reap_timer, IBV_REAP_WAIT_MS, 0);
+		uv_timer_start(&t->reap_timer, ib_on_reap_timer, t->reap_wait_ms, 0);
 }
 
 /* Every receive completion of r is written (or the wait is over): the
@@ -1562,6 +1567,7 @@ typedef struct ib_opts {
 	char hca[128];
 	uint64_t gid_index; /* UINT64_MAX: choose */
 	uint64_t answer_wait_ms;
+	uint64_t reap_wait_ms;
 	uint64_t busy_poll_us;
 	bool srq;
 	bool fork_safe;
@@ -1595,6 +1601,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 		{ "srq", TW_OPT_BOOL, offsetof(ib_opts, srq), 0, 0, 0 },
 		{ "fork_safe", TW_OPT_BOOL, offsetof(ib_opts, fork_safe), 0, 0, 0 },
 		{ "answer_wait_ms", TW_OPT_U64, offsetof(ib_opts, answer_wait_ms), 0, 0, 60000 },
+		{ "reap_wait_ms", TW_OPT_U64, offsetof(ib_opts, reap_wait_ms), 0, 0, 3600000 },
 		{ "busy_poll_us", TW_OPT_U64, offsetof(ib_opts, busy_poll_us), 0, 0, 10000000 },
 	};
 	memset(o, 0, sizeof(*o));
@@ -1602,6 +1609,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	o->srq = true;
 	o->fork_safe = true;
 	o->answer_wait_ms = TW_IB_ANSWER_WAIT_MS;
+	o->reap_wait_ms = TW_IB_REAP_WAIT_MS;
 	o->busy_poll_us = TW_LOOP_BUSY_DEFAULT_US;
 	const char *e = getenv("TW_IB_HCA");
 	if (e)
@@ -1609,6 +1617,8 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	if (ib_env_u64("TW_IB_GID_INDEX", 65535, "a GID index (0 to 65535)", &o->gid_index,
 	               detail, detail_len) != TW_OK ||
 	    ib_env_u64("TW_IB_ANSWER_WAIT_MS", 60000, "a wait (0 to 60000 ms)", &o->answer_wait_ms,
+	               detail, detail_len) != TW_OK ||
+	    ib_env_u64("TW_IB_REAP_WAIT_MS", 3600000, "a wait (0 to 3600000 ms)", &o->reap_wait_ms,
 	               detail, detail_len) != TW_OK)
 		return TW_ERR_INVAL;
 	if (tw__ibv_fork_opted_out())
@@ -1636,6 +1646,7 @@ static tw_status_t ib_create(tw_loop *loop, const char *options, tw_transport **
 	t->base.ops = &tw__ibv_transport_ops;
 	t->base.loop = loop;
 	t->answer_wait_ms = o.answer_wait_ms;
+	t->reap_wait_ms = o.reap_wait_ms;
 	t->poller.busy_ns = o.busy_poll_us * 1000;
 	t->poller.poll = ib_poll;
 	tw__list_init(&t->lingering);
