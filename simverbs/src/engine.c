@@ -69,22 +69,31 @@ struct sv_readjob {
 	struct sv_readjob *next;
 };
 
+/* What arrives late, queued in arrival order. Each queue has one delay,
+ * so its due times never decrease. */
+struct sv_late {
+	uint64_t due_ns;
+	struct sv_late *next;
+};
+
+struct sv_late_q {
+	struct sv_late *head, *tail;
+};
+
 /* an ACK on its way back to the requester (ack_latency_us) */
 struct sv_late_ack {
+	struct sv_late l; /* first */
 	struct sv_hdr h;
-	uint64_t due_ns;
-	struct sv_late_ack *next;
 };
 
 /* what the device writes late (recv_cqe_lag_us): a receive completion of a
  * QP on an SRQ, or, behind that QP's last one, its LAST_WQE_REACHED event */
 struct sv_late_cqe {
+	struct sv_late l; /* first */
 	struct sv_qp *qp;
 	bool last_wqe; /* the event, not a completion */
 	bool solicited;
 	struct ibv_wc wc;
-	uint64_t due_ns;
-	struct sv_late_cqe *next;
 };
 
 static struct {
@@ -97,8 +106,8 @@ static struct {
 	struct sv_link *links;
 	struct sv_context *ctxs;
 	struct sv_readjob *reads;
-	struct sv_late_ack *late_head, *late_tail; /* in arrival order, equal delays */
-	struct sv_late_cqe *lcqe_head, *lcqe_tail; /* the same */
+	struct sv_late_q acks; /* struct sv_late_ack */
+	struct sv_late_q cqes; /* struct sv_late_cqe */
 	uint64_t next_port_poll;
 	time_t ctl_mtime;
 	bool stop;
@@ -170,18 +179,45 @@ static void readjobs_drop_qp(struct sv_qp *qp)
  * from its completion queue) */
 void sv_engine_drop_late(struct sv_qp *qp)
 {
-	struct sv_late_cqe **pp = &E.lcqe_head, *last = NULL;
+	struct sv_late **pp = &E.cqes.head, *last = NULL;
 	while (*pp) {
-		if ((*pp)->qp == qp) {
-			struct sv_late_cqe *x = *pp;
+		struct sv_late *x = *pp;
+		if (((struct sv_late_cqe *)x)->qp == qp) {
 			*pp = x->next;
 			free(x);
 		} else {
-			last = *pp;
-			pp = &(*pp)->next;
+			last = x;
+			pp = &x->next;
 		}
 	}
-	E.lcqe_tail = last;
+	E.cqes.tail = last;
+}
+
+static void late_push(struct sv_late_q *q, struct sv_late *x, uint64_t delay_ns)
+{
+	x->due_ns = sv_now_ns() + delay_ns;
+	x->next = NULL;
+	if (q->tail)
+		q->tail->next = x;
+	else
+		q->head = x;
+	q->tail = x;
+}
+
+/* The first of q if it is due by now, taken off q; else NULL, and *next
+ * is lowered to the first due time left. */
+static struct sv_late *late_pop(struct sv_late_q *q, uint64_t now, uint64_t *next)
+{
+	struct sv_late *x = q->head;
+	if (!x || x->due_ns > now) {
+		if (x && x->due_ns < *next)
+			*next = x->due_ns;
+		return NULL;
+	}
+	q->head = x->next;
+	if (!q->head)
+		q->tail = NULL;
+	return x;
 }
 
 void sv_engine_del_qp(struct sv_qp *qp)
@@ -209,12 +245,7 @@ static void late_cqe_add(struct sv_qp *qp, const struct ibv_wc *wc, bool solicit
 	if (wc)
 		x->wc = *wc;
 	x->solicited = solicited;
-	x->due_ns = sv_now_ns() + sv_cfg.recv_cqe_lag_ns;
-	if (E.lcqe_tail)
-		E.lcqe_tail->next = x;
-	else
-		E.lcqe_head = x;
-	E.lcqe_tail = x;
+	late_push(&E.cqes, &x->l, sv_cfg.recv_cqe_lag_ns);
 	sv_engine_kick(); /* the engine may sleep past the due time */
 }
 
@@ -241,11 +272,9 @@ void sv_last_wqe_reached(struct sv_qp *qp)
 
 static void deliver_late_cqes(uint64_t now, uint64_t *next)
 {
-	while (E.lcqe_head && E.lcqe_head->due_ns <= now) {
-		struct sv_late_cqe *x = E.lcqe_head;
-		E.lcqe_head = x->next;
-		if (!E.lcqe_head)
-			E.lcqe_tail = NULL;
+	struct sv_late *l;
+	while ((l = late_pop(&E.cqes, now, next))) {
+		struct sv_late_cqe *x = (struct sv_late_cqe *)l;
 		if (x->last_wqe)
 			sv_async_push(sv_ctx(x->qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED,
 				      &x->qp->qp);
@@ -253,8 +282,6 @@ static void deliver_late_cqes(uint64_t now, uint64_t *next)
 			sv_cq_push((struct sv_cq *)x->qp->qp.recv_cq, &x->wc, x->solicited);
 		free(x);
 	}
-	if (E.lcqe_head && E.lcqe_head->due_ns < *next)
-		*next = E.lcqe_head->due_ns;
 }
 
 struct sv_qp *sv_engine_qp_by_num(uint32_t qpn)
@@ -1131,12 +1158,7 @@ static void handle_frame(struct sv_link *l, const struct sv_hdr *h, const uint8_
 			struct sv_late_ack *a = calloc(1, sizeof(*a));
 			if (a) {
 				a->h = *h;
-				a->due_ns = sv_now_ns() + sv_cfg.ack_latency_ns;
-				if (E.late_tail)
-					E.late_tail->next = a;
-				else
-					E.late_head = a;
-				E.late_tail = a;
+				late_push(&E.acks, &a->l, sv_cfg.ack_latency_ns);
 				break;
 			}
 		}
@@ -1156,18 +1178,14 @@ static void handle_frame(struct sv_link *l, const struct sv_hdr *h, const uint8_
 /* Delivers the ACKs whose latency has passed (to QPs that still exist). */
 static void deliver_late_acks(uint64_t now, uint64_t *next)
 {
-	while (E.late_head && E.late_head->due_ns <= now) {
-		struct sv_late_ack *a = E.late_head;
-		E.late_head = a->next;
-		if (!E.late_head)
-			E.late_tail = NULL;
+	struct sv_late *l;
+	while ((l = late_pop(&E.acks, now, next))) {
+		struct sv_late_ack *a = (struct sv_late_ack *)l;
 		struct sv_qp *qp = sv_engine_qp_by_num(a->h.dst_qpn);
 		if (qp && !qp->dead)
 			handle_response(qp, &a->h, NULL);
 		free(a);
 	}
-	if (E.late_head && E.late_head->due_ns < *next)
-		*next = E.late_head->due_ns;
 }
 
 static void check_timers(uint64_t now, uint64_t *next)
@@ -1586,7 +1604,7 @@ static void atfork_child(void)
 		close(l->fd);
 	E.links = NULL; /* the structs are the parent's; leave them */
 	E.reads = NULL;
-	E.lcqe_head = E.lcqe_tail = NULL; /* the parent's QPs */
+	E.cqes.head = E.cqes.tail = NULL; /* the parent's QPs */
 	close(E.lfd);
 	close(E.ep);
 	close(E.bell);
