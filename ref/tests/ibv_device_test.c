@@ -30,6 +30,10 @@
  *            not-ready retries never end). The case must finish, every
  *            message of a live pipe arriving. TW_WANT: the queue's size
  *            in the transport's detail; TW_CHURN_PIPES: other than 40 pipes
+ *   dry      every post to the shared receive queue fails from some point
+ *            on (srq_post_fail_after): messages go from client to server
+ *            until one fails; it must, with TW_ERR_NOMEM and TW_WANT in
+ *            its detail (the verb that emptied the queue), not hang
  *   port_down the port goes down (simverbs' control file, SIMVERBS_CONTROL)
  *            while a pipe carries 3 MiB messages: the write in flight fails
  *            within 20 s (the queue pair's retries run out), with a detail
@@ -209,6 +213,45 @@ static void on_any_status(tw_pipe *p, tw_status_t st, const char *detail, void *
 	tu_signal(arg);
 }
 
+/* One message from c to s, both callbacks waited for; the first that
+ * failed goes into *st and detail (both left alone when all succeed). */
+static void move_text_or_fail(tw_pipe *c, tw_pipe *s, tw_status_t *st, char *detail, size_t n)
+{
+	tw_message m = { .metadata = "ping", .metadata_length = 4 };
+	tu_rec w, d, r;
+	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_write(c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(s, tu_on_desc, &d));
+	tu_wait(&d.w, 1);
+	if (d.status == TW_OK) {
+		tw_allocation a = { 0 };
+		CHECK_OK(tw_pipe_read(s, &a, tu_on_status, &r));
+		tu_wait(&r.w, 1);
+	}
+	tu_wait(&w.w, 1);
+	const tu_rec *all[] = { &w, &d, &r };
+	for (int i = 0; i < 3 && *st == TW_OK; i++)
+		if (all[i]->calls && all[i]->status != TW_OK) {
+			*st = all[i]->status;
+			snprintf(detail, n, "%s", all[i]->detail);
+		}
+}
+
+static void case_dry(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	tw_status_t st = TW_OK;
+	char detail[512] = "";
+	int i;
+	for (i = 0; i < 1000 && st == TW_OK; i++)
+		move_text_or_fail(p.c, p.s, &st, detail, sizeof(detail));
+	printf("   message %d: %s '%s'\n", i, tw_status_name(st), detail);
+	CHECK(st == TW_ERR_NOMEM);
+	CHECK(strstr(detail, want()));
+	tu_pair_close(&p);
+}
+
 static void case_churn(void)
 {
 	enum { LAST = 3 };
@@ -244,6 +287,7 @@ static void case_churn(void)
 
 static const tu_case cases[] = {
 	{ "churn", case_churn },
+	{ "dry", case_dry },
 	{ "choice", case_choice },
 	{ "refused", case_refused },
 	{ "memo", case_memo },

@@ -257,6 +257,8 @@ static void global_key(const char *sec, const char *k, const char *v)
 		sv_cfg.peer_memory = !strcmp(v, "on") || num(v) != 0;
 	else if (!strcmp(k, "srq_post_fail_every"))
 		sv_cfg.srq_post_fail_every = (uint32_t)num(v);
+	else if (!strcmp(k, "srq_post_fail_after"))
+		sv_cfg.srq_post_fail_after = (uint32_t)num(v);
 	else if (!strcmp(k, "last_wqe_event"))
 		sv_cfg.no_last_wqe = num(v) == 0;
 	else if (!strcmp(k, "err_cqe_garbage"))

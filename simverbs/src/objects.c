@@ -740,16 +740,24 @@ static int copy_rwqe(struct sv_rwqe *w, const struct ibv_recv_wr *wr, int max_sg
 	return 0;
 }
 
+/* caller holds sv_lock: a receive offered to an SRQ fails
+ * (srq_post_fail_every, srq_post_fail_after) */
+static bool srq_post_faults(void)
+{
+	static uint64_t offered;
+	offered++;
+	return (sv_cfg.srq_post_fail_every && offered % sv_cfg.srq_post_fail_every == 0) ||
+	       (sv_cfg.srq_post_fail_after && offered > sv_cfg.srq_post_fail_after);
+}
+
 static int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 			    struct ibv_recv_wr **bad)
 {
-	static uint64_t posted; /* work requests offered, for srq_post_fail_every */
 	struct sv_srq *s = (struct sv_srq *)srq;
 	int err = 0;
 	pthread_mutex_lock(&sv_lock);
 	for (; wr; wr = wr->next) {
-		if (s->count == s->cap ||
-		    (sv_cfg.srq_post_fail_every && ++posted % sv_cfg.srq_post_fail_every == 0)) {
+		if (s->count == s->cap || srq_post_faults()) {
 			err = ENOMEM;
 			break;
 		}

@@ -15,7 +15,8 @@
  * adapters' environment. `srq_churn` then carries more pipes between the
  * same two contexts, each ending as the peer's last writes land, on a
  * device that writes receive completions 2 ms late (as hardware may, after
- * the queue pair went to ERR). Where the adapters find no usable verbs
+ * the queue pair went to ERR); `srq_post_fails` the same where every 7th
+ * receive posted to the queue fails. Where the adapters find no usable verbs
  * device at all (no simverbs, no HCA), the case is a SKIP with the reason
  * they gave.
  *
@@ -160,8 +161,9 @@ static twc_outcome_t run_rdma(const twc_case *c, twc_case_env *env)
 	if (native && !strcmp(native, "1") && sp->churn)
 		return twc_case_result(env, TWC_SKIP,
 		                       "TWC_RDMA_NATIVE=1: the case needs a shared receive queue of 8 "
-		                       "receives (a simverbs configuration); a real device's holds "
-		                       "hundreds, which 60 pipes cannot use up");
+		                       "receives and, for some, posts to it that fail (a simverbs "
+		                       "configuration); a real device's holds hundreds, which %d "
+		                       "pipes cannot use up", sp->churn);
 	if (!(native && !strcmp(native, "1")) &&
 	    twc_env_file("SIMVERBS_CONFIG", c->id, sp->config, path, sizeof(path), prefix,
 	                 sizeof(prefix)) != 0)
@@ -235,6 +237,11 @@ static const rdma_spec srq_churn = {
 	.tensor_len = 64 << 10, .messages = 2,
 	.churn = 60};
 
+static const rdma_spec srq_post_fails = {
+	.config = "[device simrdma0]\nmax_srq_wr = 8\n[hazards]\nsrq_post_fail_every = 7\n",
+	.tensor_len = 64 << 10, .messages = 2,
+	.churn = 30};
+
 /* the pre-5.13 kernel's hazard (simverbs' strict fork model, docs/simverbs.md) */
 static const rdma_spec fork_stream = {
 	.config = "[device simrdma0]\n", .tensor_len = 1 * MiB, .messages = 60,
@@ -282,6 +289,13 @@ static const twc_case cases[] = {
 	     "[...] drain its completion queue and post a receive for every receive completion "
 	     "found there",
 	     srq_churn),
+	RDMA("srq_post_fails", "wire.md 2.4.3 (2.4.3.h)",
+	     "a shared receive queue of 8 receives where every 7th receive posted to it fails with "
+	     "ENOMEM: 64 KiB tensors each way, then 30 more pipes as in srq_churn; "
+	     "every pipe connects and moves its messages",
+	     "(2.4.3.h) A post that fails MUST be retried later, not dropped, and does not fail the "
+	     "connection that happened to make it",
+	     srq_post_fails),
 	RDMA("fork_stream", "wire.md 2.4.5",
 	     "the client streams 1 MiB messages over ibv while it forks 20 children that each write "
 	     "to every page of a 64 MiB heap block, on a fabric where memory registered without "

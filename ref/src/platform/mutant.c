@@ -40,6 +40,7 @@ static const char *const tw__mutants[] = {
 	"ibv_reap_unwaited",
 	"ibv_srq_assumed",
 	"ibv_srq_leaked",
+	"ibv_srq_post_dropped",
 	"ibv_writes_unsplit",
 	"listen_backlog_small",
 	"listener_dies_on_bad_hello",

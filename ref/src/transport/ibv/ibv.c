@@ -510,6 +510,8 @@ static int ib_srq_put_back(ib_transport *t, uint32_t n)
 {
 	t->srq_owed += n;
 	int rc = t->srq_owed ? ib_post_recvs(t, NULL, &t->srq_owed) : 0;
+	if (rc != 0 && TW_MUTANT("ibv_srq_post_dropped"))
+		t->srq_owed = 0;
 	if (rc == 0 || t->srq_owed < t->rq_depth)
 		return 0;
 	for (tw_list *it = t->cqs.next; it != &t->cqs; it = it->next) {
