@@ -119,7 +119,8 @@
 #define IBV_MEMO 64
 /* How long a gone connection's queue pair on the shared receive queue is
  * kept for its QP_LAST_WQE_REACHED event (spec 2.4.3.h; ib_srq_reclaim)
- * when the device raises none (option reap_wait_ms, TW_IB_REAP_WAIT_MS) */
+ * when the device raises none (option reap_wait_ms, TW_IB_REAP_WAIT_MS; at
+ * least 1) */
 #define TW_IB_REAP_WAIT_MS 1000
 
 typedef struct ib_conn ib_conn;
@@ -553,8 +554,7 @@ static void ib_srq_reclaim(ib_conn *c)
 	a.qp_state = IBV_QPS_ERR;
 	int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	ib_srq_drain(t, c->cq);
-	if (err || c->last_wqe || !t->async_on || t->shut || !t->reap_wait_ms ||
-	    TW_MUTANT("ibv_reap_unwaited"))
+	if (err || c->last_wqe || !t->async_on || t->shut || TW_MUTANT("ibv_reap_unwaited"))
 		return;
 	ib_reap *r = tw__calloc(1, sizeof(*r));
 	if (!r)
@@ -1382,10 +1382,18 @@ static tw_status_t ib_watch_channel(ib_transport *t, char *detail, size_t detail
 static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 {
 	ib_transport *t = c->t;
-	const char *verb = "ibv_create_cq";
+	const char *verb = "ibv_post_srq_recv (the shared receive queue is empty)";
 	char eb[128];
-	c->cq = ibv_create_cq(t->ch.ctx, (int)t->cq_depth, c, t->chan, 0);
-	int err = c->cq ? 0 : errno;
+	/* receives an earlier post failed to put back (if any): with none
+	 * left no completion would come to retry them. First: c is not yet
+	 * among the connections an emptied queue fails (its handles are not
+	 * made yet), it fails alone, here */
+	int err = t->srq ? ib_srq_put_back(t, 0) : 0;
+	if (!err) {
+		verb = "ibv_create_cq";
+		c->cq = ibv_create_cq(t->ch.ctx, (int)t->cq_depth, c, t->chan, 0);
+		err = c->cq ? 0 : errno;
+	}
 	if (c->cq)
 		tw__list_push_back(&t->cqs, &c->cq_link);
 	if (!err && (err = ibv_req_notify_cq(c->cq, 0)) != 0)
@@ -1421,12 +1429,6 @@ static tw_status_t ib_conn_verbs(ib_conn *c, char *detail, size_t detail_len)
 		                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		c->outbox_mr = c->inbox_mr ? ibv_reg_mr(t->pd, c->outbox_mem, IBV_CAP, 0) : NULL;
 		err = c->outbox_mr ? 0 : errno;
-	}
-	if (!err && t->srq) {
-		/* receives an earlier post failed to put back (if any): with
-		 * none left no completion would come to retry them */
-		verb = "ibv_post_srq_recv (the shared receive queue is empty)";
-		err = ib_srq_put_back(t, 0);
 	}
 	if (!err && !t->srq && !TW_MUTANT("ibv_srq_assumed")) {
 		verb = "ibv_post_recv";
@@ -1603,7 +1605,7 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 		{ "srq", TW_OPT_BOOL, offsetof(ib_opts, srq), 0, 0, 0 },
 		{ "fork_safe", TW_OPT_BOOL, offsetof(ib_opts, fork_safe), 0, 0, 0 },
 		{ "answer_wait_ms", TW_OPT_U64, offsetof(ib_opts, answer_wait_ms), 0, 0, 60000 },
-		{ "reap_wait_ms", TW_OPT_U64, offsetof(ib_opts, reap_wait_ms), 0, 0, 3600000 },
+		{ "reap_wait_ms", TW_OPT_U64, offsetof(ib_opts, reap_wait_ms), 0, 1, 3600000 },
 		{ "busy_poll_us", TW_OPT_U64, offsetof(ib_opts, busy_poll_us), 0, 0, 10000000 },
 	};
 	memset(o, 0, sizeof(*o));
@@ -1620,13 +1622,21 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	               detail, detail_len) != TW_OK ||
 	    ib_env_u64("TW_IB_ANSWER_WAIT_MS", 60000, "a wait (0 to 60000 ms)", &o->answer_wait_ms,
 	               detail, detail_len) != TW_OK ||
-	    ib_env_u64("TW_IB_REAP_WAIT_MS", 3600000, "a wait (0 to 3600000 ms)", &o->reap_wait_ms,
+	    ib_env_u64("TW_IB_REAP_WAIT_MS", 3600000, "a wait (1 to 3600000 ms)", &o->reap_wait_ms,
 	               detail, detail_len) != TW_OK)
 		return TW_ERR_INVAL;
 	if (tw__ibv_fork_opted_out())
 		o->fork_safe = false;
-	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
-	                         detail, detail_len);
+	tw_status_t st = tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]),
+	                                   o, NULL, 0, detail, detail_len);
+	if (st == TW_OK && o->reap_wait_ms == 0) {
+		/* (only the environment can say 0) without a wait, a completion
+		 * written late loses its receive */
+		tw__detail(detail, detail_len,
+		           IBV_WHO ": TW_IB_REAP_WAIT_MS='0' is not a wait (1 to 3600000 ms)");
+		return TW_ERR_INVAL;
+	}
+	return st;
 }
 
 static void ib_destroy(tw_transport *base);
