@@ -229,15 +229,21 @@ void sv_engine_del_qp(struct sv_qp *qp)
 	sv_engine_drop_late(qp);
 }
 
+/* Writes a receive completion of qp (wc) or, wc NULL, its LAST_WQE_REACHED. */
+static void late_cqe_write(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
+{
+	if (wc)
+		sv_cq_push((struct sv_cq *)qp->qp.recv_cq, wc, solicited);
+	else
+		sv_async_push(sv_ctx(qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED, &qp->qp);
+}
+
+/* The same, recv_cqe_lag_us later (at once without a lag, or memory). */
 static void late_cqe_add(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
 {
-	struct sv_late_cqe *x = calloc(1, sizeof(*x));
-	if (!x) { /* written at once rather than lost */
-		if (wc)
-			sv_cq_push((struct sv_cq *)qp->qp.recv_cq, wc, solicited);
-		else
-			sv_async_push(sv_ctx(qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED,
-				      &qp->qp);
+	struct sv_late_cqe *x = sv_cfg.recv_cqe_lag_ns ? calloc(1, sizeof(*x)) : NULL;
+	if (!x) {
+		late_cqe_write(qp, wc, solicited);
 		return;
 	}
 	x->qp = qp;
@@ -254,20 +260,17 @@ static void late_cqe_add(struct sv_qp *qp, const struct ibv_wc *wc, bool solicit
  * moved the QP to ERR returned) */
 void sv_recv_complete(struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
 {
-	if (sv_cfg.recv_cqe_lag_ns && qp->qp.srq)
+	if (qp->qp.srq)
 		late_cqe_add(qp, wc, solicited);
 	else
-		sv_cq_push((struct sv_cq *)qp->qp.recv_cq, wc, solicited);
+		late_cqe_write(qp, wc, solicited);
 }
 
 /* caller holds sv_lock: qp (on an SRQ) takes no more receives; the event
  * comes after every receive completion of qp is written */
 void sv_last_wqe_reached(struct sv_qp *qp)
 {
-	if (sv_cfg.recv_cqe_lag_ns)
-		late_cqe_add(qp, NULL, false);
-	else
-		sv_async_push(sv_ctx(qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED, &qp->qp);
+	late_cqe_add(qp, NULL, false);
 }
 
 static void deliver_late_cqes(uint64_t now, uint64_t *next)
@@ -275,11 +278,7 @@ static void deliver_late_cqes(uint64_t now, uint64_t *next)
 	struct sv_late *l;
 	while ((l = late_pop(&E.cqes, now, next))) {
 		struct sv_late_cqe *x = (struct sv_late_cqe *)l;
-		if (x->last_wqe)
-			sv_async_push(sv_ctx(x->qp->qp.context), IBV_EVENT_QP_LAST_WQE_REACHED,
-				      &x->qp->qp);
-		else
-			sv_cq_push((struct sv_cq *)x->qp->qp.recv_cq, &x->wc, x->solicited);
+		late_cqe_write(x->qp, x->last_wqe ? NULL : &x->wc, x->solicited);
 		free(x);
 	}
 }
