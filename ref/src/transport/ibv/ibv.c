@@ -210,7 +210,6 @@ struct ib_transport {
 	uv_timer_t reap_timer; /* the first of `reaping` is due */
 	bool reap_timer_init;
 	tw_list reaping;      /* ib_reap: gone connections' queue pairs */
-	bool shut;            /* ib_shutdown ran: nothing is kept for events */
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
 	uint64_t answer_wait_ms;
@@ -554,7 +553,7 @@ static void ib_srq_reclaim(ib_conn *c)
 	a.qp_state = IBV_QPS_ERR;
 	int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	ib_srq_drain(t, c->cq);
-	if (err || c->last_wqe || !t->async_on || t->shut || TW_MUTANT("ibv_reap_unwaited"))
+	if (err || c->last_wqe || !t->async_on || TW_MUTANT("ibv_reap_unwaited"))
 		return;
 	ib_reap *r = tw__calloc(1, sizeof(*r));
 	if (!r)
@@ -1331,7 +1330,7 @@ static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_h
  * effort: unwatched, a gone connection's queue pair is drained once. */
 static void ib_watch_async(ib_transport *t)
 {
-	if (!t->srq || t->async_init || t->shut)
+	if (!t->srq || t->async_init)
 		return;
 	uv_loop_t *uv = &t->base.loop->uv;
 	int fd = t->ch.ctx->async_fd;
@@ -1577,17 +1576,17 @@ typedef struct ib_opts {
 	bool fork_safe;
 } ib_opts;
 
-/* A decimal environment variable up to max into *out (left as it is when
- * unset or empty); TW_ERR_INVAL with a detail naming it otherwise. */
-static tw_status_t ib_env_u64(const char *name, uint64_t max, const char *what, uint64_t *out,
-                              char *detail, size_t detail_len)
+/* A decimal environment variable within [min, max] into *out (left as it
+ * is when unset or empty); TW_ERR_INVAL with a detail naming it otherwise. */
+static tw_status_t ib_env_u64(const char *name, uint64_t min, uint64_t max, const char *what,
+                              uint64_t *out, char *detail, size_t detail_len)
 {
 	const char *e = getenv(name);
 	if (!e || !*e)
 		return TW_OK;
 	char *end = NULL;
 	unsigned long long v = strtoull(e, &end, 10);
-	if (*end || v > max) {
+	if (*end || v < min || v > max) {
 		tw__detail(detail, detail_len, IBV_WHO ": %s='%s' is not %s", name, e, what);
 		return TW_ERR_INVAL;
 	}
@@ -1618,25 +1617,19 @@ static tw_status_t ib_parse_options(const char *options, ib_opts *o, char *detai
 	const char *e = getenv("TW_IB_HCA");
 	if (e)
 		snprintf(o->hca, sizeof(o->hca), "%s", e);
-	if (ib_env_u64("TW_IB_GID_INDEX", 65535, "a GID index (0 to 65535)", &o->gid_index,
+	/* a reap wait of 0 would lose the receive of a completion written
+	 * late (ib_srq_reclaim) */
+	if (ib_env_u64("TW_IB_GID_INDEX", 0, 65535, "a GID index (0 to 65535)", &o->gid_index,
 	               detail, detail_len) != TW_OK ||
-	    ib_env_u64("TW_IB_ANSWER_WAIT_MS", 60000, "a wait (0 to 60000 ms)", &o->answer_wait_ms,
-	               detail, detail_len) != TW_OK ||
-	    ib_env_u64("TW_IB_REAP_WAIT_MS", 3600000, "a wait (1 to 3600000 ms)", &o->reap_wait_ms,
-	               detail, detail_len) != TW_OK)
+	    ib_env_u64("TW_IB_ANSWER_WAIT_MS", 0, 60000, "a wait (0 to 60000 ms)",
+	               &o->answer_wait_ms, detail, detail_len) != TW_OK ||
+	    ib_env_u64("TW_IB_REAP_WAIT_MS", 1, 3600000, "a wait (1 to 3600000 ms)",
+	               &o->reap_wait_ms, detail, detail_len) != TW_OK)
 		return TW_ERR_INVAL;
 	if (tw__ibv_fork_opted_out())
 		o->fork_safe = false;
-	tw_status_t st = tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]),
-	                                   o, NULL, 0, detail, detail_len);
-	if (st == TW_OK && o->reap_wait_ms == 0) {
-		/* (only the environment can say 0) without a wait, a completion
-		 * written late loses its receive */
-		tw__detail(detail, detail_len,
-		           IBV_WHO ": TW_IB_REAP_WAIT_MS='0' is not a wait (1 to 3600000 ms)");
-		return TW_ERR_INVAL;
-	}
-	return st;
+	return tw__options_parse(IBV_WHO, options, table, sizeof(table) / sizeof(table[0]), o, NULL, 0,
+	                         detail, detail_len);
 }
 
 static void ib_destroy(tw_transport *base);
@@ -1792,7 +1785,6 @@ static void ib_shutdown(tw_transport *base)
 	while (!tw__list_empty(&t->lingering))
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
 	/* connections freed from here on drain their queue pair once */
-	t->shut = true;
 	t->async_on = false;
 	ib_reap_all(t);
 	if (t->chan_poll_init)
