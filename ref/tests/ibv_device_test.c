@@ -229,6 +229,9 @@ static void move_text_or_fail(tw_pipe *c, tw_pipe *s, tw_status_t *st, char *det
 		tu_wait(&r.w, 1);
 	}
 	tu_wait(&w.w, 1);
+	tu_once(&w), tu_once(&d);
+	if (d.status == TW_OK)
+		tu_once(&r);
 	const tu_rec *all[] = { &w, &d, &r };
 	for (int i = 0; i < 3 && *st == TW_OK; i++)
 		if (all[i]->calls && all[i]->status != TW_OK) {
