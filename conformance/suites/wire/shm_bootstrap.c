@@ -683,6 +683,83 @@ static int hostile(twc_session *s, int k, char *why, size_t len)
 	return rc;
 }
 
+/* wire.requested_wrong_transport (3.8.f): over uv, a hello and a Brochure
+ * offering shm only, so the answer moves the pipe to shm; then a second uv
+ * connection claiming the answer's descriptor-reply id. It must be closed;
+ * the registration is the shm connection's, which never comes. */
+static int shape_shm(int index, twc_agent_msg *m)
+{
+	return twc_msg_one_tensor(m, 5, 65536 + (uint64_t)index);
+}
+
+static int wrong_transport(twc_session *s, int k, char *why, size_t len)
+{
+	(void)k;
+	char boot[64], net[64], dom[160], err[512] = "";
+	if (!twc_raw_boot_id(boot, sizeof(boot)) || !twc_raw_ns_id("net", net, sizeof(net))) {
+		snprintf(why, len, "harness: no boot_id or net namespace id to build shm's domain");
+		return -1;
+	}
+	snprintf(dom, sizeof(dom), "shm:%s_%s", boot, net);
+	unsigned char hello[64], br[256], ans[4096], rq[16];
+	size_t hl = twc_raw_hello("twc-wrong-transport", hello, sizeof(hello));
+	size_t bl = twc_raw_brochure("shm", dom, br, sizeof(br));
+	int fd = -1, wrong = -1, rc = -1;
+	twc_raw_answer a;
+	if ((fd = twc_raw_connect(s->url, 2000, err, sizeof(err))) < 0 ||
+	    twc_raw_send_frame(fd, hello, hl, err, sizeof(err)) ||
+	    twc_raw_send_frame(fd, br, bl, err, sizeof(err))) {
+		snprintf(why, len, "harness: hello and Brochure over %s: %.400s", s->url, err);
+		goto out;
+	}
+	long n = twc_raw_recv_frame(fd, ans, sizeof(ans), 3000, err, sizeof(err));
+	if (n < 0 || twc_raw_parse_answer(ans, (size_t)n, &a, err, sizeof(err))) {
+		snprintf(why, len, "no BrochureAnswer to a Brochure offering shm+basic: %.400s",
+		         n == -2 ? "connection closed" : err);
+		goto out;
+	}
+	if (strcmp(a.transport, "shm") != 0 || !a.has_descriptor_id) {
+		snprintf(why, len, "the IUT answered a Brochure offering only shm+basic over uv with "
+		                   "transport '%s'%s", a.transport,
+		         a.has_descriptor_id ? "" : " and no descriptor id");
+		goto out;
+	}
+	size_t ql = twc_raw_requested(a.reply_id, rq, sizeof(rq));
+	if ((wrong = twc_raw_connect(s->url, 2000, err, sizeof(err))) < 0 ||
+	    twc_raw_send_frame(wrong, rq, ql, err, sizeof(err))) {
+		snprintf(why, len, "harness: RequestedConnection over %s: %.400s", s->url, err);
+		goto out;
+	}
+	if (twc_raw_wait_closed(wrong, 3000) != 1) {
+		snprintf(why, len, "the IUT kept a uv connection open for 3 s whose "
+		                   "RequestedConnection names id %llu, which its answer registered "
+		                   "for a connection over shm (3.8.f)",
+		         (unsigned long long)a.reply_id);
+		goto out;
+	}
+	rc = twc_hostile_take_strays(s, why, len);
+out:
+	if (wrong >= 0)
+		close(wrong);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static twc_outcome_t run_wrong_transport(const twc_case *c, twc_case_env *env)
+{
+	(void)c;
+	twc_hostile_run r = {
+		.ctx = json_pack("{s:[{s:s,s:s,s:i},{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports",
+		                 "name", "shm", "kind", "shm", "priority", 200, "name", "uv", "kind",
+		                 "uv", "priority", 0, "channels", "name", "basic", "kind", "basic",
+		                 "priority", 0),
+		.urls = json_pack("[s,s]", "uv://127.0.0.1:0", "shm://"), .transport = "shm",
+		.channel = "basic", .hostile = wrong_transport, .shape = shape_shm,
+		.seed_base = UINT64_C(10) << 40, .after = "after the connection on the wrong transport"};
+	return twc_hostile_then_good(env, &r);
+}
+
 static twc_outcome_t run_shm_bootstrap(const twc_case *c, twc_case_env *env)
 {
 	return twc_hostile_basic(env, "shm", "shm://", hostile, (int)(intptr_t)c->arg, 65536,
@@ -748,6 +825,15 @@ static const twc_case cases[] = {
 	        "system allows it (a memfd), so that a truncation fails instead of ending the "
 	        "owner with SIGBUS.",
 	        RING_TRUNCATE),
+	{.id = "wire.requested_wrong_transport", .suite = "wire", .section = "3.8 (3.8.f)",
+	 .level = TWC_MUST, .needs = "",
+	 .description = "over uv, a Brochure offering shm only (the answer moves the pipe to "
+	                "shm), then a second uv connection whose RequestedConnection names the "
+	                "answer's descriptor-reply id; then a good pipe over shm",
+	 .requirement = "(3.8.f) A listener MUST close a connection whose RequestedConnection "
+	                "names a registered id but comes over a transport other than the one "
+	                "the pipe selected, and keep the registration.",
+	 .timeout_s = 24, .run = run_wrong_transport},
 #define SHM_RING_FUZZ(n_)                                                                         \
 	SHM_BAD("fuzz_ring_" #n_, "2.3.1 (2.3.1.e), 2.3.2 (2.3.2.d), 2.3.3",                      \
 	        "a good exchange, then ring traffic mutated at random (seed " #n_ "): frame "     \

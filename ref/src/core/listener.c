@@ -303,6 +303,18 @@ static void tw__listener_on_hello(tw_conn *conn, tw_status_t status, const char 
 			conn->ops->close(conn);
 			break;
 		}
+		if (l->regs[i].pipe->reg != hw->reg && !TW_MUTANT("registration_any_transport")) {
+			/* The id is right, the transport is not (3.8.f): whoever sent
+			 * it cannot be the pipe's peer speaking as agreed. The
+			 * registration stays for the connection the answer asked for. */
+			tw__listener_report(l, TW_ERR_PROTO,
+			                    "listener: RequestedConnection from %s names registration "
+			                    "id %llu, which waits for a connection over %s",
+			                    hw->peer, (unsigned long long)pkt.registration_id,
+			                    l->regs[i].pipe->reg->name);
+			conn->ops->close(conn);
+			break;
+		}
 		tw_registration r = l->regs[i];
 		if (!TW_MUTANT("registration_reusable"))
 			l->regs[i] = l->regs[--l->num_regs];

@@ -52,6 +52,7 @@ static const char *const tw__mutants[] = {
 	"proof_trusting",
 	"proto_as_sys",
 	"read_cb_early",
+	"registration_any_transport",
 	"registration_reusable",
 	"registration_unchecked",
 	"segments_unsealed",
