@@ -261,6 +261,8 @@ static void global_key(const char *sec, const char *k, const char *v)
 		sv_cfg.srq_post_fail_after = (uint32_t)num(v);
 	else if (!strcmp(k, "last_wqe_event"))
 		sv_cfg.no_last_wqe = num(v) == 0;
+	else if (!strcmp(k, "async_fd_error"))
+		sv_cfg.async_fd_error = num(v) != 0;
 	else if (!strcmp(k, "err_cqe_garbage"))
 		sv_cfg.err_cqe_garbage = num(v) != 0;
 	else if (!strcmp(k, "time_scale"))

@@ -105,6 +105,18 @@ static int query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_port_at
 static int query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
 			   struct ibv_device_attr_ex *a, size_t len);
 
+/* [hazards] async_fd_error: an fd whose every poll says POLLERR (the write
+ * end of a pipe with no reader) and whose read fails (EBADF): how a
+ * context's async_fd looks to a program once it has gone bad. */
+static int broken_fd(void)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+		return -1;
+	close(p[0]);
+	return p[1];
+}
+
 SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	pthread_once(&devs_once, devs_init);
@@ -132,7 +144,8 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->context.abi_compat = __VERBS_ABI_IS_EXTENDED;
 	v->context.num_comp_vectors = 1;
 	v->context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	v->context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	v->context.async_fd = sv_cfg.async_fd_error ? broken_fd()
+	                                            : eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
 	if (v->context.cmd_fd < 0 || v->context.async_fd < 0) {
 		err = errno;
 		if (v->context.cmd_fd >= 0)
@@ -450,8 +463,10 @@ void sv_async_push(struct sv_context *ctx, enum ibv_event_type type, void *eleme
 		ctx->aq_head = e;
 	ctx->aq_tail = e;
 	uint64_t one = 1;
-	ssize_t r = write(ctx->vctx.context.async_fd, &one, sizeof(one));
-	(void)r;
+	if (!sv_cfg.async_fd_error) { /* that fd has no reader: EPIPE, SIGPIPE */
+		ssize_t r = write(ctx->vctx.context.async_fd, &one, sizeof(one));
+		(void)r;
+	}
 	SV_TRACE("async event %s", ibv_event_type_str(type));
 }
 

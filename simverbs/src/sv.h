@@ -86,6 +86,7 @@ struct sv_config {
 	uint32_t srq_post_fail_every; /* every Nth receive offered to an SRQ fails (ENOMEM) */
 	uint32_t srq_post_fail_after; /* and every one after the Nth */
 	bool no_last_wqe;            /* QP_LAST_WQE_REACHED is never raised (last_wqe_event = 0) */
+	bool async_fd_error;         /* a context's async_fd polls as an error; no event is read */
 	uint64_t recv_cqe_lag_ns;    /* receive completions of QPs on an SRQ are written this much later */
 	char control[512];           /* control file: "<dev> <port> up|down" lines */
 	bool trace;
