@@ -206,9 +206,10 @@ struct ib_transport {
 	bool chan_poll_init; /* chan_poll needs closing */
 	bool chan_poll_on;   /* and watches the channel */
 	uv_poll_t async_poll; /* the device's async events (QP_LAST_WQE_REACHED) */
-	bool async_init, async_on;
+	bool async_init;      /* async_poll needs closing */
 	uv_timer_t reap_timer; /* the first of `reaping` is due */
 	bool reap_timer_init;
+	bool reap_on;         /* gone queue pairs wait (the timer exists, no shutdown yet) */
 	tw_list reaping;      /* ib_reap: gone connections' queue pairs */
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
@@ -544,7 +545,8 @@ static void ib_on_reap_timer(uv_timer_t *h);
  * device's QP_LAST_WQE_REACHED event says none is left (spec 2.4.3.h). So
  * unless that event already came, the queue pair and its completion queue
  * are kept (c loses them) until it comes or reap_wait_ms passes, and
- * drained again then; without the device's events watched, one drain. */
+ * drained again then. Without the device's events (not watched, or their
+ * fd failed) the bound alone ends each wait; after shutdown, one drain. */
 static void ib_srq_reclaim(ib_conn *c)
 {
 	ib_transport *t = c->t;
@@ -553,7 +555,7 @@ static void ib_srq_reclaim(ib_conn *c)
 	a.qp_state = IBV_QPS_ERR;
 	int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	ib_srq_drain(t, c->cq);
-	if (err || c->last_wqe || !t->async_on || TW_MUTANT("ibv_reap_unwaited"))
+	if (err || c->last_wqe || !t->reap_on || TW_MUTANT("ibv_reap_unwaited"))
 		return;
 	ib_reap *r = tw__calloc(1, sizeof(*r));
 	if (!r)
@@ -633,10 +635,9 @@ static void ib_on_async(uv_poll_t *h, int status, int events)
 	ib_transport *t = h->data;
 	(void)events;
 	if (status < 0) {
-		/* no more events: nothing is kept waiting for one */
+		/* no more events: the queue pairs kept waiting for one go when
+		 * their wait is over, as on a device that never raises it */
 		uv_poll_stop(h);
-		t->async_on = false;
-		ib_reap_all(t);
 		return;
 	}
 	struct ibv_async_event ev;
@@ -1325,29 +1326,32 @@ static tw_status_t ib_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_h
 
 /* ---- making connections --------------------------------------------------------------- */
 
-/* Starts watching the device's async events where queue pairs share a
- * receive queue (ib_srq_reclaim waits for QP_LAST_WQE_REACHED). Best
- * effort: unwatched, a gone connection's queue pair is drained once. */
+/* Where queue pairs share a receive queue, starts the reaper's timer
+ * (ib_srq_reclaim keeps a gone queue pair for reap_wait_ms at most) and
+ * watches the device's async events (its QP_LAST_WQE_REACHED ends that
+ * wait early). The events are best effort: unwatched, the bound ends
+ * every wait. */
 static void ib_watch_async(ib_transport *t)
 {
 	if (!t->srq || t->async_init)
 		return;
 	uv_loop_t *uv = &t->base.loop->uv;
-	int fd = t->ch.ctx->async_fd;
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return;
 	if (!t->reap_timer_init) {
 		if (uv_timer_init(uv, &t->reap_timer) != 0)
 			return;
 		t->reap_timer_init = true;
 		t->reap_timer.data = t;
+		t->reap_on = true;
 	}
+	int fd = t->ch.ctx->async_fd;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return;
 	if (uv_poll_init(uv, &t->async_poll, fd) != 0)
 		return;
 	t->async_init = true;
 	t->async_poll.data = t;
-	t->async_on = uv_poll_start(&t->async_poll, UV_READABLE, ib_on_async) == 0;
+	(void)uv_poll_start(&t->async_poll, UV_READABLE, ib_on_async); /* best effort */
 }
 
 /* Starts watching the completion channel and the device's async events
@@ -1785,7 +1789,7 @@ static void ib_shutdown(tw_transport *base)
 	while (!tw__list_empty(&t->lingering))
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
 	/* connections freed from here on drain their queue pair once */
-	t->async_on = false;
+	t->reap_on = false;
 	ib_reap_all(t);
 	if (t->chan_poll_init)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
