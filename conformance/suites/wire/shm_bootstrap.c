@@ -706,6 +706,10 @@ static int wrong_transport(twc_session *s, int k, char *why, size_t len)
 	size_t bl = twc_raw_brochure("shm", dom, br, sizeof(br));
 	int fd = -1, wrong = -1, rc = -1;
 	twc_raw_answer a;
+	if (!hl || !bl) {
+		snprintf(why, len, "harness: could not build the hello and Brochure");
+		goto out;
+	}
 	if ((fd = twc_raw_connect(s->url, 2000, err, sizeof(err))) < 0 ||
 	    twc_raw_send_frame(fd, hello, hl, err, sizeof(err)) ||
 	    twc_raw_send_frame(fd, br, bl, err, sizeof(err))) {
@@ -725,7 +729,7 @@ static int wrong_transport(twc_session *s, int k, char *why, size_t len)
 		goto out;
 	}
 	size_t ql = twc_raw_requested(a.reply_id, rq, sizeof(rq));
-	if ((wrong = twc_raw_connect(s->url, 2000, err, sizeof(err))) < 0 ||
+	if (!ql || (wrong = twc_raw_connect(s->url, 2000, err, sizeof(err))) < 0 ||
 	    twc_raw_send_frame(wrong, rq, ql, err, sizeof(err))) {
 		snprintf(why, len, "harness: RequestedConnection over %s: %.400s", s->url, err);
 		goto out;
@@ -735,6 +739,12 @@ static int wrong_transport(twc_session *s, int k, char *why, size_t len)
 		                   "RequestedConnection names id %llu, which its answer registered "
 		                   "for a connection over shm (3.8.f)",
 		         (unsigned long long)a.reply_id);
+		goto out;
+	}
+	if (twc_raw_wait_closed(fd, 300) != 0) {
+		snprintf(why, len, "the IUT closed the bootstrap connection after refusing the uv "
+		                   "connection: it failed the pipe, where only that connection "
+		                   "goes and the registration stays (3.8.f)");
 		goto out;
 	}
 	rc = twc_hostile_take_strays(s, why, len);
