@@ -960,6 +960,21 @@ static void case_ipc_pidns_both(void)
 	ipc_round(NULL, NULL, IPC_PIDNS, IPC_PIDNS, "cuda_basic");
 }
 
+/* How many of this process's mappings are another process's device memory
+ * opened through an IPC handle: simcuda maps those through the names it
+ * gives them in /dev/shm (its own devices' files have none). */
+static int imported_mappings(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	CHECK(f != NULL);
+	char line[512];
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/dev/shm/simcuda-") != NULL;
+	fclose(f);
+	return n;
+}
+
 /* A client process with two contexts, each with its own staging area, and
  * a pipe from each to one server context: the server must copy each pipe's
  * chunks from that pipe's area, told apart by its handle, not by the
@@ -984,6 +999,21 @@ static void ipc_two_server(int *fds)
 	/* accepted in the order the client connected: its first context first */
 	for (int i = 0; i < 2; i++)
 		ipc_read(p[i], ipc_sizes, IPC_N, 500 + 200 * (uint64_t)i);
+	/* Each client context's area is open here (a mapping and its alias)
+	 * while that context's pipe lives, and only so long: a server whose
+	 * clients come and go must not keep every gone one's device memory
+	 * mapped. Each client closes its pipe once told "seen". */
+	int open_areas = imported_mappings(), left = 0;
+	printf("# server: %d mappings of the clients' staging areas\n", open_areas);
+	CHECK(open_areas >= 2);
+	for (int i = 0; i < 2; i++) {
+		tu_send_text(p[i], "seen");
+		int want = i == 0 ? open_areas / 2 : 0;
+		for (int waited = 0; waited < 2000 && (left = imported_mappings()) > want; waited++)
+			usleep(10000);
+		printf("# server: %d after client context %d left\n", left, i);
+		CHECK(left == want);
+	}
 	for (int i = 0; i < 2; i++)
 		tw_pipe_destroy(p[i]);
 	tw_listener_destroy(l);
@@ -1013,6 +1043,7 @@ static void ipc_two_client(int *fds)
 	for (int i = 0; i < 2; i++)
 		ipc_write(p[i], ipc_sizes, IPC_N, 500 + 200 * (uint64_t)i);
 	for (int i = 0; i < 2; i++) {
+		tu_expect_text(p[i], "seen");
 		tw_pipe_destroy(p[i]);
 		CHECK_OK(tw_context_join(ctx[i]));
 		tw_context_destroy(ctx[i]);

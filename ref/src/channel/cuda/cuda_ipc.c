@@ -71,7 +71,9 @@ typedef struct ci_outbox {
 	char *pinned;
 } ci_outbox;
 
-/* a peer's staging area, opened on one of our devices */
+/* a peer's staging area, opened on one of our devices while a channel
+ * that copies from it lives (each holds one reference): a long-lived
+ * context whose peers come and go keeps no gone peer's area mapped */
 typedef struct ci_remote {
 	char *process;
 	uint8_t mem[TW_CU_IPC_HANDLE_SIZE]; /* the area's handle: one process can have several */
@@ -79,6 +81,8 @@ typedef struct ci_remote {
 	int ldev;
 	CUdeviceptr base;
 	CUevent events[TW_CUDA_IPC_SLOTS];
+	unsigned refs;
+	bool closed; /* by ci_shutdown: the struct waits for its last reference */
 	struct ci_remote *next;
 } ci_remote;
 
@@ -120,6 +124,7 @@ typedef struct ci_announce {
 	int32_t rdev;
 	bool refused; /* the proof (8.3.1): its area did not open here */
 	char *pinned; /* ... so its slots' bytes land in this pinned memory */
+	ci_remote *opened[TW_CUDA_CTX_MAX_DEVICES]; /* its area on our device i: a reference */
 	tw_wire_cuda_ipc_descriptor info;
 	struct ci_announce *next;
 } ci_announce;
@@ -198,6 +203,42 @@ static void ci_slot_put(ci_ctx *c, int dev, int slot)
 	tw__cuda_chan_wake(&c->cc);
 }
 
+/* Unmaps r (its events and its mapping) on the device it was opened on. */
+static void ci_remote_close(ci_ctx *c, ci_remote *r)
+{
+	const tw_cuda *cu = c->cc.cu;
+	char d[TW_DETAIL_MAX];
+	if (tw__cuda_use_device(cu, r->ldev, d, sizeof(d)) == TW_OK) {
+		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+			(void)cu->cuEventDestroy_v2(r->events[i]);
+		(void)cu->cuIpcCloseMemHandle(r->base);
+	}
+	r->closed = true;
+}
+
+static void ci_remote_free(ci_remote *r)
+{
+	tw__free(r->process);
+	tw__free(r);
+}
+
+/* A channel that copied from r is gone (every copy of it is over): the
+ * last one unmaps r. */
+static void ci_remote_unref(ci_ctx *c, ci_remote *r)
+{
+	if (--r->refs > 0)
+		return;
+	if (!r->closed) {
+		for (ci_remote **pp = &c->remotes; *pp; pp = &(*pp)->next)
+			if (*pp == r) {
+				*pp = r->next;
+				break;
+			}
+		ci_remote_close(c, r);
+	}
+	ci_remote_free(r);
+}
+
 /* The peer's area for its device rdev as seen from our device ldev, opened
  * on first use with what the peer announced. */
 static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *info, int32_t rdev,
@@ -239,8 +280,7 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 	memcpy(mh.reserved, info->mem_handle.s, TW_CU_IPC_HANDLE_SIZE);
 	CUresult res = cu->cuIpcOpenMemHandle_v2(&r->base, mh, TW_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 	if (res != TW_CUDA_SUCCESS) {
-		tw__free(r->process);
-		tw__free(r);
+		ci_remote_free(r);
 		char eb[160];
 		tw__detail(detail, detail_len,
 		           "cuIpcOpenMemHandle of process %s's staging area on cuda:%d: %s (are the two "
@@ -259,8 +299,7 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 	                                         (uint64_t)asize);
 	if (res != TW_CUDA_SUCCESS || small) {
 		(void)cu->cuIpcCloseMemHandle(r->base);
-		tw__free(r->process);
-		tw__free(r);
+		ci_remote_free(r);
 		if (res != TW_CUDA_SUCCESS)
 			return ci_cu_fail(c, "cuMemGetAddressRange of the peer's staging area", res, detail,
 			                  detail_len);
@@ -281,8 +320,7 @@ static tw_status_t ci_remote_get(ci_ctx *c, const tw_wire_cuda_ipc_descriptor *i
 			if (r->events[i])
 				(void)cu->cuEventDestroy_v2(r->events[i]);
 		(void)cu->cuIpcCloseMemHandle(r->base);
-		tw__free(r->process);
-		tw__free(r);
+		ci_remote_free(r);
 		return ci_cu_fail(c, "cuIpcOpenEventHandle of the peer's staging events", res, detail,
 		                  detail_len);
 	}
@@ -680,6 +718,10 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 		tw__cuda_chan_fail(ch, st, d);
 		return;
 	}
+	if (!a->opened[kc->dev]) {
+		a->opened[kc->dev] = r;
+		r->refs++;
+	}
 	CUevent slot_ev = r->events[v->slot];
 	kc->done.fn = ci_on_copied;
 	kc->done.arg = k;
@@ -772,6 +814,9 @@ static void ci_free(tw_cuda_chan *ch)
 		ich->peer = a->next;
 		if (a->pinned) /* every copy out of it is over: no reference is left */
 			(void)CI_CTX(ich)->cc.cu->cuMemFreeHost(a->pinned);
+		for (int i = 0; i < TW_CUDA_CTX_MAX_DEVICES; i++) /* and out of these */
+			if (a->opened[i])
+				ci_remote_unref(CI_CTX(ich), a->opened[i]);
 		tw__wire_cuda_ipc_descriptor_free(&a->info);
 		tw__free(a);
 	}
@@ -903,13 +948,9 @@ static void ci_shutdown(tw_channel_ctx *base)
 	while (c->remotes) {
 		ci_remote *r = c->remotes;
 		c->remotes = r->next;
-		if (tw__cuda_use_device(cu, r->ldev, d, sizeof(d)) == TW_OK) {
-			for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
-				(void)cu->cuEventDestroy_v2(r->events[i]);
-			(void)cu->cuIpcCloseMemHandle(r->base);
-		}
-		tw__free(r->process);
-		tw__free(r);
+		ci_remote_close(c, r);
+		if (r->refs == 0)
+			ci_remote_free(r);
 	}
 	for (int dev = 0; dev < TW_CUDA_CTX_MAX_DEVICES; dev++) {
 		ci_outbox *o = &c->out[dev];
