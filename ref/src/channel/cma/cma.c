@@ -437,6 +437,11 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 		st = tw__wire_decode_cma_descriptor(buf, (size_t)len, &d, &used, dd, sizeof(dd));
 	}
 	tw__free(buf);
+	if (ch->closed) { /* its connections are gone: nothing to check the peer with */
+		cma_fail_op(op, TW_ERR_CLOSED, "closed");
+		cma_settle(op);
+		return;
+	}
 	/* memory is only read from the process at the other end (4.4.d, 4.5.b) */
 	if (st == TW_OK && !(ch->xth ? TW_MUTANT("xth_peer_trusted") : TW_MUTANT("cma_pid_trusted")))
 		st = cma_check_peer(ch, ch->xth ? (uint32_t)getpid() : d.pid, dd, sizeof(dd));
@@ -449,11 +454,6 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 	}
 	op->pid = d.pid;
 	op->ptr = d.ptr;
-	if (ch->closed) {
-		cma_fail_op(op, TW_ERR_CLOSED, "closed");
-		cma_settle(op);
-		return;
-	}
 	tw__list_push_back(&ch->copies, &op->link);
 	cma_schedule(ch, false);
 }
