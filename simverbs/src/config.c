@@ -377,6 +377,39 @@ void sv_config_load(void)
 	pthread_once(&cfg_once, load);
 }
 
+/* ---- SIMVERBS_FAIL --------------------------------------------------------- */
+
+static char fail_verb[48];
+static unsigned long fail_at, fail_calls, fail_fired;
+static pthread_once_t fail_once = PTHREAD_ONCE_INIT;
+
+static void fail_load(void)
+{
+	const char *e = getenv("SIMVERBS_FAIL");
+	const char *colon = e ? strrchr(e, ':') : NULL;
+	if (!colon || (size_t)(colon - e) >= sizeof(fail_verb))
+		return;
+	memcpy(fail_verb, e, (size_t)(colon - e));
+	fail_at = strtoul(colon + 1, NULL, 10);
+}
+
+bool sv_fail(const char *verb)
+{
+	pthread_once(&fail_once, fail_load);
+	if (!fail_at || strcmp(verb, fail_verb) != 0)
+		return false;
+	if (__atomic_add_fetch(&fail_calls, 1, __ATOMIC_RELAXED) != fail_at)
+		return false;
+	__atomic_add_fetch(&fail_fired, 1, __ATOMIC_RELAXED);
+	SV_TRACE("%s fails (SIMVERBS_FAIL)", verb);
+	return true;
+}
+
+SV_EXPORT unsigned long simverbs_fails_fired(void)
+{
+	return __atomic_load_n(&fail_fired, __ATOMIC_RELAXED);
+}
+
 /* "auto": the first interface that is up, not loopback, with an IPv4 address;
  * resolved once and then kept, so the port stays bound when that link goes down. */
 static void resolve_auto(struct sv_port_cfg *pc, struct ifaddrs *ifs)

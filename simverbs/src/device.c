@@ -125,6 +125,10 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENODEV;
 		return NULL;
 	}
+	if (sv_fail("ibv_open_device")) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	int err = sv_engine_start();
 	if (err) {
 		errno = err;
@@ -229,6 +233,8 @@ static void fill_device_attr(struct sv_dev_cfg *d, struct ibv_device_attr *a)
 SV_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 {
 	sv_die_if_dead(c);
+	if (sv_fail("ibv_query_device"))
+		return ENOMEM;
 	fill_device_attr(dcfg(c), a);
 	return 0;
 }
@@ -292,6 +298,8 @@ static int query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_port_at
 	sv_die_if_dead(c);
 	if (check_port(c, port))
 		return EINVAL;
+	if (sv_fail("ibv_query_port"))
+		return ENOMEM;
 	struct ibv_port_attr tmp;
 	pthread_mutex_lock(&sv_lock);
 	fill_port(c, port, &tmp);
@@ -307,6 +315,8 @@ SV_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port,
 	sv_die_if_dead(c);
 	if (check_port(c, port))
 		return EINVAL;
+	if (sv_fail("ibv_query_port"))
+		return ENOMEM;
 	struct ibv_port_attr tmp;
 	pthread_mutex_lock(&sv_lock);
 	fill_port(c, port, &tmp);

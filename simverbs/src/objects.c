@@ -29,7 +29,7 @@ pthread_mutex_t sv_lock = PTHREAD_MUTEX_INITIALIZER;
 SV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 {
 	sv_die_if_dead(c);
-	struct sv_pd *pd = calloc(1, sizeof(*pd));
+	struct sv_pd *pd = sv_fail("ibv_alloc_pd") ? NULL : calloc(1, sizeof(*pd));
 	if (!pd) {
 		errno = ENOMEM;
 		return NULL;
@@ -144,6 +144,10 @@ static struct ibv_mr *reg_mr_common(struct ibv_pd *pd, void *addr, size_t length
 				    uint64_t iova, unsigned access)
 {
 	sv_die_if_dead(pd->context);
+	if (sv_fail("ibv_reg_mr")) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	unsigned known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
 			 IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
@@ -364,7 +368,7 @@ int sv_dma_read(struct sv_mr *mr, uint64_t addr, void *dst, size_t len)
 SV_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 {
 	sv_die_if_dead(c);
-	struct sv_channel *ch = calloc(1, sizeof(*ch));
+	struct sv_channel *ch = sv_fail("ibv_create_comp_channel") ? NULL : calloc(1, sizeof(*ch));
 	if (!ch) {
 		errno = ENOMEM;
 		return NULL;
@@ -421,6 +425,10 @@ SV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
 				       struct ibv_comp_channel *channel, int comp_vector)
 {
 	sv_die_if_dead(c);
+	if (sv_fail("ibv_create_cq")) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	struct sv_dev_cfg *d = &sv_cfg.dev[sv_ctx(c)->dev_index];
 	if (cqe < 1 || cqe > d->max_cqe || comp_vector < 0 ||
 	    comp_vector >= c->num_comp_vectors) {
@@ -581,6 +589,8 @@ static int sv_req_notify_cq(struct ibv_cq *c, int solicited_only)
 	struct sv_cq *cq = (struct sv_cq *)c;
 	if (!c->channel)
 		return EINVAL;
+	if (sv_fail("ibv_req_notify_cq"))
+		return ENOMEM;
 	pthread_mutex_lock(&sv_lock);
 	/* arming twice keeps the wider condition */
 	if (!cq->armed)
@@ -633,6 +643,10 @@ SV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 SV_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
 	sv_die_if_dead(pd->context);
+	if (sv_fail("ibv_create_srq")) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	struct sv_dev_cfg *d = &sv_cfg.dev[sv_ctx(pd->context)->dev_index];
 	if (d->max_srq <= 0) {
 		errno = EOPNOTSUPP;
@@ -755,6 +769,10 @@ static int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 {
 	struct sv_srq *s = (struct sv_srq *)srq;
 	int err = 0;
+	if (sv_fail("ibv_post_srq_recv")) {
+		*bad = wr;
+		return ENOMEM;
+	}
 	pthread_mutex_lock(&sv_lock);
 	for (; wr; wr = wr->next) {
 		if (s->count == s->cap || srq_post_faults()) {
@@ -800,6 +818,10 @@ bool sv_rq_take(struct sv_qp *qp, struct sv_rwqe *out)
 SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
 	sv_die_if_dead(pd->context);
+	if (sv_fail("ibv_create_qp")) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	struct sv_dev_cfg *d = &sv_cfg.dev[sv_ctx(pd->context)->dev_index];
 	if (a->qp_type != IBV_QPT_RC) {
 		errno = EOPNOTSUPP;
@@ -1012,6 +1034,8 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int mask
 {
 	struct sv_qp *qp = (struct sv_qp *)q;
 	sv_die_if_dead(q->context);
+	if (sv_fail("ibv_modify_qp"))
+		return ENOMEM;
 	struct sv_dev_cfg *d = &sv_cfg.dev[sv_ctx(q->context)->dev_index];
 	int err = 0;
 	pthread_mutex_lock(&sv_lock);
@@ -1176,6 +1200,10 @@ static int sv_post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_sen
 {
 	struct sv_qp *qp = (struct sv_qp *)q;
 	int err = 0;
+	if (sv_fail("ibv_post_send")) {
+		*bad = wr;
+		return ENOMEM;
+	}
 	pthread_mutex_lock(&sv_lock);
 	for (; wr; wr = wr->next) {
 		if (qp->st == IBV_QPS_ERR) {
@@ -1258,6 +1286,10 @@ static int sv_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 {
 	struct sv_qp *qp = (struct sv_qp *)q;
 	int err = 0;
+	if (sv_fail("ibv_post_recv")) {
+		*bad = wr;
+		return ENOMEM;
+	}
 	pthread_mutex_lock(&sv_lock);
 	for (; wr; wr = wr->next) {
 		if (q->srq || qp->st == IBV_QPS_RESET) {

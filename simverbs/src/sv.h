@@ -304,7 +304,13 @@ void sv_engine_drop_parked(struct sv_qp *qp);
 int sv_resolve_peer(struct sv_qp *qp, const struct ibv_ah_attr *ah, uint8_t port);
 void sv_fill_ops(struct sv_context *ctx);
 
+/* SIMVERBS_FAIL="<verb>:<N>": the Nth call of that verb in this process
+ * fails as a provider out of resources would (config.c). true: fail this
+ * call. */
+bool sv_fail(const char *verb);
+
 /* exported under SIMVERBS_PRIVATE_1 (see simverbs/include/simverbs.h) */
+SV_EXPORT unsigned long simverbs_fails_fired(void);
 SV_EXPORT int simverbs_mark_device_memory(void *addr, size_t len);
 /* rdma_cm (rdmacm.c): QP qpn to ERR if it is still `expect` (never
  * dereferenced: the application may have destroyed it) */
