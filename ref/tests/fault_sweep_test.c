@@ -11,13 +11,34 @@
  *
  * Needs the library built with TW_FAULT_INJECTION (links tw_ref_faulty).
  * Usage: fault_sweep_test <point> [max_n]
+ *
+ * A point "verbs:<verb>" fails the Nth call of that verb of the device
+ * instead (simverbs' SIMVERBS_FAIL, ENOMEM as a provider out of resources
+ * would; run under simverbs-run with TW_TEST_COMBO=ibv+...).
  */
+#include <dlfcn.h>
 #include <sys/wait.h>
 
 #include "pair_util.h"
 #include "platform/fault.h"
 
 enum { EXIT_NO_FAULT = 3 };
+
+static bool g_verbs; /* the point is a verb of simverbs */
+
+/* How many faults fired in this process. */
+static unsigned long fired(void)
+{
+	if (!g_verbs)
+		return (unsigned long)tw__fault_fired();
+	unsigned long (*sv_fired)(void) =
+	        (unsigned long (*)(void))dlsym(RTLD_DEFAULT, "simverbs_fails_fired");
+	if (!sv_fired) {
+		fprintf(stderr, "a verbs point needs simverbs (simverbs-run)\n");
+		abort();
+	}
+	return sv_fired();
+}
 
 static bool rec_failed(tu_rec *r)
 {
@@ -120,7 +141,7 @@ static int scenario(void)
 		delivered = true;
 	}
 out:
-	if (!tw__fault_fired() && !delivered) {
+	if (!fired() && !delivered) {
 		fprintf(stderr, "the fault never fired, yet the message was not delivered\n");
 		abort();
 	}
@@ -151,7 +172,7 @@ out:
 		tw_listener_destroy(l);
 	tw_context_destroy(c);
 	tw_context_destroy(s);
-	return tw__fault_fired() > 0 ? 0 : EXIT_NO_FAULT;
+	return fired() > 0 ? 0 : EXIT_NO_FAULT;
 }
 
 int main(int argc, char **argv)
@@ -161,6 +182,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	long max_n = argc > 2 ? atol(argv[2]) : 1000;
+	g_verbs = strncmp(argv[1], "verbs:", 6) == 0;
 	tu_watchdog(600);
 	long n;
 	int failures = 0;
@@ -172,8 +194,8 @@ int main(int argc, char **argv)
 			alarm(0);
 			tu_watchdog(30);
 			char rule[96];
-			snprintf(rule, sizeof(rule), "%s:%ld", argv[1], n);
-			setenv("TW_FAULTS", rule, 1);
+			snprintf(rule, sizeof(rule), "%s:%ld", argv[1] + (g_verbs ? 6 : 0), n);
+			setenv(g_verbs ? "SIMVERBS_FAIL" : "TW_FAULTS", rule, 1);
 			exit(scenario()); /* exit, not _exit: LeakSanitizer runs at exit */
 		}
 		int status;
