@@ -40,27 +40,6 @@ static unsigned long fired(void)
 	return sv_fired();
 }
 
-static bool rec_failed(tu_rec *r)
-{
-	pthread_mutex_lock(&r->w.mu);
-	bool f = r->calls > 0 && r->status != TW_OK;
-	pthread_mutex_unlock(&r->w.mu);
-	return f;
-}
-
-/* Waits (up to 2 s) for `want`, but gives up as soon as the client side
- * reported a failure: then `want` may never come. */
-static bool wait_unless_failed(tu_rec *want, tu_rec *est, tu_rec *w)
-{
-	for (int i = 0; i < 400; i++) {
-		if (tu_wait_for(&want->w, 1, 5))
-			return want->status == TW_OK;
-		if (rec_failed(est) || rec_failed(w))
-			return false;
-	}
-	return false;
-}
-
 /* The battery's transport and channel (TW_TEST_COMBO; uv+basic without
  * it), whose registration may fail too. */
 static bool register_combo(tw_context *ctx)
@@ -118,12 +97,12 @@ static int scenario(void)
 		goto out; /* no message: nothing more to wait for */
 	armed_w = true;
 	/* The accept may never come (the client's connect failed): wait a bit. */
-	if (!wait_unless_failed(&acc, &est, &w))
+	if (!tu_wait_unless_failed(&acc, &est, &w))
 		goto out;
 	if (tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d) != TW_OK)
 		goto out;
 	armed_d = true;
-	if (!wait_unless_failed(&d, &est, &w))
+	if (!tu_wait_unless_failed(&d, &est, &w))
 		goto out;
 	/* the named tensor's bytes sit unread meanwhile (see above) */
 	usleep(20000);
@@ -133,7 +112,7 @@ static int scenario(void)
 	if (tw_pipe_read(acc.pipe, &a, tu_on_status, &r) != TW_OK)
 		goto out;
 	armed_r = true;
-	if (wait_unless_failed(&r, &est, &w)) {
+	if (tu_wait_unless_failed(&r, &est, &w)) {
 		/* If it says it worked, the bytes must be right. */
 		CHECK(memcmp(rpay, pay, sizeof(pay)) == 0);
 		CHECK(memcmp(rten, ten, sizeof(ten)) == 0);

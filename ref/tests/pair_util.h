@@ -56,6 +56,29 @@ static inline void tu_on_accept(tw_listener *l, tw_status_t st, const char *deta
 	tu_rec_hit(r, st, detail);
 }
 
+/* Did the callback come, with a failure? */
+static inline bool tu_rec_failed(tu_rec *r)
+{
+	pthread_mutex_lock(&r->w.mu);
+	bool f = r->calls > 0 && r->status != TW_OK;
+	pthread_mutex_unlock(&r->w.mu);
+	return f;
+}
+
+/* For runs in which any step may fail (the fault sweeps): waits (up to
+ * 2 s) for `want` to succeed, but gives up as soon as `a` or `b` (the
+ * client's callbacks) reported a failure: then `want` may never come. */
+static inline bool tu_wait_unless_failed(tu_rec *want, tu_rec *a, tu_rec *b)
+{
+	for (int i = 0; i < 400; i++) {
+		if (tu_wait_for(&want->w, 1, 5))
+			return want->status == TW_OK;
+		if (tu_rec_failed(a) || tu_rec_failed(b))
+			return false;
+	}
+	return false;
+}
+
 /* Waits for the callback and checks its status and (if given) detail. */
 static inline void tu_expect(tu_rec *r, tw_status_t want, const char *substr)
 {
