@@ -619,8 +619,24 @@ static bool sc_stream_known(struct CUstream_st *s)
 
 /* ---- entry points ------------------------------------------------------------------ */
 
-/* Every entry point starts with this: stub mode, not initialised. */
-#define SC_ENTER()                                             \
+/* simcuda_fail(): the Nth call of one entry point fails (lock held). */
+static struct {
+	char fn[64];
+	unsigned long at, calls, fired;
+} sc_fail;
+
+static bool sc_fail_now(const char *fn)
+{
+	if (!sc_fail.at || strcmp(fn, sc_fail.fn) != 0 || ++sc_fail.calls != sc_fail.at)
+		return false;
+	sc_fail.fired++;
+	return true;
+}
+
+/* Every entry point starts with this: stub mode, not initialised, a
+ * failure asked for (simcuda_fail; fn: the entry point's name). */
+#define SC_ENTER() SC_ENTER_AS(__func__)
+#define SC_ENTER_AS(fn)                                        \
 	do {                                                       \
 		pthread_mutex_lock(&g.mu);                             \
 		sc_configure();                                        \
@@ -631,6 +647,10 @@ static bool sc_stream_known(struct CUstream_st *s)
 		if (!g.initialized) {                                  \
 			pthread_mutex_unlock(&g.mu);                       \
 			return TW_CUDA_ERROR_NOT_INITIALIZED;              \
+		}                                                      \
+		if (sc_fail_now(fn)) {                                 \
+			pthread_mutex_unlock(&g.mu);                       \
+			return TW_CUDA_ERROR_OUT_OF_MEMORY;                \
 		}                                                      \
 	} while (0)
 #define SC_RETURN(r)                \
@@ -651,6 +671,30 @@ static bool sc_proc_matches(void)
 		return true;
 	buf[n] = 0;
 	return atol(buf) == (long)getpid();
+}
+
+/* Not driver entry points: from now on, the Nth call of `fn` (an entry
+ * point's name, "cuMemAlloc_v2") fails with CUDA_ERROR_OUT_OF_MEMORY, as a
+ * device out of memory would (fn NULL: none); and how many such failures
+ * came. A test arms it around the library's calls only, so that its own
+ * are not counted (ref.cuda_*.sweep.*). */
+SC_EXPORT void simcuda_fail(const char *fn, unsigned long n);
+SC_EXPORT void simcuda_fail(const char *fn, unsigned long n)
+{
+	pthread_mutex_lock(&g.mu);
+	snprintf(sc_fail.fn, sizeof(sc_fail.fn), "%s", fn ? fn : "");
+	sc_fail.at = fn ? n : 0;
+	sc_fail.calls = 0;
+	pthread_mutex_unlock(&g.mu);
+}
+
+SC_EXPORT unsigned long simcuda_fails_fired(void);
+SC_EXPORT unsigned long simcuda_fails_fired(void)
+{
+	pthread_mutex_lock(&g.mu);
+	unsigned long n = sc_fail.fired;
+	pthread_mutex_unlock(&g.mu);
+	return n;
 }
 
 /* Not a driver entry point: tells a program (the conformance runner's
@@ -1089,10 +1133,10 @@ static CUresult sc_copy_ends(CUdeviceptr dst, CUdeviceptr src, size_t n, char **
 	return TW_CUDA_SUCCESS;
 }
 
-static CUresult sc_copy_queue(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream,
-                              bool sync)
+static CUresult sc_copy_queue(const char *fn, CUdeviceptr dst, CUdeviceptr src, size_t n,
+                              CUstream stream, bool sync)
 {
-	SC_ENTER();
+	SC_ENTER_AS(fn);
 	SC_NEED_CTX();
 	struct CUstream_st *s = stream ? stream : &g.null_stream;
 	if (!sc_stream_known(s))
@@ -1112,12 +1156,12 @@ static CUresult sc_copy_queue(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstre
 
 SC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes)
 {
-	return sc_copy_queue(dst, src, bytes, NULL, true);
+	return sc_copy_queue("cuMemcpy", dst, src, bytes, NULL, true);
 }
 
 SC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
 {
-	return sc_copy_queue(dst, src, bytes, stream, false);
+	return sc_copy_queue("cuMemcpyAsync", dst, src, bytes, stream, false);
 }
 
 SC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
