@@ -1161,6 +1161,191 @@ static void case_churn(void)
 	printf("# 20 pairs moved a device tensor and were destroyed with their pipes open\n");
 }
 
+/* ---- the device out of memory at each call (a sweep) -------------------------------- */
+
+/* The driver functions the CUDA channels call that a device short of
+ * memory (or of other resources) can fail. */
+static const char *const sweep_fns[] = {
+	"cuMemAlloc_v2",   "cuMemAllocHost_v2", "cuEventCreate",         "cuEventRecord",
+	"cuStreamCreate",  "cuStreamWaitEvent", "cuMemcpyAsync",         "cuLaunchHostFunc",
+	"cuPointerGetAttribute",
+};
+
+/* and, for cuda_gdr, the verbs it calls (simverbs' SIMVERBS_FAIL) */
+static const char *const sweep_verbs[] = {
+	"verbs:ibv_reg_mr",    "verbs:ibv_create_cq",   "verbs:ibv_create_qp",
+	"verbs:ibv_modify_qp", "verbs:ibv_post_send",   "verbs:ibv_post_recv",
+	"verbs:ibv_req_notify_cq",
+};
+
+static void (*sc_fail)(const char *fn, unsigned long n);
+static unsigned long (*sc_fails_fired)(void);
+
+static void sweep_hooks(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	CHECK(lib);
+	*(void **)&sc_fail = dlsym(lib, "simcuda_fail");
+	*(void **)&sc_fails_fired = dlsym(lib, "simcuda_fails_fired");
+	if (!sc_fail || !sc_fails_fired) {
+		printf("SKIP: this libcuda.so.1 cannot fail on demand (simcuda's simcuda_fail)\n");
+		exit(77);
+	}
+}
+
+enum { SWEEP_NO_FAULT = 3 };
+
+/* One run, in its own process: two contexts with the channel, a message of
+ * two device tensors (31 bytes and 1 MiB + 33) from cuda:0 to the last
+ * device, the Nth call of fn failing. Any step may fail; every callback
+ * armed fires once, a read that says it worked has every byte, and with no
+ * failure at all the message arrives. Exits 0, or SWEEP_NO_FAULT when the
+ * Nth call never came. */
+static int sweep_run(const char *fn, unsigned long n)
+{
+	bool verbs = strncmp(fn, "verbs:", 6) == 0;
+	unsigned long (*sv_fails_fired)(void) = NULL;
+	if (verbs) { /* counted from the start: the test calls no verb itself */
+		char rule[96];
+		snprintf(rule, sizeof(rule), "%s:%lu", fn + 6, n);
+		setenv("SIMVERBS_FAIL", rule, 1);
+		*(void **)&sv_fails_fired = dlsym(RTLD_DEFAULT, "simverbs_fails_fired");
+		CHECK(sv_fails_fired); /* cuda_gdr runs on simverbs */
+	}
+	cu_load();
+	sweep_hooks();
+	const int to = cu.ndev - 1;
+	const size_t len[2] = { 31, (1 << 20) + 33 };
+	void *src[2], *dst[2];
+	tw_tensor t[2];
+	tw_tensor_allocation ta[2];
+	for (int i = 0; i < 2; i++) {
+		src[i] = dev_alloc(0, len[i]);
+		dst[i] = dev_alloc(to, len[i]);
+		dev_fill(0, src[i], len[i], 90 + (uint64_t)i);
+		t[i] = (tw_tensor){ .data = src[i], .length = len[i], .source_device = cuda_dev(0),
+			            .has_target_device = true, .target_device = cuda_dev(to) };
+		ta[i] = (tw_tensor_allocation){ .data = dst[i], .device = cuda_dev(to) };
+	}
+	if (!verbs)
+		sc_fail(fn, n); /* the library's calls from here on */
+	tw_context *s = NULL, *c = NULL;
+	tw_listener *l = NULL;
+	tw_pipe *cp = NULL;
+	tu_rec acc, est, w, d, r;
+	tu_rec_init(&acc), tu_rec_init(&est), tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	bool armed_acc = false, armed_est = false, armed_w = false, armed_d = false, armed_r = false;
+	bool delivered = false;
+	tw_context **both[2] = { &s, &c };
+	for (int i = 0; i < 2; i++)
+		if (tw_context_create(i ? "client" : "server", both[i]) != TW_OK ||
+		    tw_context_register_transport(*both[i], "uv", NULL, 0, NULL) != TW_OK ||
+		    tw_context_register_channel(*both[i], "basic", NULL, 10, NULL) != TW_OK ||
+		    tw_context_register_channel(*both[i], channel(), NULL, 0, NULL) != TW_OK)
+			goto out;
+	const char *urls[] = { "uv://127.0.0.1:0" };
+	char url[128];
+	if (tw_context_listen(s, urls, 1, &l) != TW_OK ||
+	    tw_listener_url(l, NULL, url, sizeof(url)) != TW_OK)
+		goto out;
+	if (tw_listener_accept(l, tu_on_accept, &acc) != TW_OK)
+		goto out;
+	armed_acc = true;
+	if (tw_context_connect(c, url, &cp) != TW_OK)
+		goto out;
+	armed_est = tw_pipe_on_established(cp, tu_on_status, &est) == TW_OK;
+	tw_message m = { .num_tensors = 2, .tensors = t };
+	if (tw_pipe_write(cp, &m, tu_on_status, &w) != TW_OK)
+		goto out;
+	armed_w = true;
+	if (!tu_wait_unless_failed(&acc, &est, &w) ||
+	    tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d) != TW_OK)
+		goto out;
+	armed_d = true;
+	if (!tu_wait_unless_failed(&d, &est, &w))
+		goto out;
+	tw_allocation a = { .num_tensors = 2, .tensors = ta };
+	if (tw_pipe_read(acc.pipe, &a, tu_on_status, &r) != TW_OK)
+		goto out;
+	armed_r = true;
+	delivered = tu_wait_unless_failed(&r, &est, &w);
+out:
+	if (s)
+		tw_context_close(s);
+	if (c)
+		tw_context_close(c);
+	if (c)
+		CHECK_OK(tw_context_join(c));
+	if (s)
+		CHECK_OK(tw_context_join(s));
+	tu_rec *armed[] = { armed_acc ? &acc : NULL, armed_est ? &est : NULL, armed_w ? &w : NULL,
+		            armed_d ? &d : NULL, armed_r ? &r : NULL };
+	for (size_t i = 0; i < sizeof(armed) / sizeof(armed[0]); i++)
+		if (armed[i])
+			tu_once(armed[i]);
+	if (acc.pipe)
+		tw_pipe_destroy(acc.pipe);
+	if (cp)
+		tw_pipe_destroy(cp);
+	if (l)
+		tw_listener_destroy(l);
+	tw_context_destroy(c);
+	tw_context_destroy(s);
+	unsigned long fired = verbs ? sv_fails_fired() : sc_fails_fired();
+	sc_fail(NULL, 0); /* the test's own calls again */
+	for (int i = 0; delivered && i < 2; i++)
+		if (dev_mismatch(to, dst[i], len[i], 90 + (uint64_t)i) != len[i]) {
+			fprintf(stderr, "%s:%lu: tensor %d said it arrived, corrupted\n", fn, n, i);
+			abort();
+		}
+	if (!fired && !delivered) {
+		fprintf(stderr, "%s:%lu: nothing failed, yet the message did not arrive\n", fn, n);
+		abort();
+	}
+	for (int i = 0; i < 2; i++) {
+		dev_free(0, src[i]);
+		dev_free(to, dst[i]);
+	}
+	return fired ? 0 : SWEEP_NO_FAULT;
+}
+
+static void case_sweep(void)
+{
+	int failures = 0;
+	const char *fns[sizeof(sweep_fns) / sizeof(sweep_fns[0]) +
+	                sizeof(sweep_verbs) / sizeof(sweep_verbs[0])];
+	size_t nfns = 0;
+	for (size_t i = 0; i < sizeof(sweep_fns) / sizeof(sweep_fns[0]); i++)
+		fns[nfns++] = sweep_fns[i];
+	for (size_t i = 0; !strcmp(channel(), "cuda_gdr") && i < sizeof(sweep_verbs) / sizeof(sweep_verbs[0]); i++)
+		fns[nfns++] = sweep_verbs[i];
+	for (size_t f = 0; f < nfns; f++) {
+		unsigned long n;
+		for (n = 1; n <= 500; n++) {
+			fflush(NULL);
+			pid_t pid = fork();
+			CHECK(pid >= 0);
+			if (pid == 0) {
+				alarm(0);
+				tu_watchdog(30);
+				exit(sweep_run(fns[f], n)); /* exit: LeakSanitizer runs */
+			}
+			int st;
+			CHECK(waitpid(pid, &st, 0) == pid);
+			if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+				exit(77);
+			if (WIFEXITED(st) && WEXITSTATUS(st) == SWEEP_NO_FAULT)
+				break;
+			if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+				fprintf(stderr, "not ok - %s:%lu (status 0x%x)\n", fns[f], n, st);
+				failures++;
+			}
+		}
+		printf("# %s: failed at each of its %lu calls in turn\n", fns[f], n - 1);
+	}
+	CHECK(failures == 0);
+}
+
 static void case_unviable(void)
 {
 	const char *want = getenv("TW_TEST_EXPECT_UNVIABLE");
@@ -1197,14 +1382,16 @@ int main(int argc, char **argv)
 		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
 		{ "churn", case_churn },               { "large", case_large },
 		{ "ipc_large", case_ipc_large },       { "ipc_inline", case_ipc_inline },
-		{ "ipc_two_contexts", case_ipc_two_contexts },
+		{ "ipc_two_contexts", case_ipc_two_contexts }, { "sweep", case_sweep },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */
 	if (argc == 2 && strcmp(argv[1], "unviable") != 0 && strncmp(argv[1], "ipc_", 4) != 0 &&
+	    strcmp(argv[1], "sweep") != 0 &&
 	    !(strcmp(argv[1], "churn") == 0 && getenv("TW_TEST_EXPECT_UNVIABLE")))
 		cu_load();
 	/* multi-GiB tensors on simcuda under the sanitizers take minutes */
-	unsigned watchdog_s = argc == 2 && strstr(argv[1], "large") ? 1200 : 120;
+	unsigned watchdog_s =
+	        argc == 2 && (strstr(argv[1], "large") || !strcmp(argv[1], "sweep")) ? 1200 : 120;
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), watchdog_s);
 }

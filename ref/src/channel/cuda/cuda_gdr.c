@@ -97,6 +97,8 @@ typedef struct gd_nic {
 	struct ibv_cq *cq;
 	uv_poll_t poll;
 	bool polling;
+	uv_timer_t rearm; /* polls again where arming the queue failed (gd_drain) */
+	bool rearm_init;
 	uint32_t wr_max, sends_avail, recvs_avail;
 	gd_req *reqs; /* 2 * wr_max */
 	uint32_t free_head, outstanding;
@@ -384,17 +386,28 @@ static void gd_on_wc(gd_ctx *c, gd_nic *nic, const struct ibv_wc *wc)
 	tw__cuda_chan_unref(&ch->c);
 }
 
-/* Polls a NIC's completion queue dry (re-armed first). */
+static void gd_on_rearm(uv_timer_t *t);
+
+/* Polls a NIC's completion queue dry (re-armed first). Where the arm
+ * fails no event comes for what lands next: the queue is polled (and an
+ * arm tried) again 1 ms later, until an arm works. */
 static void gd_drain(gd_ctx *c, gd_nic *nic)
 {
-	if (ibv_req_notify_cq(nic->cq, 0) != 0)
-		return; /* polled again on the next event, or at shutdown */
+	int rc = ibv_req_notify_cq(nic->cq, 0);
 	struct ibv_wc wc[32];
 	int n;
 	while ((n = ibv_poll_cq(nic->cq, 32, wc)) > 0)
 		for (int i = 0; i < n; i++)
 			gd_on_wc(c, nic, &wc[i]);
 	tw__cuda_chan_wake(&c->cc); /* work requests freed: waiting ones may go */
+	if (rc != 0 && nic->rearm_init)
+		uv_timer_start(&nic->rearm, gd_on_rearm, 1, 0);
+}
+
+static void gd_on_rearm(uv_timer_t *t)
+{
+	gd_nic *nic = t->data;
+	gd_drain(nic->owner, nic);
 }
 
 static void gd_on_cq_event(uv_poll_t *h, int status, int events)
@@ -899,7 +912,13 @@ static tw_status_t gd_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn
 		gd_nic *nic = &c->nics[i];
 		if (nic->polling)
 			continue;
-		int rc = uv_poll_init(&c->cc.base.env->loop->uv, &nic->poll, nic->cc->fd);
+		uv_loop_t *uv = &c->cc.base.env->loop->uv;
+		if (!nic->rearm_init) {
+			(void)uv_timer_init(uv, &nic->rearm); /* cannot fail */
+			nic->rearm.data = nic;
+			nic->rearm_init = true;
+		}
+		int rc = uv_poll_init(uv, &nic->poll, nic->cc->fd);
 		if (rc == 0) {
 			nic->poll.data = nic;
 			nic->polling = true;
@@ -992,6 +1011,11 @@ static void gd_shutdown(tw_channel_ctx *base)
 			uv_poll_stop(&nic->poll);
 			uv_close((uv_handle_t *)&nic->poll, gd_on_poll_closed);
 			nic->polling = false;
+		}
+		if (nic->rearm_init) {
+			uv_timer_stop(&nic->rearm);
+			uv_close((uv_handle_t *)&nic->rearm, gd_on_poll_closed);
+			nic->rearm_init = false;
 		}
 	}
 	tw__cuda_ctx_drain(&c->cc);
