@@ -1346,6 +1346,179 @@ static void case_sweep(void)
 	CHECK(failures == 0);
 }
 
+/* cuda_ipc's sweep: two processes, the device failing on one of them (the
+ * `armed` end) at the nth call of fn, after its own allocations. Each end
+ * waits at most 20 s for each callback (a longer wait is a hang: a peer
+ * whose pipe failed is noticed well within it). Exits 0, or SWEEP_NO_FAULT
+ * from the armed end when the nth call never came. */
+static int ipc_sweep_end(bool server, bool armed, const char *fn, unsigned long n, int *fds)
+{
+	char url[256] = "none";
+	if (!server)
+		tu_url_recv(fds, url, sizeof(url));
+	cu_load();
+	sweep_hooks();
+	const size_t len[2] = { 31, (1 << 20) + 33 };
+	void *buf[2];
+	tw_tensor t[2];
+	tw_tensor_allocation ta[2];
+	for (int i = 0; i < 2; i++) {
+		buf[i] = dev_alloc(0, len[i]);
+		if (!server)
+			dev_fill(0, buf[i], len[i], 90 + (uint64_t)i);
+		t[i] = (tw_tensor){ .data = buf[i], .length = len[i], .source_device = cuda_dev(0),
+			            .has_target_device = true, .target_device = cuda_dev(0) };
+		ta[i] = (tw_tensor_allocation){ .data = buf[i], .device = cuda_dev(0) };
+	}
+	if (armed)
+		sc_fail(fn, n);
+	tw_context *ctx = NULL;
+	tw_listener *l = NULL;
+	tw_pipe *p = NULL;
+	tu_rec acc, w, d, r;
+	tu_rec_init(&acc), tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	tu_rec *armed_recs[4];
+	int narmed = 0;
+	bool done = false; /* the message went (client) or came (server) */
+	bool made = tw_context_create(server ? "server" : "client", &ctx) == TW_OK &&
+	            tw_context_register_transport(ctx, "uv", NULL, 0, NULL) == TW_OK &&
+	            tw_context_register_channel(ctx, "basic", NULL, 100, NULL) == TW_OK &&
+	            tw_context_register_channel(ctx, "cuda_ipc", NULL, 10, NULL) == TW_OK &&
+	            tw_context_register_channel(ctx, "cuda_basic", NULL, 0, NULL) == TW_OK;
+	if (server) {
+		const char *urls[] = { "uv://127.0.0.1:0" };
+		if (!made || tw_context_listen(ctx, urls, 1, &l) != TW_OK ||
+		    tw_listener_url(l, NULL, url, sizeof(url)) != TW_OK)
+			snprintf(url, sizeof(url), "none");
+		close(fds[0]);
+		tu_url_send(fds, url);
+		if (!strcmp(url, "none") || tw_listener_accept(l, tu_on_accept, &acc) != TW_OK)
+			goto out;
+		armed_recs[narmed++] = &acc;
+		if (!tu_wait_for(&acc.w, 1, 20000))
+			goto hung;
+		if (acc.status != TW_OK)
+			goto out;
+		p = acc.pipe;
+		if (tw_pipe_read_descriptor(p, tu_on_desc, &d) != TW_OK)
+			goto out;
+		armed_recs[narmed++] = &d;
+		if (!tu_wait_for(&d.w, 1, 20000))
+			goto hung;
+		if (d.status != TW_OK)
+			goto out;
+		tw_allocation a = { .num_tensors = 2, .tensors = ta };
+		if (tw_pipe_read(p, &a, tu_on_status, &r) != TW_OK)
+			goto out;
+		armed_recs[narmed++] = &r;
+		if (!tu_wait_for(&r.w, 1, 20000))
+			goto hung;
+		done = r.status == TW_OK;
+	} else {
+		if (!made || !strcmp(url, "none") || tw_context_connect(ctx, url, &p) != TW_OK)
+			goto out;
+		tw_message m = { .num_tensors = 2, .tensors = t };
+		if (tw_pipe_write(p, &m, tu_on_status, &w) != TW_OK)
+			goto out;
+		armed_recs[narmed++] = &w;
+		if (!tu_wait_for(&w.w, 1, 20000))
+			goto hung;
+		done = w.status == TW_OK;
+	}
+out:
+	if (ctx) {
+		tw_context_close(ctx);
+		CHECK_OK(tw_context_join(ctx));
+	}
+	for (int i = 0; i < narmed; i++)
+		tu_once(armed_recs[i]);
+	if (p)
+		tw_pipe_destroy(p);
+	if (l)
+		tw_listener_destroy(l);
+	tw_context_destroy(ctx);
+	unsigned long fired = sc_fails_fired();
+	sc_fail(NULL, 0);
+	for (int i = 0; server && done && i < 2; i++)
+		if (dev_mismatch(0, buf[i], len[i], 90 + (uint64_t)i) != len[i]) {
+			fprintf(stderr, "%s:%lu: tensor %d said it arrived, corrupted\n", fn, n, i);
+			abort();
+		}
+	if (armed && !fired && !done) {
+		fprintf(stderr, "%s:%lu (%s): nothing failed here, yet the message did not %s\n", fn,
+		        n, server ? "server" : "client", server ? "arrive" : "go");
+		abort();
+	}
+	for (int i = 0; i < 2; i++)
+		dev_free(0, buf[i]);
+	return armed && !fired ? SWEEP_NO_FAULT : 0;
+hung:
+	fprintf(stderr, "%s:%lu (%s, %s): a callback did not come within 20 s\n", fn, n,
+	        server ? "server" : "client", armed ? "failing" : "its peer failing");
+	abort();
+}
+
+/* and cuda_ipc's own calls */
+static const char *const ipc_sweep_fns[] = {
+	"cuIpcGetMemHandle",    "cuIpcGetEventHandle",     "cuIpcOpenMemHandle_v2",
+	"cuIpcOpenEventHandle", "cuMemGetAddressRange_v2",
+};
+
+static void case_ipc_sweep(void)
+{
+	int failures = 0;
+	const char *fns[sizeof(sweep_fns) / sizeof(sweep_fns[0]) +
+	                sizeof(ipc_sweep_fns) / sizeof(ipc_sweep_fns[0])];
+	size_t nfns = 0;
+	for (size_t i = 0; i < sizeof(sweep_fns) / sizeof(sweep_fns[0]); i++)
+		fns[nfns++] = sweep_fns[i];
+	for (size_t i = 0; i < sizeof(ipc_sweep_fns) / sizeof(ipc_sweep_fns[0]); i++)
+		fns[nfns++] = ipc_sweep_fns[i];
+	for (size_t f = 0; f < nfns; f++)
+		for (int failing = 0; failing < 2; failing++) {
+			unsigned long n;
+			for (n = 1; n <= 500; n++) {
+				int fds[2];
+				CHECK(pipe(fds) == 0);
+				pid_t pid[2];
+				for (int e = 0; e < 2; e++) {
+					fflush(NULL);
+					pid[e] = fork();
+					CHECK(pid[e] >= 0);
+					if (pid[e] == 0) {
+						alarm(0);
+						tu_watchdog(60);
+						prctl(PR_SET_PDEATHSIG, SIGKILL);
+						exit(ipc_sweep_end(e == 0, e == failing, fns[f], n, fds));
+					}
+				}
+				close(fds[0]);
+				close(fds[1]);
+				int st[2];
+				for (int e = 0; e < 2; e++)
+					CHECK(waitpid(pid[e], &st[e], 0) == pid[e]);
+				if (WIFEXITED(st[failing]) && WEXITSTATUS(st[failing]) == 77)
+					exit(77);
+				bool bad = false;
+				for (int e = 0; e < 2; e++)
+					bad |= !WIFEXITED(st[e]) ||
+					       (WEXITSTATUS(st[e]) != 0 &&
+					        !(e == failing && WEXITSTATUS(st[e]) == SWEEP_NO_FAULT));
+				if (bad) {
+					fprintf(stderr, "not ok - %s:%lu on the %s (status 0x%x, 0x%x)\n",
+					        fns[f], n, failing == 0 ? "server" : "client", st[0],
+					        st[1]);
+					failures++;
+				}
+				if (WIFEXITED(st[failing]) && WEXITSTATUS(st[failing]) == SWEEP_NO_FAULT)
+					break;
+			}
+			printf("# %s on the %s: failed at each of its %lu calls in turn\n",
+			       fns[f], failing == 0 ? "server" : "client", n - 1);
+		}
+	CHECK(failures == 0);
+}
+
 static void case_unviable(void)
 {
 	const char *want = getenv("TW_TEST_EXPECT_UNVIABLE");
@@ -1383,6 +1556,7 @@ int main(int argc, char **argv)
 		{ "churn", case_churn },               { "large", case_large },
 		{ "ipc_large", case_ipc_large },       { "ipc_inline", case_ipc_inline },
 		{ "ipc_two_contexts", case_ipc_two_contexts }, { "sweep", case_sweep },
+		{ "ipc_sweep", case_ipc_sweep },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */
@@ -1392,6 +1566,6 @@ int main(int argc, char **argv)
 		cu_load();
 	/* multi-GiB tensors on simcuda under the sanitizers take minutes */
 	unsigned watchdog_s =
-	        argc == 2 && (strstr(argv[1], "large") || !strcmp(argv[1], "sweep")) ? 1200 : 120;
+	        argc == 2 && (strstr(argv[1], "large") || strstr(argv[1], "sweep")) ? 1200 : 120;
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), watchdog_s);
 }
