@@ -769,7 +769,7 @@ static int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 {
 	struct sv_srq *s = (struct sv_srq *)srq;
 	int err = 0;
-	if (sv_fail("ibv_post_srq_recv")) {
+	if (wr && sv_fail("ibv_post_srq_recv")) { /* an empty list posts nothing */
 		*bad = wr;
 		return ENOMEM;
 	}
@@ -1200,7 +1200,7 @@ static int sv_post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_sen
 {
 	struct sv_qp *qp = (struct sv_qp *)q;
 	int err = 0;
-	if (sv_fail("ibv_post_send")) {
+	if (wr && sv_fail("ibv_post_send")) { /* an empty list posts nothing */
 		*bad = wr;
 		return ENOMEM;
 	}
@@ -1286,7 +1286,7 @@ static int sv_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 {
 	struct sv_qp *qp = (struct sv_qp *)q;
 	int err = 0;
-	if (sv_fail("ibv_post_recv")) {
+	if (wr && sv_fail("ibv_post_recv")) { /* an empty list posts nothing */
 		*bad = wr;
 		return ENOMEM;
 	}

@@ -700,8 +700,8 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 		ci_recv_inline(ich, k, a);
 		return;
 	}
-	ci_remote *r;
-	tw_status_t st = ci_remote_get(c, info, v->device, kc->dev, &r, d, sizeof(d));
+	ci_remote *r = a->opened[kc->dev]; /* this channel's reference, or none yet */
+	tw_status_t st = r ? TW_OK : ci_remote_get(c, info, v->device, kc->dev, &r, d, sizeof(d));
 	if (st == TW_ERR_SYS && ich->proof && announcing) {
 		/* the proof (8.3.1): the area does not open here; say why, in
 		 * order, and take this device's chunks inline from now on */
