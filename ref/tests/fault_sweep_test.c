@@ -52,7 +52,9 @@ static bool register_combo(tw_context *ctx)
 
 /* Each step may fail; a failure is an allowed outcome as long as
  * everything armed so far still completes exactly once. A run in which
- * the fault never fired must deliver the message intact. */
+ * the fault never fired must deliver the message intact. After it, a
+ * second message (256 KiB) is written and its descriptor asked for, and
+ * the client's context closes at once: the close meets them under way. */
 static int scenario(void)
 {
 	tw_context *s = NULL, *c = NULL;
@@ -62,6 +64,11 @@ static int scenario(void)
 	tu_rec_init(&acc), tu_rec_init(&est), tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
 	bool armed_acc = false, armed_est = false, armed_w = false, armed_d = false, armed_r = false;
 	bool delivered = false;
+	tu_rec w2, d2;
+	tu_rec_init(&w2), tu_rec_init(&d2);
+	bool armed_w2 = false, armed_d2 = false;
+	static uint8_t big[256 << 10];
+	tu_fill_at(big, sizeof(big), 4);
 	uint8_t pay[300], ten[2000], ten2[700], rpay[300], rten[2000], rten2[700];
 	tu_fill_at(pay, sizeof(pay), 1);
 	tu_fill_at(ten, sizeof(ten), 2);
@@ -118,17 +125,25 @@ static int scenario(void)
 		CHECK(memcmp(rten, ten, sizeof(ten)) == 0);
 		CHECK(memcmp(rten2, ten2, sizeof(ten2)) == 0);
 		delivered = true;
+		tw_tensor t2 = { big, sizeof(big), tw_device_cpu(), false, tw_device_cpu(), NULL, 0, NULL };
+		tw_message m2 = { "n", 1, 0, NULL, 1, &t2 };
+		armed_w2 = tw_pipe_write(cp, &m2, tu_on_status, &w2) == TW_OK;
+		armed_d2 = tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d2) == TW_OK;
 	}
 out:
 	if (!fired() && !delivered) {
 		fprintf(stderr, "the fault never fired, yet the message was not delivered\n");
 		abort();
 	}
-	/* Close everything; then every armed callback has fired exactly once. */
-	if (s)
-		tw_context_close(s);
+	/* Close everything (the client first: the server may hear it go, with
+	 * its read of the second descriptor pending); then every armed
+	 * callback has fired exactly once. */
 	if (c)
 		tw_context_close(c);
+	if (armed_d2)
+		(void)tu_wait_for(&d2.w, 1, 2000);
+	if (s)
+		tw_context_close(s);
 	if (c)
 		CHECK_OK(tw_context_join(c));
 	if (s)
@@ -143,6 +158,10 @@ out:
 		tu_once(&d);
 	if (armed_r)
 		tu_once(&r);
+	if (armed_w2)
+		tu_once(&w2);
+	if (armed_d2)
+		tu_once(&d2);
 	if (acc.pipe)
 		tw_pipe_destroy(acc.pipe);
 	if (cp)
