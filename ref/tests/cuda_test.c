@@ -1269,28 +1269,10 @@ static int sweep_run(const char *fn, unsigned long n)
 		goto out;
 	armed_r = true;
 	delivered = tu_wait_unless_failed(&r, &est, &w);
-out:
-	if (s)
-		tw_context_close(s);
-	if (c)
-		tw_context_close(c);
-	if (c)
-		CHECK_OK(tw_context_join(c));
-	if (s)
-		CHECK_OK(tw_context_join(s));
-	tu_rec *armed[] = { armed_acc ? &acc : NULL, armed_est ? &est : NULL, armed_w ? &w : NULL,
-		            armed_d ? &d : NULL, armed_r ? &r : NULL };
-	for (size_t i = 0; i < sizeof(armed) / sizeof(armed[0]); i++)
-		if (armed[i])
-			tu_once(armed[i]);
-	if (acc.pipe)
-		tw_pipe_destroy(acc.pipe);
-	if (cp)
-		tw_pipe_destroy(cp);
-	if (l)
-		tw_listener_destroy(l);
-	tw_context_destroy(c);
-	tw_context_destroy(s);
+out:;
+	tu_rec *const armed[] = { armed_acc ? &acc : NULL, armed_est ? &est : NULL,
+		                  armed_w ? &w : NULL, armed_d ? &d : NULL, armed_r ? &r : NULL };
+	tu_sweep_end(s, c, l, acc.pipe, cp, NULL, armed, sizeof(armed) / sizeof(armed[0]));
 	unsigned long fired = verbs ? sv_fails_fired() : sc_fails_fired();
 	sc_fail(NULL, 0); /* the test's own calls again */
 	for (int i = 0; delivered && i < 2; i++)
@@ -1309,16 +1291,26 @@ out:
 	return fired ? 0 : SWEEP_NO_FAULT;
 }
 
+#define SWEEP_N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* What a sweep fails in turn: the driver functions every channel calls,
+ * then `more` (n of them). Returns how many, into out. */
+static size_t sweep_list(const char **out, const char *const *more, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < SWEEP_N(sweep_fns); i++)
+		out[k++] = sweep_fns[i];
+	for (size_t i = 0; i < n; i++)
+		out[k++] = more[i];
+	return k;
+}
+
 static void case_sweep(void)
 {
 	int failures = 0;
-	const char *fns[sizeof(sweep_fns) / sizeof(sweep_fns[0]) +
-	                sizeof(sweep_verbs) / sizeof(sweep_verbs[0])];
-	size_t nfns = 0;
-	for (size_t i = 0; i < sizeof(sweep_fns) / sizeof(sweep_fns[0]); i++)
-		fns[nfns++] = sweep_fns[i];
-	for (size_t i = 0; !strcmp(channel(), "cuda_gdr") && i < sizeof(sweep_verbs) / sizeof(sweep_verbs[0]); i++)
-		fns[nfns++] = sweep_verbs[i];
+	const char *fns[SWEEP_N(sweep_fns) + SWEEP_N(sweep_verbs)];
+	size_t nfns = sweep_list(fns, sweep_verbs,
+	                         strcmp(channel(), "cuda_gdr") == 0 ? SWEEP_N(sweep_verbs) : 0);
 	for (size_t f = 0; f < nfns; f++) {
 		unsigned long n;
 		for (n = 1; n <= 500; n++) {
@@ -1467,13 +1459,8 @@ static const char *const ipc_sweep_fns[] = {
 static void case_ipc_sweep(void)
 {
 	int failures = 0;
-	const char *fns[sizeof(sweep_fns) / sizeof(sweep_fns[0]) +
-	                sizeof(ipc_sweep_fns) / sizeof(ipc_sweep_fns[0])];
-	size_t nfns = 0;
-	for (size_t i = 0; i < sizeof(sweep_fns) / sizeof(sweep_fns[0]); i++)
-		fns[nfns++] = sweep_fns[i];
-	for (size_t i = 0; i < sizeof(ipc_sweep_fns) / sizeof(ipc_sweep_fns[0]); i++)
-		fns[nfns++] = ipc_sweep_fns[i];
+	const char *fns[SWEEP_N(sweep_fns) + SWEEP_N(ipc_sweep_fns)];
+	size_t nfns = sweep_list(fns, ipc_sweep_fns, SWEEP_N(ipc_sweep_fns));
 	for (size_t f = 0; f < nfns; f++)
 		for (int failing = 0; failing < 2; failing++) {
 			unsigned long n;

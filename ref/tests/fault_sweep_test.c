@@ -138,38 +138,12 @@ out:
 	/* Close everything (the client first: the server may hear it go, with
 	 * its read of the second descriptor pending); then every armed
 	 * callback has fired exactly once. */
-	if (c)
-		tw_context_close(c);
-	if (armed_d2)
-		(void)tu_wait_for(&d2.w, 1, 2000);
-	if (s)
-		tw_context_close(s);
-	if (c)
-		CHECK_OK(tw_context_join(c));
-	if (s)
-		CHECK_OK(tw_context_join(s));
-	if (armed_acc)
-		tu_once(&acc);
-	if (armed_est)
-		tu_once(&est);
-	if (armed_w)
-		tu_once(&w);
-	if (armed_d)
-		tu_once(&d);
-	if (armed_r)
-		tu_once(&r);
-	if (armed_w2)
-		tu_once(&w2);
-	if (armed_d2)
-		tu_once(&d2);
-	if (acc.pipe)
-		tw_pipe_destroy(acc.pipe);
-	if (cp)
-		tw_pipe_destroy(cp);
-	if (l)
-		tw_listener_destroy(l);
-	tw_context_destroy(c);
-	tw_context_destroy(s);
+	tu_rec *const armed[] = { armed_acc ? &acc : NULL, armed_est ? &est : NULL,
+		                  armed_w ? &w : NULL,     armed_d ? &d : NULL,
+		                  armed_r ? &r : NULL,     armed_w2 ? &w2 : NULL,
+		                  armed_d2 ? &d2 : NULL };
+	tu_sweep_end(s, c, l, acc.pipe, cp, armed_d2 ? &d2 : NULL, armed,
+	             sizeof(armed) / sizeof(armed[0]));
 	return fired() > 0 ? 0 : EXIT_NO_FAULT;
 }
 

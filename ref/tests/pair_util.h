@@ -107,6 +107,37 @@ static inline void tu_once(tu_rec *r)
 	}
 }
 
+/* Ends a round of a fault sweep: closes the client's context, waits up to
+ * 2 s for `hear` (a server callback that may learn of that close; NULL:
+ * none), closes the server's; then every callback in `armed` (n of them,
+ * NULL entries skipped) has fired exactly once; then destroys the pipes,
+ * the listener and the contexts (any of which may be NULL). */
+static inline void tu_sweep_end(tw_context *s, tw_context *c, tw_listener *l, tw_pipe *sp,
+                                tw_pipe *cp, tu_rec *hear, tu_rec *const *armed, size_t n)
+{
+	if (c)
+		tw_context_close(c);
+	if (hear)
+		(void)tu_wait_for(&hear->w, 1, 2000);
+	if (s)
+		tw_context_close(s);
+	if (c)
+		CHECK_OK(tw_context_join(c));
+	if (s)
+		CHECK_OK(tw_context_join(s));
+	for (size_t i = 0; i < n; i++)
+		if (armed[i])
+			tu_once(armed[i]);
+	if (sp)
+		tw_pipe_destroy(sp);
+	if (cp)
+		tw_pipe_destroy(cp);
+	if (l)
+		tw_listener_destroy(l);
+	tw_context_destroy(c);
+	tw_context_destroy(s);
+}
+
 /* Writes a metadata-only message carrying `text`; waits for TW_OK. */
 static inline void tu_send_text(tw_pipe *p, const char *text)
 {
