@@ -209,7 +209,6 @@ struct ib_transport {
 	bool async_init;      /* async_poll needs closing */
 	uv_timer_t reap_timer; /* the first of `reaping` is due */
 	bool reap_timer_init;
-	bool reap_on;         /* gone queue pairs wait (the timer exists, no shutdown yet) */
 	tw_list reaping;      /* ib_reap: gone connections' queue pairs */
 	uint32_t sq_depth, rq_depth, cq_depth;
 	uint32_t max_write;
@@ -555,7 +554,10 @@ static void ib_srq_reclaim(ib_conn *c)
 	a.qp_state = IBV_QPS_ERR;
 	int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	ib_srq_drain(t, c->cq);
-	if (err || c->last_wqe || !t->reap_on || TW_MUTANT("ibv_reap_unwaited"))
+	/* the wait needs the reaper's timer, which exists (the first
+	 * connection made it) until ib_shutdown closes it */
+	bool can_wait = t->reap_timer_init && !uv_is_closing((uv_handle_t *)&t->reap_timer);
+	if (err || c->last_wqe || !can_wait || TW_MUTANT("ibv_reap_unwaited"))
 		return;
 	ib_reap *r = tw__calloc(1, sizeof(*r));
 	if (!r)
@@ -1341,7 +1343,6 @@ static void ib_watch_async(ib_transport *t)
 			return;
 		t->reap_timer_init = true;
 		t->reap_timer.data = t;
-		t->reap_on = true;
 	}
 	int fd = t->ch.ctx->async_fd;
 	int fl = fcntl(fd, F_GETFL);
@@ -1788,15 +1789,15 @@ static void ib_shutdown(tw_transport *base)
 	ib_transport *t = (ib_transport *)base;
 	while (!tw__list_empty(&t->lingering))
 		ib_conn_release(TW_CONTAINER_OF(tw__list_front(&t->lingering), ib_conn, linger_link));
-	/* connections freed from here on drain their queue pair once */
-	t->reap_on = false;
+	/* with its timer closed, connections freed from here on drain their
+	 * queue pair once (ib_srq_reclaim) */
+	if (t->reap_timer_init)
+		uv_close((uv_handle_t *)&t->reap_timer, ib_on_chan_closed);
 	ib_reap_all(t);
 	if (t->chan_poll_init)
 		uv_close((uv_handle_t *)&t->chan_poll, ib_on_chan_closed);
 	if (t->async_init)
 		uv_close((uv_handle_t *)&t->async_poll, ib_on_chan_closed);
-	if (t->reap_timer_init)
-		uv_close((uv_handle_t *)&t->reap_timer, ib_on_chan_closed);
 	t->poller.busy_ns = 0; /* no kick restarts polling */
 	tw__loop_poller_cancel(t->base.loop, &t->poller);
 }
