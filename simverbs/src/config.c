@@ -360,6 +360,11 @@ static void load(void)
 		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", e);
 	if ((e = getenv("SIMVERBS_TRACE")))
 		sv_cfg.trace = atoi(e) != 0;
+	const char *colon = (e = getenv("SIMVERBS_FAIL")) ? strrchr(e, ':') : NULL;
+	if (colon && (size_t)(colon - e) < sizeof(sv_cfg.fail_verb)) {
+		memcpy(sv_cfg.fail_verb, e, (size_t)(colon - e));
+		sv_cfg.fail_at = strtoul(colon + 1, NULL, 10);
+	}
 	if ((e = getenv("SIMVERBS_NETDEV")) && *e)
 		for (int d = 0; d < sv_cfg.ndev; d++)
 			for (int p = 0; p < SV_MAX_PORT; p++)
@@ -379,26 +384,14 @@ void sv_config_load(void)
 
 /* ---- SIMVERBS_FAIL --------------------------------------------------------- */
 
-static char fail_verb[48];
-static unsigned long fail_at, fail_calls, fail_fired;
-static pthread_once_t fail_once = PTHREAD_ONCE_INIT;
-
-static void fail_load(void)
-{
-	const char *e = getenv("SIMVERBS_FAIL");
-	const char *colon = e ? strrchr(e, ':') : NULL;
-	if (!colon || (size_t)(colon - e) >= sizeof(fail_verb))
-		return;
-	memcpy(fail_verb, e, (size_t)(colon - e));
-	fail_at = strtoul(colon + 1, NULL, 10);
-}
+static unsigned long fail_calls, fail_fired;
 
 bool sv_fail(const char *verb)
 {
-	pthread_once(&fail_once, fail_load);
-	if (!fail_at || strcmp(verb, fail_verb) != 0)
+	sv_config_load();
+	if (!sv_cfg.fail_at || strcmp(verb, sv_cfg.fail_verb) != 0)
 		return false;
-	if (__atomic_add_fetch(&fail_calls, 1, __ATOMIC_RELAXED) != fail_at)
+	if (__atomic_add_fetch(&fail_calls, 1, __ATOMIC_RELAXED) != sv_cfg.fail_at)
 		return false;
 	__atomic_add_fetch(&fail_fired, 1, __ATOMIC_RELAXED);
 	SV_TRACE("%s fails (SIMVERBS_FAIL)", verb);

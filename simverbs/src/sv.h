@@ -88,6 +88,8 @@ struct sv_config {
 	bool no_last_wqe;            /* QP_LAST_WQE_REACHED is never raised (last_wqe_event = 0) */
 	bool async_fd_error;         /* a context's async_fd polls as an error; no event is read */
 	uint64_t recv_cqe_lag_ns;    /* receive completions of QPs on an SRQ are written this much later */
+	char fail_verb[48];          /* SIMVERBS_FAIL=<verb>:<N>: that verb's Nth call fails */
+	unsigned long fail_at;       /* (sv_fail; 0: none) */
 	char control[512];           /* control file: "<dev> <port> up|down" lines */
 	bool trace;
 };
