@@ -25,6 +25,7 @@
 	X("sys/write/fail", "sendmsg() fails with EPIPE")                                        \
 	X("sys/eintr", "readv()/sendmsg()/recv() fail once with EINTR")                          \
 	X("sys/peek/fail", "the MSG_PEEK recv() fails with ECONNRESET")                          \
+	X("sys/peer_left", "the peer-left poll() says the peer ended its side")                  \
 	/* descriptor passing (ipc.c) */                                                          \
 	X("sys/fds/send", "the SCM_RIGHTS sendmsg() fails with EPIPE")                           \
 	X("sys/fds/ctrunc", "the SCM_RIGHTS recvmsg() comes back with MSG_CTRUNC")               \

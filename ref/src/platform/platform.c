@@ -6,8 +6,10 @@
 #include "platform/platform.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "platform/fault.h"
@@ -171,6 +173,23 @@ ssize_t tw__sys_peek(int fd)
 	}
 	unsigned char b;
 	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+}
+
+bool tw__sys_peer_left(int fd)
+{
+	if (TW_FAULT_POINT("sys/peer_left"))
+		return true;
+	struct pollfd pfd = { fd, POLLRDHUP, 0 };
+	int n;
+	do
+		n = poll(&pfd, 1, 0);
+	while (n < 0 && errno == EINTR);
+	return n != 0 && (n < 0 || (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)));
+}
+
+void tw__sys_shutdown_write(int fd)
+{
+	(void)shutdown(fd, SHUT_WR);
 }
 
 int tw__sys_close(int fd)

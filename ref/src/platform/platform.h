@@ -51,6 +51,16 @@ ssize_t tw__sys_writev(int fd, const struct iovec *iov, int iovcnt);
  * peer closed with nothing left unread, -1 and errno otherwise. Consumes
  * nothing. */
 ssize_t tw__sys_peek(int fd);
+/* Whether the peer of the connected stream socket fd has ended its side
+ * (its FIN, a reset, an error), as the kernel knows it now, however many of
+ * its bytes wait unread (poll with POLLRDHUP and no wait). Consumes
+ * nothing; a failing poll reads as true. Fault point "sys/peer_left". */
+bool tw__sys_peer_left(int fd);
+/* Ends this side's sending on the stream socket fd at once (shutdown
+ * SHUT_WR: the peer sees the end after the bytes already sent), so a
+ * close that has to wait for the loop does not delay what the peer learns.
+ * Errors are ignored (a socket the peer already reset). */
+void tw__sys_shutdown_write(int fd);
 int tw__sys_close(int fd);
 
 /* ---- UNIX sockets and descriptor passing (ipc.c) ---- */

@@ -369,6 +369,8 @@ static int trigger(const char *point)
 		FAILS(tw__sys_writev(sv[0], &iov, 1) < 0, EINTR);
 	} else if (!strcmp(point, "sys/peek/fail")) {
 		FAILS(tw__sys_peek(sv[0]) < 0, ECONNRESET);
+	} else if (!strcmp(point, "sys/peer_left")) {
+		failed = tw__sys_peer_left(sv[0]); /* sv[1] is open: not left */
 	} else if (!strcmp(point, "sys/fds/send")) {
 		FAILS(tw__sys_send_fds(sv[0], buf, 1, &sv[1], 1) < 0, EPIPE);
 	} else if (!strcmp(point, "sys/fds/ctrunc")) {
@@ -466,6 +468,30 @@ static void test_faults(void)
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == FIRED);
 }
 
+/* tw__sys_peer_left: false while the peer's side is open, true once it
+ * shut down its sending side (tw__sys_shutdown_write) even with its bytes
+ * unread, and once it closed; TCP and UNIX alike. */
+static void test_peer_left(void)
+{
+	int a = -1, b = -1, sv[2];
+	CHECK(tcp_pair(AF_INET, &a, &b));
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	int rd[2] = { a, sv[0] }, wr[2] = { b, sv[1] };
+	for (int i = 0; i < 2; i++) {
+		CHECKF(!tw__sys_peer_left(rd[i]), "pair %d: open, yet left", i);
+		CHECK(write(wr[i], "xyz", 3) == 3);
+		CHECKF(!tw__sys_peer_left(rd[i]), "pair %d: bytes waiting, yet left", i);
+		tw__sys_shutdown_write(wr[i]);
+		for (int k = 0; k < 100 && !tw__sys_peer_left(rd[i]); k++)
+			usleep(1000);
+		CHECKF(tw__sys_peer_left(rd[i]), "pair %d: shut down with 3 bytes unread, not left", i);
+		CHECK(tw__sys_peek(rd[i]) == 1); /* nothing consumed */
+		close(wr[i]);
+		CHECK(tw__sys_peer_left(rd[i]));
+		close(rd[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "calls";
@@ -476,6 +502,7 @@ int main(int argc, char **argv)
 		test_abstract();
 		test_host();
 		test_peer_of();
+		test_peer_left();
 	} else if (!strcmp(what, "faults")) {
 		test_faults();
 	} else {
