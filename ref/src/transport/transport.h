@@ -20,7 +20,12 @@
  *     every pending operation with TW_ERR_CLOSED; after close() returns the
  *     connection never touches a caller buffer again, and the conn pointer
  *     stays valid until its last callback has run (then the transport frees
- *     it: the owner must not use it after close()).
+ *     it: the owner must not use it after close()). Unless it lingers (see
+ *     TW_WRITE_HELLO), its end is sent to the peer before close() returns
+ *     (a socket's sending side is shut down there, not when the loop gets
+ *     round to closing its descriptor), so the end is out before any
+ *     callback the close causes: a peer that copies out of this process's
+ *     memory learns of it before the memory is handed back (peer_left).
  *   - Detail strings name the transport and the failing call, e.g.
  *     "tcp transport: connect 127.0.0.1:9: Connection refused".
  *   - Frames: a write() is one frame made of the concatenation of its iovecs
@@ -220,6 +225,15 @@ typedef struct tw_conn_ops {
 	 * says what was found. A channel that reads memory a peer names checks
 	 * this first (spec 4.5.b). Loop thread; reads /proc. */
 	int (*peer_of)(tw_conn *c, pid_t pid, char *why, size_t why_len);
+	/* Optional (NULL: cannot tell): whether the peer has ended its side of
+	 * the connection (closed it, or died) as far as this host knows at
+	 * this moment, however many of its bytes are still unread; true too
+	 * once the connection failed or was closed here. A channel that
+	 * copies out of the peer's memory asks this after a copy: the peer
+	 * hands its buffers back to its user only after its end is out (see
+	 * close), so a copy that ended before the end was seen read bytes the
+	 * peer still held (spec 4.4.e). Loop thread; one poll(), no wait. */
+	bool (*peer_left)(tw_conn *c);
 } tw_conn_ops;
 
 struct tw_conn {

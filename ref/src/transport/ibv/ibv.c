@@ -387,6 +387,8 @@ static void ib_conn_release(ib_conn *c)
 		c->lingering = false;
 		tw__list_remove(&c->linger_link);
 	}
+	if (c->fd >= 0 && c->connected)
+		tw__sys_shutdown_write(c->fd); /* the end is out now (transport.h) */
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, ib_on_handle_closed);
@@ -461,6 +463,12 @@ static const char *ib_conn_describe(tw_conn *base)
 	snprintf(c->describe, sizeof(c->describe), "%.380s; this connection: GID %d (%s), set-up record %s",
 	         c->t->describe, c->gid_index, a, order[c->rec_order]);
 	return c->describe;
+}
+
+static bool ib_conn_peer_left(tw_conn *base)
+{
+	ib_conn *c = (ib_conn *)base;
+	return c->fd < 0 || c->peer_gone || tw__conn_done(&c->core) || tw__sys_peer_left(c->fd);
 }
 
 static bool ib_conn_was_connected(tw_conn *base)
@@ -1835,6 +1843,7 @@ static const tw_conn_ops ib_conn_ops = {
 	.has_unread = ib_conn_has_unread,
 	.was_connected = ib_conn_was_connected,
 	.peer_of = ib_conn_peer_of,
+	.peer_left = ib_conn_peer_left,
 };
 
 const tw_transport_ops tw__ibv_transport_ops = {

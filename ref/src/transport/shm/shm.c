@@ -162,6 +162,8 @@ static void shm_on_handle_closed(uv_handle_t *h)
 
 static void shm_close_handles(shm_conn *c)
 {
+	if (c->fd >= 0 && c->sock_connected)
+		tw__sys_shutdown_write(c->fd); /* the end is out now (transport.h) */
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, shm_on_handle_closed);
@@ -284,6 +286,12 @@ static bool shm_conn_has_unread(tw_conn *base)
 {
 	shm_conn *c = (shm_conn *)base;
 	return tw__ring_conn_unread(&c->core, &c->inbox) > 0;
+}
+
+static bool shm_conn_peer_left(tw_conn *base)
+{
+	shm_conn *c = (shm_conn *)base;
+	return c->fd < 0 || tw__conn_done(&c->core) || tw__sys_peer_left(c->fd);
 }
 
 static bool shm_conn_was_connected(tw_conn *base)
@@ -882,6 +890,7 @@ static const tw_conn_ops shm_conn_ops = {
 	.has_unread = shm_conn_has_unread,
 	.was_connected = shm_conn_was_connected,
 	.peer_of = shm_conn_peer_of,
+	.peer_left = shm_conn_peer_left,
 };
 
 const tw_transport_ops tw__shm_transport_ops = {

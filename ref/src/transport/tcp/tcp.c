@@ -246,6 +246,8 @@ static void tcp_on_poll_closed(uv_handle_t *h)
  * closes the descriptor). */
 static void tcp_close_handles(tcp_conn *c)
 {
+	if (c->fd >= 0 && c->connected)
+		tw__sys_shutdown_write(c->fd); /* the end is out now (transport.h) */
 	uv_poll_stop(&c->poll);
 	c->poll_events = 0;
 	uv_close((uv_handle_t *)&c->poll, tcp_on_poll_closed);
@@ -371,6 +373,12 @@ static bool tcp_conn_has_unread(tw_conn *base)
 	if (c->fd < 0 || tw__conn_done(&c->core))
 		return false;
 	return tw__sys_peek(c->fd) > 0;
+}
+
+static bool tcp_conn_peer_left(tw_conn *base)
+{
+	tcp_conn *c = (tcp_conn *)base;
+	return c->fd < 0 || tw__conn_done(&c->core) || tw__sys_peer_left(c->fd);
 }
 
 static bool tcp_conn_local_address(tw_conn *base, struct sockaddr_storage *out)
@@ -982,6 +990,7 @@ static const tw_conn_ops tcp_conn_ops = {
 	.was_connected = tcp_conn_was_connected,
 	.local_address = tcp_conn_local_address,
 	.peer_of = tcp_conn_peer_of,
+	.peer_left = tcp_conn_peer_left,
 };
 
 static const char *const tcp_schemes[] = { "tcp", "uv", NULL };
