@@ -165,6 +165,36 @@ static inline void tu_move_tensor(tw_pipe *c, tw_pipe *s, const tw_tensor *t,
 	CHECK_OK(tw_pipe_read(s, &a, tu_on_status, r));
 }
 
+/* Holds a context's loop thread inside a callback until released, so that
+ * what other threads ask of it meanwhile, and what its sockets receive,
+ * waits for one pass of its loop together. */
+typedef struct tu_loop_hold {
+	tu_waiter entered, gate;
+} tu_loop_hold;
+
+static inline void tu_on_hold(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
+{
+	tu_loop_hold *h = arg;
+	tu_signal(&h->entered);
+	tu_wait(&h->gate, 1);
+}
+
+/* Holds the loop of pipe p's context: p writes a short note to its peer
+ * whose callback waits on the gate. Returns once the loop is held. */
+static inline void tu_hold_loop(tu_loop_hold *h, tw_pipe *p)
+{
+	static const tw_message note = { .metadata = "hold", .metadata_length = 4 };
+	tu_waiter_init(&h->entered), tu_waiter_init(&h->gate);
+	CHECK_OK(tw_pipe_write(p, &note, tu_on_hold, h));
+	tu_wait(&h->entered, 1);
+}
+
+/* Lets the held loop go on. */
+static inline void tu_release_loop(tu_loop_hold *h)
+{
+	tu_signal(&h->gate);
+}
+
 /* Reads the next message and checks it is a metadata-only `text`. */
 /* Reads the next descriptor into d, which must say TW_OK with `text` as
  * its metadata. */
