@@ -45,6 +45,10 @@
  *   ipc_two_contexts  a client process with two contexts (two staging
  *                 areas), one pipe from each to one server context, each
  *                 sending its own bytes: each arrives from its own area
+ *   withdrawn     the writer closes while the reader's loop is held with a
+ *                 read asked for, and refills its buffer once its write
+ *                 failed: the read fails or has the bytes written, never
+ *                 the later ones (spec 4.4.e)
  *   large         one message of a 33-byte, a multi-GiB and a 1-byte device
  *                 tensor from cuda:0 to the last device, for each size of
  *                 TW_TEST_CUDA_LARGE (default 1.5 GiB and 4.5 GiB, past
@@ -568,6 +572,64 @@ static void case_close_mid(void)
 		dev_free(0, src[i]);
 		dev_free(cu.ndev - 1, dst[i]);
 	}
+}
+
+/* ---- a write its writer's close withdrew (spec 4.4.e) ------------------------------- */
+
+/* As ref.*.delivery.withdrawn_tensor, with device memory: the reader's loop
+ * is held while it asks for the read and the writer closes; the writer's
+ * failed write hands its buffer back, which it refills with other bytes at
+ * once. The read then fails or delivers the bytes written, never the later
+ * ones with TW_OK (cuda_xth copies out of the writer's memory). */
+static void case_withdrawn(void)
+{
+	const size_t len = (size_t)1 << 20;
+	const int from = 0, to = cu.ndev - 1;
+	tu_pair p = { 0 };
+	open_pair(&p);
+	void *src = dev_alloc(from, len), *dst = dev_alloc(to, len);
+	tw_tensor t = { .data = src, .length = len, .source_device = cuda_dev(from),
+		        .has_target_device = true, .target_device = cuda_dev(to) };
+	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(to) };
+	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w, d, r;
+	dev_fill(from, src, len, 1);
+	tu_move_tensor(p.c, p.s, &t, &ta, &w, &d, &r); /* the channel knows its peer now */
+	tu_expect(&r, TW_OK, NULL);
+	tu_expect(&w, TW_OK, NULL);
+	tu_once(&w), tu_once(&d), tu_once(&r);
+	CHECK(dev_mismatch(to, dst, len, 1) == len);
+	dev_fill(from, src, len, 2);
+	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
+	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	usleep(20 * 1000); /* the writer's channel hands over its part */
+	tu_loop_hold h;
+	tu_hold_loop(&h, p.s);
+	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
+	tw_pipe_close(p.c);
+	tu_wait(&w.w, 1);
+	if (w.status != TW_OK)
+		dev_fill(from, src, len, 3); /* the writer's buffer is its own again */
+	tu_release_loop(&h);
+	tu_wait(&r.w, 1);
+	printf("# write: %s (%s); read: %s (%s)\n", tw_status_name(w.status), w.detail,
+	       tw_status_name(r.status), r.detail);
+	if (w.status == TW_OK)
+		tu_expect(&r, TW_OK, NULL);
+	size_t bad = r.status == TW_OK ? dev_mismatch(to, dst, len, 2) : len;
+	if (bad != len) {
+		fprintf(stderr, "read TW_OK, but byte %zu differs from what was written%s\n", bad,
+		        dev_mismatch(to, dst, len, 3) == len ? " (the writer's later bytes)" : "");
+		abort();
+	}
+	usleep(50 * 1000); /* a second callback would come now */
+	tu_once(&w), tu_once(&d), tu_once(&r);
+	tu_pair_close(&p);
+	dev_free(from, src);
+	dev_free(to, dst);
 }
 
 /* ---- multi-GiB device tensors ------------------------------------------------------ */
@@ -1538,6 +1600,7 @@ int main(int argc, char **argv)
 		{ "cuda_to_cpu", case_cuda_to_cpu },   { "stream_order", case_stream_order },
 		{ "many", case_many },                 { "bad_buffer", case_bad_buffer },
 		{ "close_mid", case_close_mid },       { "unviable", case_unviable },
+		{ "withdrawn", case_withdrawn },
 		{ "ipc_pair", case_ipc_pair },         { "ipc_disjoint", case_ipc_disjoint },
 		{ "ipc_pidns", case_ipc_pidns },       { "ipc_pidns_both", case_ipc_pidns_both },
 		{ "churn", case_churn },               { "large", case_large },

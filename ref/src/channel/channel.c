@@ -61,3 +61,15 @@ tw_status_t tw__channel_peer_is(tw_conn *c, pid_t pid, char *detail, size_t deta
 	           is == 0 ? "is another process" : "could not be checked to be that process", why);
 	return TW_ERR_PROTO;
 }
+
+bool tw__channel_writer_left(tw_conn *c, char *detail, size_t detail_len)
+{
+	if (!c || !c->ops->peer_left || !c->ops->peer_left(c))
+		return false;
+	tw__detail(detail, detail_len,
+	           "the writer at %s ended its side before this tensor was copied out of its "
+	           "memory: its write failed there and the bytes may have changed since, so none "
+	           "are delivered (spec 4.4.e)",
+	           c->ops->peer(c));
+	return true;
+}

@@ -186,6 +186,15 @@ TW_NODISCARD tw_status_t tw__channel_write_obj(tw_conn *c, tw_nop_writer *w, tw_
 TW_NODISCARD tw_status_t tw__channel_peer_is(tw_conn *c, pid_t pid, char *detail,
                                              size_t detail_len);
 
+/* cma, xth, cuda_xth and cuda_ipc (spec 4.4.e): the receiver copies out of
+ * memory the writer holds only while its write is pending, and the writer
+ * hands it back (to its user, or to its pool of slots) only after its end
+ * of the channel's connection c is out (transport.h, close). So a copy that
+ * is over may deliver its bytes only if that end is not seen now: true if
+ * it is, with a detail naming the peer (the caller adds the channel's
+ * name), and the receive must then fail. Loop thread; one poll(). */
+bool tw__channel_writer_left(tw_conn *c, char *detail, size_t detail_len);
+
 /* The kinds built into this library (registry.c). */
 const tw_channel_ops *tw__channel_find_kind(const char *kind);
 

@@ -243,10 +243,17 @@ static tw_status_t cma_send_start(cma_channel *ch, cma_op *op)
 			return TW_ERR_NOMEM;
 		op->pending = 1;
 	}
-	if (ch->conn[1]->ops->read_into(ch->conn[1], NULL, 0, cma_on_completion, op) != TW_OK)
+	if (ch->conn[1]->ops->read_into(ch->conn[1], NULL, 0, cma_on_completion, op) != TW_OK) {
+		/* completions match sends in order: without this one's read a
+		 * later send would take its completion, so no send may follow */
 		cma_fail_op(op, TW_ERR_NOMEM, "out of memory queueing the completion read");
-	else
+		if (ch->failed == TW_OK) {
+			ch->failed = TW_ERR_NOMEM;
+			tw__detail(ch->failed_detail, sizeof(ch->failed_detail), "%s", op->detail);
+		}
+	} else {
 		op->pending++;
+	}
 	return TW_OK;
 }
 
@@ -309,6 +316,30 @@ static void cma_on_completion_written(tw_conn *c, tw_status_t st, const char *de
 	cma_settle(arg);
 }
 
+/* Ends the copy step of the oldest receive, op, with the channel's
+ * failure, and goes on with the next. */
+static void cma_copy_failed(cma_channel *ch, cma_op *op)
+{
+	tw__list_remove(&op->link);
+	cma_fail_op(op, ch->failed, ch->failed_detail);
+	cma_settle(op);
+	cma_schedule(ch, false);
+	cma_unref(ch);
+}
+
+/* Whether the writer ended its side of the channel (spec 4.4.e). It hands
+ * the buffers of the sends that failed with it back to its user only once
+ * its end is out (transport.h, close), so from then on a copy may read
+ * bytes its user wrote later: a receive whose copy was not over before the
+ * end was seen fails, the channel with it. */
+static bool cma_writer_left(cma_channel *ch)
+{
+	if (!tw__channel_writer_left(ch->conn[0], ch->failed_detail, sizeof(ch->failed_detail)))
+		return false;
+	ch->failed = TW_ERR_EOF;
+	return true;
+}
+
 /* Copies the next piece of the oldest receive; when it is whole, writes
  * its completion and goes on with the next. */
 static void cma_copy_step(void *arg)
@@ -320,12 +351,8 @@ static void cma_copy_step(void *arg)
 		return;
 	}
 	cma_op *op = TW_CONTAINER_OF(ch->copies.next, cma_op, link);
-	if (ch->failed != TW_OK) {
-		tw__list_remove(&op->link);
-		cma_fail_op(op, ch->failed, ch->failed_detail);
-		cma_settle(op);
-		cma_schedule(ch, false);
-		cma_unref(ch);
+	if (ch->failed != TW_OK || cma_writer_left(ch)) {
+		cma_copy_failed(ch, op);
 		return;
 	}
 	uint64_t n = op->len - op->done;
@@ -353,14 +380,14 @@ static void cma_copy_step(void *arg)
 		           got < 0 ? tw__strerror(errno, eb, sizeof(eb)) : "copied nothing");
 		ch->failed = got < 0 && (errno == EPERM || errno == ESRCH) ? TW_ERR_UNSUPPORTED
 		                                                          : TW_ERR_SYS;
-		tw__list_remove(&op->link);
-		cma_fail_op(op, ch->failed, ch->failed_detail);
-		cma_settle(op);
-		cma_schedule(ch, false);
-		cma_unref(ch);
+		cma_copy_failed(ch, op);
 		return;
 	}
 	op->done += (uint64_t)got;
+	if (op->done == op->len && cma_writer_left(ch)) {
+		cma_copy_failed(ch, op); /* its last piece may be the user's later bytes */
+		return;
+	}
 	if (op->done == op->len) {
 		tw__list_remove(&op->link);
 		tw_iov none = { NULL, 0 };

@@ -748,6 +748,12 @@ static void ci_settle(ci_channel *ich, int which)
 		if (kc->ended)
 			continue;
 		bool running = k->io || (k->state == CI_COPYING && !k->copied);
+		char d[TW_DETAIL_MAX];
+		/* a copy out of the writer's slot, over: the writer puts a slot
+		 * back for other sends only after its end is out (4.4.e) */
+		if (which == 1 && k->copied && in_order && ch->failed == TW_OK &&
+		    tw__channel_writer_left(ich->conn[0], d, sizeof(d)))
+			tw__cuda_chan_fail(ch, TW_ERR_EOF, d);
 		if (which == 0 && k->replied && k->copied) {
 			ci_chunk_end(k, TW_OK, "");
 		} else if (which == 1 && k->refuse && in_order && ch->failed == TW_OK) {

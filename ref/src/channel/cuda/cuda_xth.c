@@ -210,9 +210,13 @@ static void cx_on_copied(void *arg)
 	cx_op *op = arg;
 	cx_channel *ch = op->ch;
 	op->copying = false;
-	/* A copy that ends after the channel failed read a sender's buffer
-	 * that the sender's failed send had already handed back: what it
-	 * copied may be torn, so the receive fails too. */
+	/* A copy that ends after the channel failed, or after the writer ended
+	 * its side (it hands a failed send's buffer back only once its end is
+	 * out, transport.h), read a buffer that may be its user's again: what
+	 * it copied may be torn, so the receive fails too (spec 4.4.e). */
+	char d[TW_DETAIL_MAX];
+	if (ch->failed == TW_OK && tw__channel_writer_left(ch->conn[0], d, sizeof(d)))
+		cx_fail(ch, TW_ERR_EOF, d);
 	op->copied = ch->failed == TW_OK;
 	cx_flush(ch);
 	cx_unref(ch);
