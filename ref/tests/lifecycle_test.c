@@ -8,6 +8,9 @@
  *
  * Usage: lifecycle_test <case>
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -630,7 +633,91 @@ static void case_huge_bounds(void)
 	tu_pair_close(&p);
 }
 
+/* A bound is the one in force when the call was made, however late the
+ * loop thread gets to the operation (tensorwire.h): the client's loop is
+ * held while an operation is asked for and the bound changed after it.
+ * Before, the loop read the bound when it got there: a read asked with
+ * 300 ms lost it, a read and a connect asked with none got one. */
+static void case_bounds_at_call(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	/* asked with 300 ms, then 0: times out */
+	tu_loop_hold h;
+	tu_rec d1, d2, e;
+	tu_rec_init(&d1), tu_rec_init(&d2), tu_rec_init(&e);
+	CHECK_OK(tw_pipe_set_operation_timeout(p.c, 300));
+	tu_hold_loop(&h, p.c);
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d1));
+	CHECK_OK(tw_pipe_set_operation_timeout(p.c, 0));
+	tu_release_loop(&h);
+	if (!tu_wait_for(&d1.w, 1, 5000)) {
+		fprintf(stderr, "a read_descriptor asked with a 300 ms bound is pending after 5 s\n");
+		abort();
+	}
+	tu_expect(&d1, TW_ERR_TIMEDOUT, "300 ms");
+	tu_pair_close(&p);
+	/* asked with none, then 300 ms: waits (1 s here) */
+	memset(&p, 0, sizeof(p));
+	tu_pair_open(&p, NULL);
+	tu_hold_loop(&h, p.c);
+	CHECK_OK(tw_pipe_read_descriptor(p.c, tu_on_desc, &d2));
+	CHECK_OK(tw_pipe_set_operation_timeout(p.c, 300));
+	/* and a connect asked with no bound to a server that never answers */
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sl) == 0 && listen(lfd, 4) == 0 &&
+	      getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+	char url[64];
+	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", ntohs(sa.sin_port));
+	CHECK_OK(tw_context_set_connect_timeout(p.cctx, 0));
+	tw_pipe *silent;
+	CHECK_OK(tw_context_connect(p.cctx, url, &silent));
+	CHECK_OK(tw_context_set_connect_timeout(p.cctx, 300));
+	CHECK_OK(tw_pipe_on_established(silent, tu_on_status, &e));
+	tu_release_loop(&h);
+	if (tu_wait_for(&d2.w, 1, 1000) || tu_wait_for(&e.w, 1, 10)) {
+		fprintf(stderr, "asked with no bound, yet called back within 1 s: read %s (%s), connect "
+		        "%s (%s)\n", tw_status_name(d2.status), d2.detail, tw_status_name(e.status),
+		        e.detail);
+		abort();
+	}
+	tw_pipe_destroy(silent);
+	tu_expect(&e, TW_ERR_CLOSED, NULL);
+	tu_pair_close(&p);
+	tu_expect(&d2, TW_ERR_CLOSED, NULL);
+	tu_once(&d1), tu_once(&d2), tu_once(&e);
+	close(lfd);
+}
+
+/* tw_pipe_get_verdicts fills a buffer of exactly the text's length plus
+ * its NUL (before: TW_ERR_INVAL, "not enough"), and one byte less is cut,
+ * NUL-terminated, with TW_ERR_INVAL. */
+static void case_verdicts_exact(void)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	char full[4096], buf[4096];
+	CHECK_OK(tw_pipe_get_verdicts(p.c, full, sizeof(full)));
+	size_t n = strlen(full);
+	CHECK(n > 0);
+	memset(buf, 'x', sizeof(buf));
+	tw_status_t st = tw_pipe_get_verdicts(p.c, buf, n + 1);
+	if (st != TW_OK) {
+		fprintf(stderr, "%zu bytes for a text of %zu: %s\n", n + 1, n, tw_last_error());
+		abort();
+	}
+	CHECK(strcmp(buf, full) == 0);
+	memset(buf, 'x', sizeof(buf));
+	CHECK(tw_pipe_get_verdicts(p.c, buf, n) == TW_ERR_INVAL);
+	CHECK(strlen(buf) == n - 1 && strncmp(buf, full, n - 1) == 0);
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
+	{ "bounds_at_call", case_bounds_at_call },
+	{ "verdicts_exact", case_verdicts_exact },
 	{ "huge_bounds", case_huge_bounds },
 	{ "fork_child", case_fork_child },
 	{ "close_pending", case_close_pending },

@@ -266,13 +266,17 @@ TW_NODISCARD tw_status_t tw_context_set_handshake_timeout(tw_context *ctx, uint6
  * TW_ERR_TIMEDOUT ("connect timed out: no BrochureAnswer from ... within N
  * ms"), and so does each of its pending callbacks; the TCP connects of the
  * pipe's connections are bounded by it too (SYNs nobody answers). Within it,
- * a bootstrap connection refused, reset or closed before the answer (a
- * server whose listen queue overflowed, or that is out of descriptors) is
- * tried again up to 5 times, after 10, 20, 40, 80 and 160 ms; the last
- * failure names the number of attempts ("Connection refused (6
- * attempts)"). 0 removes the bound (the kernel's SYN retries, about 2 min on
- * Linux, then still apply). Default: 20000 (20 s: four SYN retries get
- * through). Any thread, any time; applies to pipes connected after the call.
+ * a bootstrap connection whose connect failed (refused, or reset before it
+ * was established: a server whose listen queue overflowed) is tried again
+ * up to 5 times, after 10, 20, 40, 80 and 160 ms; the last failure names
+ * the number of attempts ("Connection refused (6 attempts)"). One that was
+ * established is never tried again, since the server may have taken its
+ * hello already: its loss before the answer fails the pipe at once, saying
+ * the server dropped it (out of descriptors or memory, or it died). 0
+ * removes the bound (the kernel's SYN retries, about 2 min on Linux, then
+ * still apply). Default: 20000 (20 s: four SYN retries get through). Any
+ * thread, any time; applies to pipes connected after the call (the bound
+ * in force when tw_context_connect was called).
  * TW_ERR_INVAL if ctx is NULL. */
 TW_NODISCARD tw_status_t tw_context_set_connect_timeout(tw_context *ctx, uint64_t timeout_ms);
 
@@ -494,8 +498,9 @@ TW_NODISCARD tw_status_t tw_pipe_on_established(tw_pipe *pipe, tw_established_cb
  * peer sees the pipe closed. A read_descriptor waits for the peer's next
  * message, so its bound is how long the application is ready to wait for
  * one. 0: no bound (the default, or the context's, see
- * tw_context_set_operation_timeout). Any thread, any time. TW_ERR_INVAL if
- * pipe is NULL. */
+ * tw_context_set_operation_timeout). Any thread, any time: an operation
+ * keeps the bound in force when it was called, whenever the loop thread
+ * gets to it. TW_ERR_INVAL if pipe is NULL. */
 TW_NODISCARD tw_status_t tw_pipe_set_operation_timeout(tw_pipe *pipe, uint64_t timeout_ms);
 
 /* User data slot, never touched by the library. */

@@ -264,7 +264,7 @@ typedef struct tw_out_msg {
 	tw_device *targets;     /* per tensor: the device it goes to */
 	enum tw_out_state state;
 	uint64_t deadline;      /* uv_now() by which the callback is due (0: none) */
-	uint64_t timeout_ms;    /* the operation timeout that set it */
+	uint64_t timeout_ms;    /* the pipe's operation timeout when tw_pipe_write was called */
 	unsigned pending;       /* transport/channel operations in flight */
 	bool held;              /* an operation failed as the peer left: wait for the verdict */
 	bool peer_acked;        /* every non-empty tensor went through a channel whose send
@@ -294,6 +294,9 @@ typedef struct tw_in_msg {
 	enum tw_in_state state;
 	uint64_t deadline;         /* uv_now() by which the pending callback is due (0: none) */
 	uint64_t timeout_ms;       /* the operation timeout that set it */
+	/* the pipe's operation timeout when tw_pipe_read_descriptor and
+	 * tw_pipe_read were called (caller's thread, before the post) */
+	uint64_t desc_timeout_ms, read_timeout_ms;
 	tw_wire_descriptor wire;   /* decoded Descriptor */
 	bool have_wire;
 	tw_message view;           /* what the application sees */

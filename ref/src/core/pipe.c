@@ -221,12 +221,18 @@ void tw__pipe_close_internal(tw_pipe *p, tw_status_t status, const char *detail)
 
 static void tw__pipe_on_op_timer(uv_timer_t *t);
 
-/* Sets an operation's deadline from the pipe's operation timeout (loop
- * thread, when the operation starts) and arms the timer for it. */
-void tw__pipe_op_deadline(tw_pipe *p, uint64_t *deadline, uint64_t *timeout_ms)
+/* The pipe's operation timeout now: the API functions take it when called,
+ * so a later tw_pipe_set_operation_timeout bounds only later operations. */
+uint64_t tw__pipe_op_timeout(tw_pipe *p)
 {
-	uint64_t ms = __atomic_load_n(&p->op_timeout_ms, __ATOMIC_RELAXED);
-	*timeout_ms = ms;
+	return __atomic_load_n(&p->op_timeout_ms, __ATOMIC_RELAXED);
+}
+
+/* Sets an operation's deadline from the operation timeout it was called
+ * with, ms (loop thread, when the operation starts), and arms the timer
+ * for it. */
+void tw__pipe_op_deadline(tw_pipe *p, uint64_t ms, uint64_t *deadline)
+{
 	*deadline = 0;
 	if (ms == 0 || p->state == TW_PIPE_FAILED || TW_MUTANT("operation_timeout_ignored"))
 		return;
@@ -347,10 +353,8 @@ static void tw__verdicts_add(tw_verdicts_call *v, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 static void tw__verdicts_add(tw_verdicts_call *v, const char *fmt, ...)
 {
-	if (v->off + 1 >= v->len) {
-		v->cut = true;
-		return;
-	}
+	/* off stays below len, so there is room for the NUL at least: an
+	 * empty addition to a full buffer cuts nothing */
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(v->buf + v->off, v->len - v->off, fmt, ap);

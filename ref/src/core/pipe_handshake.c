@@ -400,8 +400,7 @@ static void tw__pipe_do_connect(void *arg)
 		tw__pipe_fail(p, TW_ERR_CLOSED, "context closed");
 		goto out;
 	}
-	p->connect_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
-	if (p->connect_ms > 0) {
+	if (p->connect_ms > 0) { /* taken by tw_context_connect */
 		p->connect_deadline = tw__loop_deadline(&ctx->loop, p->connect_ms);
 		tw__pipe_timer_start(p, p->connect_ms);
 	}
@@ -446,6 +445,8 @@ tw_status_t tw_context_connect(tw_context *ctx, const char *url, tw_pipe **pipe_
 	if (!p)
 		return tw__api_fail(TW_ERR_NOMEM, "%s: out of memory", fn);
 	p->refs = 3; /* the application's, "live" and the command's */
+	/* the bound in force at the call (a later change is for later pipes) */
+	p->connect_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
 	p->boot_reg = reg;
 	snprintf(p->url, sizeof(p->url), "%s", url);
 	p->connect_address = p->url + (address - url);

@@ -15,7 +15,8 @@ void tw__pipe_release(tw_pipe *p);
 void tw__conn_close(tw_conn **c);
 void tw__pipe_fail(tw_pipe *p, tw_status_t status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-void tw__pipe_op_deadline(tw_pipe *p, uint64_t *deadline, uint64_t *timeout_ms);
+void tw__pipe_op_deadline(tw_pipe *p, uint64_t timeout_ms, uint64_t *deadline);
+uint64_t tw__pipe_op_timeout(tw_pipe *p);
 
 /* pipe_end.c: timers, end watches, the verdict, goodbye */
 void tw__ptimer_start(tw_pipe *p, tw_pipe_timer *pt, uv_timer_cb cb, uint64_t ms);

@@ -220,7 +220,8 @@ static void tw__pipe_do_read_descriptor(void *arg)
 		tw__loop_defer(&p->ctx->loop, &h->desc_dfr, tw__pipe_deliver_desc, h);
 	}
 	tw__list_push_back(&p->in_msgs, &m->link);
-	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
+	m->timeout_ms = m->desc_timeout_ms;
+	tw__pipe_op_deadline(p, m->timeout_ms, &m->deadline);
 	if (p->state == TW_PIPE_FAILED)
 		tw__pipe_in_check_all(p);
 	else
@@ -242,6 +243,7 @@ tw_status_t tw_pipe_read_descriptor(tw_pipe *p, tw_read_descriptor_cb cb, void *
 	m->desc_cb = cb;
 	m->desc_arg = arg;
 	m->state = TW_IN_WANT_DESC;
+	m->desc_timeout_ms = tw__pipe_op_timeout(p);
 	tw__pipe_ref(p);
 	if (!tw__loop_post(&p->ctx->loop, &m->desc_dfr, tw__pipe_do_read_descriptor, m)) {
 		tw__in_msg_free(m);
@@ -261,7 +263,8 @@ static void tw__pipe_do_read(void *arg)
 	}
 	m->read_requested = true;
 	m->state = TW_IN_READING;
-	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
+	m->timeout_ms = m->read_timeout_ms;
+	tw__pipe_op_deadline(p, m->timeout_ms, &m->deadline);
 	if (p->d_busy == m)
 		p->d_busy = NULL;
 	if (p->state == TW_PIPE_FAILED) {
@@ -410,6 +413,7 @@ tw_status_t tw_pipe_read(tw_pipe *p, const tw_allocation *alloc, tw_read_cb cb, 
 		m->ten_allocs[i] = alloc->tensors[i];
 	m->read_cb = cb;
 	m->read_arg = arg;
+	m->read_timeout_ms = tw__pipe_op_timeout(p);
 	tw__pipe_ref(p);
 	if (!tw__loop_post(&p->ctx->loop, &m->read_dfr, tw__pipe_do_read, m)) {
 		tw__pipe_unref(p);

@@ -496,7 +496,7 @@ static void tw__pipe_do_write(void *arg)
 		m->cb = tw__mutant_ignore_cb;
 	}
 	tw__list_push_back(&p->out_msgs, &m->link);
-	tw__pipe_op_deadline(p, &m->deadline, &m->timeout_ms);
+	tw__pipe_op_deadline(p, m->timeout_ms, &m->deadline);
 	if (p->state == TW_PIPE_FAILED)
 		tw__pipe_out_check_all(p);
 	else
@@ -516,6 +516,7 @@ tw_status_t tw_pipe_write(tw_pipe *p, const tw_message *msg, tw_write_cb cb, voi
 	m->pipe = p;
 	m->cb = cb;
 	m->arg = arg;
+	m->timeout_ms = tw__pipe_op_timeout(p);
 	tw__pipe_ref(p);
 	if (!tw__loop_post(&p->ctx->loop, &m->dfr, tw__pipe_do_write, m)) {
 		tw__out_msg_free(m);
