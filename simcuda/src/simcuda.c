@@ -142,8 +142,12 @@ static void ev_set_done(struct CUevent_st *e, uint64_t gen)
 		;
 }
 
+/* events made and not yet gone (simcuda_events_live); under g.mu */
+static unsigned long sc_events_live;
+
 static void ev_free(struct CUevent_st *e)
 {
+	sc_events_live--; /* lock held */
 	if (e->sh) {
 		munmap(e->sh, sizeof(*e->sh));
 		close(e->fd);
@@ -686,6 +690,19 @@ SC_EXPORT void simcuda_fail(const char *fn, unsigned long n)
 	sc_fail.at = fn ? n : 0;
 	sc_fail.calls = 0;
 	pthread_mutex_unlock(&g.mu);
+}
+
+/* Not a driver entry point: how many events exist, made by cuEventCreate
+ * and not yet gone (a destroyed event goes once the records and waits
+ * queued on it have run), so a test can tell that a library does not keep
+ * events it no longer needs. */
+SC_EXPORT unsigned long simcuda_events_live(void);
+SC_EXPORT unsigned long simcuda_events_live(void)
+{
+	pthread_mutex_lock(&g.mu);
+	unsigned long n = sc_events_live;
+	pthread_mutex_unlock(&g.mu);
+	return n;
 }
 
 SC_EXPORT unsigned long simcuda_fails_fired(void);
@@ -1272,6 +1289,7 @@ SC_EXPORT CUresult cuEventCreate(CUevent *pevent, unsigned int flags)
 		}
 		e->sh = m;
 	}
+	sc_events_live++;
 	*pevent = e;
 	SC_RETURN(TW_CUDA_SUCCESS);
 }
@@ -1577,6 +1595,7 @@ SC_EXPORT CUresult cuIpcOpenEventHandle(CUevent *pevent, CUipcEventHandle handle
 	e->refs = 1;
 	e->fd = fd;
 	e->sh = m;
+	sc_events_live++;
 	*pevent = e;
 	SC_RETURN(TW_CUDA_SUCCESS);
 }
