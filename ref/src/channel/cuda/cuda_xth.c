@@ -14,6 +14,7 @@
  * completion, the receive once its bytes are in (stock: once the copy was
  * queued).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,17 +32,19 @@
 
 typedef struct cx_channel cx_channel;
 
-/* an event of a failed send, destroyed when the context goes */
-typedef struct cx_late {
-	CUevent event;
-	int dev;
-	struct cx_late *next;
-} cx_late;
-
 typedef struct cx_ctx {
 	tw_cuda_ctx cc;
-	cx_late *late; /* loop thread; cx_destroy after the loop stopped */
 } cx_ctx;
+
+/* A send's start event is handed raw to the receiver, a pipe of another
+ * context of this process with a loop thread of its own. The receiver
+ * waits on it only while the writer's end is not seen (spec 4.4.e), and
+ * the writer ends its side before it calls a send back (transport.h,
+ * close). This lock makes that check and the wait one step against the
+ * event's destruction: a receiver that found the writer still there has
+ * queued its wait before the writer destroys the event, and one that comes
+ * later finds the end and waits on nothing. */
+static pthread_mutex_t cx_events_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct cx_op {
 	cx_channel *ch;
@@ -81,23 +84,15 @@ static void cx_call(void *arg)
 {
 	cx_op *op = arg;
 	cx_channel *ch = op->ch;
-	/* The Descriptor hands the raw event to the receiver, a pipe of another
-	 * context that may still be about to wait on it when this send fails
-	 * (its completion never came): only a completed send destroys it now;
-	 * a failed one's waits for the context's end (cx_destroy). */
-	if (op->start && op->status == TW_OK) {
+	/* A completed send's receiver has waited; a failed one's channel has
+	 * ended its side (cx_fail closed its connections), so no receiver
+	 * waits on the event from now on (cx_events_mu). */
+	if (op->start) {
 		char d[TW_DETAIL_MAX];
+		pthread_mutex_lock(&cx_events_mu);
 		if (tw__cuda_use_device(ch->ctx->cu, op->buf.device.index, d, sizeof(d)) == TW_OK)
 			(void)ch->ctx->cu->cuEventDestroy_v2(op->start);
-	} else if (op->start) {
-		cx_ctx *c = (cx_ctx *)ch->ctx;
-		cx_late *l = tw__calloc(1, sizeof(*l));
-		if (l) {
-			l->event = op->start;
-			l->dev = op->buf.device.index;
-			l->next = c->late;
-			c->late = l;
-		}
+		pthread_mutex_unlock(&cx_events_mu);
 	}
 	op->cb(&ch->base, op->status, op->status == TW_OK ? "" : op->detail, op->arg);
 	tw__free(op);
@@ -257,9 +252,14 @@ static void cx_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 		if (st == TW_OK) {
 			op->done.fn = cx_on_copied;
 			op->done.arg = op;
-			st = tw__cuda_copy(ch->ctx, op->buf.device.index, op->buf.ptr, src.ptr, op->buf.len,
-			                   op->buf.cuda_stream, (CUevent)(uintptr_t)event, NULL, &op->done, d,
-			                   sizeof(d));
+			pthread_mutex_lock(&cx_events_mu);
+			if (tw__channel_writer_left(ch->conn[0], d, sizeof(d)))
+				st = TW_ERR_EOF; /* its event may be gone: wait on nothing */
+			else
+				st = tw__cuda_copy(ch->ctx, op->buf.device.index, op->buf.ptr, src.ptr,
+				                   op->buf.len, op->buf.cuda_stream, (CUevent)(uintptr_t)event,
+				                   NULL, &op->done, d, sizeof(d));
+			pthread_mutex_unlock(&cx_events_mu);
 		}
 		if (st == TW_OK) {
 			op->copying = true;
@@ -381,14 +381,6 @@ static tw_status_t cx_open(tw_channel_ctx *base, tw_endpoint_t endpoint, tw_conn
 static void cx_destroy(tw_channel_ctx *base)
 {
 	cx_ctx *c = (cx_ctx *)base;
-	while (c->late) {
-		cx_late *l = c->late;
-		char d[TW_DETAIL_MAX];
-		c->late = l->next;
-		if (tw__cuda_use_device(c->cc.cu, l->dev, d, sizeof(d)) == TW_OK)
-			(void)c->cc.cu->cuEventDestroy_v2(l->event);
-		tw__free(l);
-	}
 	tw__cuda_ctx_fini(&c->cc);
 	tw__free(c);
 }
