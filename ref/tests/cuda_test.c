@@ -604,9 +604,16 @@ static void case_close_mid(void)
  * failed write hands its buffer back, which it refills with other bytes at
  * once. The read then fails or delivers the bytes written, never the later
  * ones with TW_OK (cuda_xth copies out of the writer's memory). */
+#define WITHDRAWN_LEN ((size_t)1 << 20)
+
+static void refill_seed3(void *src) /* on cuda:0 */
+{
+	dev_fill(0, src, WITHDRAWN_LEN, 3);
+}
+
 static void case_withdrawn(void)
 {
-	const size_t len = (size_t)1 << 20;
+	const size_t len = WITHDRAWN_LEN;
 	const int from = 0, to = cu.ndev - 1;
 	tu_pair p = { 0 };
 	open_pair(&p);
@@ -624,24 +631,7 @@ static void case_withdrawn(void)
 	tu_once(&w), tu_once(&d), tu_once(&r);
 	CHECK(dev_mismatch(to, dst, len, 1) == len);
 	dev_fill(from, src, len, 2);
-	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
-	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	usleep(20 * 1000); /* the writer's channel hands over its part */
-	tu_loop_hold h;
-	tu_hold_loop(&h, p.s);
-	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
-	tw_pipe_close(p.c);
-	tu_wait(&w.w, 1);
-	if (w.status != TW_OK)
-		dev_fill(from, src, len, 3); /* the writer's buffer is its own again */
-	tu_release_loop(&h);
-	tu_wait(&r.w, 1);
-	printf("# write: %s (%s); read: %s (%s)\n", tw_status_name(w.status), w.detail,
-	       tw_status_name(r.status), r.detail);
-	if (w.status == TW_OK)
-		tu_expect(&r, TW_OK, NULL);
+	tu_withdraw_write(&p, &m, &a, &w, &d, &r, refill_seed3, src);
 	size_t bad = r.status == TW_OK ? dev_mismatch(to, dst, len, 2) : len;
 	if (bad != len) {
 		fprintf(stderr, "read TW_OK, but byte %zu differs from what was written%s\n", bad,

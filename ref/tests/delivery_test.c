@@ -672,6 +672,13 @@ static void case_read_then_goodbye(void)
 	printf("   %d rounds: both writes TW_OK every time\n", ROUNDS);
 }
 
+enum { WITHDRAWN_LEN = 1 << 20 };
+
+static void refill_5a(void *buf)
+{
+	memset(buf, 0x5a, WITHDRAWN_LEN);
+}
+
 /* The reader has a tensor's descriptor; its loop thread is held (in a
  * callback) while it asks for the read and the writer closes its pipe. The
  * write fails, which hands its buffer back to the writer, who overwrites it
@@ -684,12 +691,11 @@ static void case_read_then_goodbye(void)
  * before, so the channel knows its peer.) */
 static void case_withdrawn_tensor(void)
 {
-	enum { LEN = 1 << 20 };
 	tu_pair p = { 0 };
 	tu_pair_open(&p, NULL);
 	tw_tensor t;
 	tw_message m;
-	uint8_t *src = tu_big_message(LEN, &t, &m), *dst = malloc(LEN);
+	uint8_t *src = tu_big_message(WITHDRAWN_LEN, &t, &m), *dst = malloc(WITHDRAWN_LEN);
 	CHECK(dst);
 	tw_tensor_allocation ta = { .data = dst, .device = tw_device_cpu() };
 	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
@@ -698,31 +704,14 @@ static void case_withdrawn_tensor(void)
 	tu_expect(&r, TW_OK, NULL);
 	tu_expect(&w, TW_OK, NULL);
 	tu_once(&w), tu_once(&d), tu_once(&r);
-	memset(src, 0xa5, LEN);
-	memset(dst, 0, LEN);
-	tu_rec_init(&w), tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_write(p.c, &m, tu_on_status, &w));
-	CHECK_OK(tw_pipe_read_descriptor(p.s, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	usleep(20 * 1000); /* the writer's channel hands over its part */
-	tu_loop_hold h;
-	tu_hold_loop(&h, p.s);
-	CHECK_OK(tw_pipe_read(p.s, &a, tu_on_status, &r));
-	tw_pipe_close(p.c);
-	tu_wait(&w.w, 1);
-	if (w.status != TW_OK)
-		memset(src, 0x5a, LEN); /* the writer's buffer is its own again */
-	tu_release_loop(&h);
-	tu_wait(&r.w, 1);
-	printf("   write: %s (%s); read: %s (%s)\n", tw_status_name(w.status), w.detail,
-	       tw_status_name(r.status), r.detail);
-	if (w.status == TW_OK)
-		tu_expect(&r, TW_OK, NULL);
+	memset(src, 0xa5, WITHDRAWN_LEN);
+	memset(dst, 0, WITHDRAWN_LEN);
+	tu_withdraw_write(&p, &m, &a, &w, &d, &r, refill_5a, src);
 	if (r.status == TW_OK) {
 		size_t bad = 0;
-		while (bad < LEN && dst[bad] == 0xa5)
+		while (bad < WITHDRAWN_LEN && dst[bad] == 0xa5)
 			bad++;
-		if (bad != LEN) {
+		if (bad != WITHDRAWN_LEN) {
 			fprintf(stderr, "read TW_OK, but byte %zu is 0x%02x, not the 0xa5 written%s\n", bad,
 			        dst[bad], dst[bad] == 0x5a ? " (the writer's later use of its buffer)" : "");
 			abort();

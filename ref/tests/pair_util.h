@@ -311,4 +311,34 @@ static inline void tu_pair_close(tu_pair *p)
 	tw_context_destroy(p->sctx);
 }
 
+/* The writer p->c withdraws message m by closing while the reader p->s
+ * reads it (spec 4.4.e): p->c writes m, p->s gets its descriptor (d); once
+ * the writer's channel had time to hand over its part, p->s's loop is held
+ * while p->s asks for the read into a (r) and p->c closes; when the write
+ * (w) failed, refill(arg) reuses the writer's buffer at once, as its user
+ * may; then the loop goes on and the read's callback is waited for. */
+static inline void tu_withdraw_write(tu_pair *p, const tw_message *m, const tw_allocation *a,
+                                     tu_rec *w, tu_rec *d, tu_rec *r, void (*refill)(void *),
+                                     void *arg)
+{
+	tu_rec_init(w), tu_rec_init(d), tu_rec_init(r);
+	CHECK_OK(tw_pipe_write(p->c, m, tu_on_status, w));
+	CHECK_OK(tw_pipe_read_descriptor(p->s, tu_on_desc, d));
+	tu_expect(d, TW_OK, NULL);
+	usleep(20 * 1000);
+	tu_loop_hold h;
+	tu_hold_loop(&h, p->s);
+	CHECK_OK(tw_pipe_read(p->s, a, tu_on_status, r));
+	tw_pipe_close(p->c);
+	tu_wait(&w->w, 1);
+	if (w->status != TW_OK)
+		refill(arg);
+	tu_release_loop(&h);
+	tu_wait(&r->w, 1);
+	printf("# write: %s (%s); read: %s (%s)\n", tw_status_name(w->status), w->detail,
+	       tw_status_name(r->status), r->detail);
+	if (w->status == TW_OK)
+		tu_expect(r, TW_OK, NULL); /* a write reported TW_OK is read whole */
+}
+
 #endif /* TW_TESTS_PAIR_UTIL_H */
