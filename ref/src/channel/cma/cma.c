@@ -470,12 +470,16 @@ static void cma_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *bu
 		return;
 	}
 	/* memory is only read from the process at the other end (4.4.d, 4.5.b) */
-	if (st == TW_OK && !(ch->xth ? TW_MUTANT("xth_peer_trusted") : TW_MUTANT("cma_pid_trusted")))
+	if (st == TW_OK && !(ch->xth ? TW_MUTANT("xth_peer_trusted") : TW_MUTANT("cma_pid_trusted"))) {
 		st = cma_check_peer(ch, ch->xth ? (uint32_t)getpid() : d.pid, dd, sizeof(dd));
+		/* a writer that left holds no socket to find: say that, not "forged" */
+		if (st != TW_OK && tw__channel_writer_left(ch->conn[0], dd, sizeof(dd)))
+			st = TW_ERR_EOF;
+	}
 	if (st != TW_OK) { /* a broken or forged peer fails the channel (channel.h) */
-		ch->failed = TW_ERR_PROTO;
+		ch->failed = st == TW_ERR_EOF ? TW_ERR_EOF : TW_ERR_PROTO;
 		tw__detail(ch->failed_detail, sizeof(ch->failed_detail), "%s", dd);
-		cma_fail_op(op, TW_ERR_PROTO, dd);
+		cma_fail_op(op, ch->failed, dd);
 		cma_settle(op);
 		return;
 	}

@@ -238,7 +238,9 @@ static void cx_on_desc(tw_conn *c, tw_status_t st, const char *detail, void *buf
 		cx_fail(ch, TW_ERR_PROTO, d);
 	} else if (!ch->here &&
 	           !(ch->here = tw__channel_peer_is(ch->conn[0], getpid(), d, sizeof(d)) == TW_OK)) {
-		cx_fail(ch, TW_ERR_PROTO, d); /* 4.5.b: its pointers and events are not ours */
+		/* 4.5.b: its pointers and events are not ours; or it left (4.4.e) */
+		cx_fail(ch, tw__channel_writer_left(ch->conn[0], d, sizeof(d)) ? TW_ERR_EOF : TW_ERR_PROTO,
+		        d);
 	} else {
 		int64_t dev = v.src_device;
 		uint64_t ptr = v.src_ptr, event = v.start_event;
