@@ -18,6 +18,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <poll.h>
+
 #include "pair_util.h"
 
 enum { SLOW_LEN = 1024 };
@@ -436,6 +438,81 @@ static void case_queued_peer_killed(void)
 	close(ready[0]), close(ready[1]);
 }
 
+/* The peer forks a worker that never calls tensorwire (a data loader, say)
+ * and is then killed with SIGKILL while the worker lives on. The worker's
+ * copies of the peer's descriptors were closed as it was forked
+ * (tensorwire.h, tw_context_create), so this end's pending read fails at
+ * once with the peer's death; before, it stayed pending until the worker
+ * exited, since the worker's copies kept every connection open. The worker
+ * lives until released, at most 60 s; the read must fail within 20 s. */
+static void case_peer_forked_then_died(void)
+{
+	int url_pipe[2], worker[2], release[2];
+	CHECK(pipe(worker) == 0 && pipe(release) == 0);
+	char url[128];
+	pid_t pid = tu_fork_url_child(url_pipe, url, sizeof(url));
+	if (pid == 0) {
+		close(release[1]);
+		tw_context *c;
+		tu_ctx(&c, "forker");
+		tw_pipe *p;
+		CHECK_OK(tw_context_connect(c, url, &p));
+		tu_rec e;
+		tu_rec_init(&e);
+		CHECK_OK(tw_pipe_on_established(p, tu_on_status, &e));
+		tu_expect(&e, TW_OK, NULL);
+		tu_send_text(p, "before the fork");
+		fflush(NULL);
+		pid_t w = fork();
+		CHECK(w >= 0);
+		if (w == 0) { /* the worker: waits, touching nothing of the library */
+			struct pollfd pf = { release[0], POLLIN, 0 };
+			(void)poll(&pf, 1, 60000);
+			_exit(0);
+		}
+		CHECK(write(worker[1], &w, sizeof(w)) == (ssize_t)sizeof(w));
+		for (;;)
+			pause();
+	}
+	close(release[0]);
+	tw_context *s;
+	tu_ctx(&s, "reader");
+	tw_listener *l = tu_listen(s, NULL, url, sizeof(url));
+	tu_rec acc, est, d;
+	tu_rec_init(&acc), tu_rec_init(&est), tu_rec_init(&d);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+	close(url_pipe[0]);
+	tu_url_send(url_pipe, url);
+	tu_expect(&acc, TW_OK, NULL);
+	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &est));
+	tu_expect(&est, TW_OK, NULL);
+	tu_expect_text(acc.pipe, "before the fork");
+	pid_t w;
+	CHECK(read(worker[0], &w, sizeof(w)) == (ssize_t)sizeof(w));
+	CHECK_OK(tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d));
+	printf("   killing the peer (pid %d) with SIGKILL; its worker (pid %d) lives on\n", (int)pid,
+	       (int)w);
+	CHECK(kill(pid, SIGKILL) == 0);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	bool ended = tu_wait_for(&d.w, 1, 20000);
+	bool worker_alive = kill(w, 0) == 0;
+	CHECK(write(release[1], "x", 1) == 1); /* the worker may go */
+	if (!ended || !worker_alive) {
+		fprintf(stderr, "the pending read %s while the dead peer's worker %s\n",
+		        ended ? "ended" : "was still pending 20 s after the peer's death",
+		        worker_alive ? "lived" : "had already exited");
+		abort();
+	}
+	tu_expect(&d, TW_ERR_CONNRESET, NULL);
+	tu_once(&d), tu_once(&acc), tu_once(&est);
+	tw_pipe_destroy(acc.pipe);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(s));
+	tw_context_destroy(s);
+	close(release[1]), close(worker[0]), close(worker[1]);
+}
+
 /* ---- crossed: the peer leaves while our write waits for it ------------------------------ */
 
 /* The writer's big payload waits on D for a reader that never reads it;
@@ -737,6 +814,7 @@ static const tu_case cases[] = {
 	{ "crossed_exit", case_crossed_exit },
 	{ "crossed_tensor_close", case_crossed_tensor_close },
 	{ "withdrawn_tensor", case_withdrawn_tensor },
+	{ "peer_forked_then_died", case_peer_forked_then_died },
 };
 
 int main(int argc, char **argv)

@@ -188,7 +188,12 @@ typedef struct tw_pipe tw_pipe;
  * On success the caller owns *ctx_out and must close, join and destroy it.
  * A context belongs to the process that created it: in a forked child,
  * calls on it fail at once with TW_ERR_INVAL naming the fork, join too, and
- * destroy returns without freeing (the child creates its own context). */
+ * destroy returns without freeing (the child creates its own context). The
+ * child's copies of the library's descriptors (sockets, shared memory) are
+ * closed as fork() returns in it, so a worker forked by a process that
+ * then dies does not keep that process's connections open: its peers see
+ * it gone at once (vfork and posix_spawn close nothing; exec closes them
+ * anyway). */
 TW_NODISCARD tw_status_t tw_context_create(const char *name, tw_context **ctx_out);
 
 /* Registers a transport. `kind` selects the implementation ("uv" = TCP; "shm",

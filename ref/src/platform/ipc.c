@@ -108,7 +108,7 @@ static int tw__take_passed(struct msghdr *msg, int *fds, int keep)
 			int one;
 			memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 			if (got < keep)
-				fds[got++] = one;
+				fds[got++] = tw__fd_own(one);
 			else
 				close(one);
 		}
@@ -146,7 +146,8 @@ int tw__sys_memfd_create(const char *name)
 		return -1;
 	}
 #ifdef SYS_memfd_create
-	return (int)syscall(SYS_memfd_create, name, 1U /* MFD_CLOEXEC */ | 2U /* MFD_ALLOW_SEALING */);
+	return tw__fd_own(
+		(int)syscall(SYS_memfd_create, name, 1U /* MFD_CLOEXEC */ | 2U /* MFD_ALLOW_SEALING */));
 #else
 	(void)name;
 	errno = ENOSYS;
@@ -160,7 +161,7 @@ int tw__sys_open_tmpfile(const char *dir)
 		errno = EACCES;
 		return -1;
 	}
-	return open(dir, O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	return tw__fd_own(open(dir, O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
 }
 
 int tw__sys_ftruncate(int fd, uint64_t len)
@@ -472,7 +473,7 @@ int tw__sys_socket_peer_of(int fd, pid_t pid, char *why, size_t why_len)
 int tw__sys_pidfd_open(pid_t pid)
 {
 #ifdef SYS_pidfd_open
-	return (int)syscall(SYS_pidfd_open, pid, 0);
+	return tw__fd_own((int)syscall(SYS_pidfd_open, pid, 0));
 #else
 	(void)pid;
 	errno = ENOSYS;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -55,13 +56,82 @@ char *tw__memdup_str(const void *s, size_t n)
 	return d;
 }
 
+/* ---- descriptors the library holds (tw__fd_own) ------------------------------------ */
+
+static pthread_mutex_t fds_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *fds_bits; /* bit fd: held; under fds_mu */
+static size_t fds_words;
+static pthread_once_t fds_once = PTHREAD_ONCE_INIT;
+
+static void fds_prepare(void)
+{
+	pthread_mutex_lock(&fds_mu);
+}
+
+static void fds_parent(void)
+{
+	pthread_mutex_unlock(&fds_mu);
+}
+
+/* The forked child: one thread, the lock taken by fds_prepare before the
+ * fork. Its copies of the library's descriptors go (see platform.h). */
+static void fds_child(void)
+{
+	for (size_t w = 0; w < fds_words; w++) {
+		for (uint64_t b = fds_bits[w]; b; b &= b - 1)
+			(void)close((int)(w * 64 + (size_t)__builtin_ctzll(b)));
+		fds_bits[w] = 0;
+	}
+	pthread_mutex_unlock(&fds_mu);
+}
+
+static void fds_init(void)
+{
+	(void)pthread_atfork(fds_prepare, fds_parent, fds_child);
+}
+
+int tw__fd_own(int fd)
+{
+	if (fd < 0)
+		return fd;
+	pthread_once(&fds_once, fds_init);
+	pthread_mutex_lock(&fds_mu);
+	size_t w = (size_t)fd / 64;
+	if (w >= fds_words) {
+		size_t n = w + 1 > 2 * fds_words ? w + 1 : 2 * fds_words;
+		uint64_t *nb = realloc(fds_bits, n * sizeof(*nb));
+		if (nb) { /* else it stays unrecorded: a child keeps its copy */
+			memset(nb + fds_words, 0, (n - fds_words) * sizeof(*nb));
+			fds_bits = nb;
+			fds_words = n;
+		}
+	}
+	if (w < fds_words)
+		fds_bits[w] |= UINT64_C(1) << (fd % 64);
+	pthread_mutex_unlock(&fds_mu);
+	return fd;
+}
+
+/* Forgets fd before it is closed (so a descriptor of the same number made
+ * meanwhile by another thread is not forgotten in its place). */
+static void fd_disown(int fd)
+{
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&fds_mu);
+	size_t w = (size_t)fd / 64;
+	if (w < fds_words)
+		fds_bits[w] &= ~(UINT64_C(1) << (fd % 64));
+	pthread_mutex_unlock(&fds_mu);
+}
+
 int tw__sys_socket(int domain, int type, int protocol)
 {
 	if (TW_FAULT_POINT("sys/socket")) {
 		errno = EMFILE;
 		return -1;
 	}
-	return socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+	return tw__fd_own(socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol));
 }
 
 int tw__sys_bind(int fd, const struct sockaddr *addr, socklen_t len)
@@ -84,7 +154,7 @@ int tw__sys_accept(int fd, struct sockaddr *addr, socklen_t *len)
 		errno = EMFILE;
 		return -1;
 	}
-	return accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	return tw__fd_own(accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC));
 }
 
 int tw__sys_connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -194,6 +264,7 @@ void tw__sys_shutdown_write(int fd)
 
 int tw__sys_close(int fd)
 {
+	fd_disown(fd);
 	return close(fd);
 }
 

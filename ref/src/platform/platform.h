@@ -51,6 +51,15 @@ ssize_t tw__sys_writev(int fd, const struct iovec *iov, int iovcnt);
  * peer closed with nothing left unread, -1 and errno otherwise. Consumes
  * nothing. */
 ssize_t tw__sys_peek(int fd);
+/* Descriptors the library holds. Every wrapper that makes one (socket,
+ * accept, memfd, a /dev/shm file, descriptors received, a pidfd) records
+ * it, and tw__sys_close forgets it. A child forked without exec closes
+ * every one of them at once (a pthread_atfork handler): its copies of the
+ * library's objects are dead (calls fail there), and its copies of their
+ * sockets would otherwise keep the parent's connections open after the
+ * parent died, so its peers would not notice. vfork and posix_spawn run
+ * no handler and close nothing. Returns fd. */
+int tw__fd_own(int fd);
 /* Whether the peer of the connected stream socket fd has ended its side
  * (its FIN, a reset, an error), as the kernel knows it now, however many of
  * its bytes wait unread (poll with POLLRDHUP and no wait). Consumes

@@ -69,7 +69,7 @@ static void test_pass_fds(void)
 		CHECK(tw__sys_fd_size(fds[i], &size) == 0);
 		CHECKF(size == 4096u * (unsigned)(i + 1), "fd %d: size %llu", i, (unsigned long long)size);
 		CHECK((fcntl(fds[i], F_GETFD) & FD_CLOEXEC) != 0);
-		close(fds[i]);
+		tw__sys_close(fds[i]);
 	}
 
 	/* More descriptors than the receiver asked for: MSG_CTRUNC, reported as
@@ -80,7 +80,7 @@ static void test_pass_fds(void)
 	CHECKF(errno == EMSGSIZE, "errno %d", errno);
 	CHECK(nfds == 0);
 	for (int i = 0; i < 4; i++)
-		close(send[i]);
+		tw__sys_close(send[i]);
 	CHECKF(count_open_fds() == before, "open fds %d, before %d", count_open_fds(), before);
 
 	/* No descriptors at all, and the peer's close. */
@@ -114,7 +114,7 @@ static void test_shared_memory(void)
 		CHECK(b[0] == 0x5a && b[len - 1] == 0xa5);
 	}
 	CHECK(tw__sys_munmap(a, len) == 0 && tw__sys_munmap(b, len) == 0);
-	close(fd);
+	tw__sys_close(fd);
 
 	/* The fallback where memfd_create is missing: an unnamed file in a
 	 * tmpfs directory. */
@@ -124,7 +124,7 @@ static void test_shared_memory(void)
 	} else {
 		CHECK(tw__sys_ftruncate(fd, 4096) == 0);
 		CHECK(tw__sys_fd_size(fd, &size) == 0 && size == 4096);
-		close(fd);
+		tw__sys_close(fd);
 	}
 	errno = 0;
 	CHECK(tw__sys_mmap_shared(-1, 4096) == NULL && errno == EBADF);
@@ -161,15 +161,15 @@ static void test_abstract(void)
 	int l2 = tw__sys_socket(AF_UNIX, SOCK_STREAM, 0);
 	errno = 0;
 	CHECK(tw__sys_bind(l2, (struct sockaddr *)&a, alen) == -1 && errno == EADDRINUSE);
-	close(l2);
+	tw__sys_close(l2);
 	int c = tw__sys_socket(AF_UNIX, SOCK_STREAM, 0);
 	CHECK(tw__sys_connect(c, (struct sockaddr *)&a, alen) == 0);
 	struct sockaddr_un back;
 	socklen_t blen = sizeof(back);
 	CHECK(tw__sys_getpeername(c, (struct sockaddr *)&back, &blen) == 0);
 	CHECK(blen == alen && memcmp(&back, &a, alen) == 0);
-	close(c);
-	close(l);
+	tw__sys_close(c);
+	tw__sys_close(l);
 
 	char longname[200];
 	memset(longname, 'x', sizeof(longname));
@@ -397,7 +397,7 @@ static int trigger(const char *point)
 	} else if (!strcmp(point, "sys/seal")) {
 		int m = tw__sys_memfd_create("t");
 		FAILS(tw__sys_seal_size(m) < 0, EINVAL);
-		close(m);
+		tw__sys_close(m);
 	} else if (!strcmp(point, "sys/peer_of")) {
 		char why[256];
 		FAILS(tw__sys_socket_peer_of(sv[0], getpid(), why, sizeof(why)) < 0, EACCES);
