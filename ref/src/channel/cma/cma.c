@@ -378,8 +378,11 @@ static void cma_copy_step(void *arg)
 		           (unsigned long long)n, (unsigned long long)(op->ptr + op->done),
 		           (unsigned)op->pid, (unsigned long long)op->done, (unsigned long long)op->len,
 		           got < 0 ? tw__strerror(errno, eb, sizeof(eb)) : "copied nothing");
-		ch->failed = got < 0 && (errno == EPERM || errno == ESRCH) ? TW_ERR_UNSUPPORTED
-		                                                          : TW_ERR_SYS;
+		/* a copy refused is the host's policy; a writer whose process
+		 * is gone died (its connections reset with it) */
+		ch->failed = got < 0 && errno == EPERM   ? TW_ERR_UNSUPPORTED
+		             : got < 0 && errno == ESRCH ? TW_ERR_CONNRESET
+		                                         : TW_ERR_SYS;
 		cma_copy_failed(ch, op);
 		return;
 	}
