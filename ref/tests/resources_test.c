@@ -11,6 +11,8 @@
  *   emfile_two_left   the server has two descriptors left: the bootstrap
  *                     connection gets in, the pipe's other connections do
  *                     not; both ends learn promptly, the same way
+ *   emfile_shm_client a client with two descriptors left connects over shm:
+ *                     the pipe fails with TW_ERR_SYS naming the call
  *   storm             200 clients connect at once, three rounds, from one
  *                     network namespace to another (netns_pair.sh): every
  *                     pipe is established on both ends and carries a
@@ -253,6 +255,67 @@ static void case_emfile_two_left(void)
 	emfile(2);
 }
 
+/* A client process with two descriptors left connects over shm: its
+ * connection's socket takes one, the inbox's header segment the other, and
+ * the data segment cannot be made. The pipe fails with TW_ERR_SYS naming
+ * the call and the errno (before: TW_ERR_NOMEM, "allocation failed"). */
+static void case_emfile_shm_client(void)
+{
+	tw_context *s, *c;
+	CHECK_OK(tw_context_create("server", &s));
+	CHECK_OK(tw_context_create("client", &c));
+	tw_status_t st = tw_context_register_transport(s, "shm", NULL, 0, NULL);
+	if (st == TW_ERR_UNSUPPORTED) {
+		printf("SKIP: shm is not viable here: %s\n", tw_last_error());
+		exit(77);
+	}
+	CHECK_OK(st);
+	CHECK_OK(tw_context_register_transport(c, "shm", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(s, "basic", NULL, 0, NULL));
+	CHECK_OK(tw_context_register_channel(c, "basic", NULL, 0, NULL));
+	const char *urls[] = { "shm://" };
+	tw_listener *l;
+	CHECK_OK(tw_context_listen(s, urls, 1, &l));
+	char url[128];
+	CHECK_OK(tw_listener_url(l, NULL, url, sizeof(url)));
+	tu_rec acc, e;
+	tu_rec_init(&acc), tu_rec_init(&e);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+	usleep(100 * 1000); /* the loop threads settle their descriptors */
+	struct rlimit old;
+	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+	int top = fd_ceiling();
+	set_nofile((rlim_t)(top + 2));
+	int fillers[1024], nfill = 0;
+	for (;;) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+		CHECK(nfill < 1024);
+		fillers[nfill++] = fd;
+	}
+	for (int i = 0; i < 2 && nfill > 0; i++)
+		close(fillers[--nfill]);
+	tw_pipe *p;
+	CHECK_OK(tw_context_connect(c, url, &p));
+	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &e));
+	tu_wait(&e.w, 1);
+	set_nofile(old.rlim_cur);
+	while (nfill > 0)
+		close(fillers[--nfill]);
+	printf("   client with two descriptors left: %s: %s\n", tw_status_name(e.status), e.detail);
+	tu_expect(&e, TW_ERR_SYS, "Too many open files");
+	tu_once(&e);
+	tw_pipe_destroy(p);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(c));
+	CHECK_OK(tw_context_join(s));
+	tw_context_destroy(c);
+	tw_context_destroy(s);
+	if (acc.calls && acc.status == TW_OK)
+		tw_pipe_destroy(acc.pipe);
+}
+
 /* ---- a connection storm ----------------------------------------------------------------- */
 
 /* TcpExt ListenOverflows of this network namespace: connections the kernel
@@ -401,6 +464,7 @@ static void case_storm(void)
 static const tu_case cases[] = {
 	{ "emfile_none_left", case_emfile_none_left },
 	{ "emfile_two_left", case_emfile_two_left },
+	{ "emfile_shm_client", case_emfile_shm_client },
 	{ "storm", case_storm },
 };
 

@@ -651,9 +651,14 @@ static tw_status_t shm_conn_watch_end(tw_conn *base, tw_conn_end_cb cb, tw_conn_
 
 /* ---- making connections ---------------------------------------------------------- */
 
+/* A new connection on socket fd, or NULL with *st_out saying why (NOMEM,
+ * or SYS for a system call that failed, such as a process out of
+ * descriptors: the detail names the call). */
 static shm_conn *shm_conn_new(shm_transport *t, int fd, bool accepted, const char *peer,
-                              const tw_conn_opts *opts, char *detail, size_t detail_len)
+                              const tw_conn_opts *opts, tw_status_t *st_out, char *detail,
+                              size_t detail_len)
 {
+	*st_out = TW_ERR_NOMEM;
 	shm_conn *c = tw__calloc(1, sizeof(*c));
 	if (!c) {
 		tw__detail(detail, detail_len, SHM_WHO ": connection to %s: out of memory", peer);
@@ -688,6 +693,7 @@ static shm_conn *shm_conn_new(shm_transport *t, int fd, bool accepted, const cha
 		tw__ring_unmap(&c->inbox);
 		tw__sys_close(fd);
 		tw__free(c);
+		*st_out = st;
 		return NULL;
 	}
 	c->poll.data = c;
@@ -736,9 +742,9 @@ static tw_status_t shm_connect(tw_transport *base, const char *address, const tw
 		           tw__strerror(errno, eb, sizeof(eb)));
 		return TW_ERR_SYS;
 	}
-	shm_conn *c = shm_conn_new(t, fd, false, address, opts, detail, detail_len);
+	shm_conn *c = shm_conn_new(t, fd, false, address, opts, &st, detail, detail_len);
 	if (!c)
-		return TW_ERR_NOMEM;
+		return st;
 	(void)tw__sockaddr_abstract(&c->addr, &c->addr_len, address, strlen(address));
 	shm_try_connect(c);
 	shm_drive(c);
@@ -760,10 +766,11 @@ static tw_status_t shm_make_conn(tw_stream_listener *l, int fd, const struct soc
 	(void)peer_addr; /* a connecting UNIX socket has no name */
 	char peer[SHM_ADDR_MAX];
 	snprintf(peer, sizeof(peer), "a peer of %s", l->address);
+	tw_status_t st;
 	shm_conn *c = shm_conn_new((shm_transport *)l->base.transport, fd, true, peer, &l->opts,
-	                           detail, detail_len);
+	                           &st, detail, detail_len);
 	if (!c)
-		return TW_ERR_NOMEM;
+		return st;
 	shm_drive(c);
 	*out = &c->core.base;
 	return TW_OK;
