@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "adapter_proc.h"
+#include "agent.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -38,6 +39,7 @@ struct twc_adapter {
 	json_t *armed;   /* "id" -> command whose event is expected */
 	json_t *seen;    /* "id" -> number of events received */
 	json_t *stray;   /* descriptions of lines that broke the protocol */
+	json_t *answered; /* "id" -> true once its response came */
 	json_int_t next_id;
 	bool out_eof, err_eof, exited;
 	bool signalled; /* the case killed or signalled it on purpose */
@@ -143,6 +145,7 @@ twc_adapter *twc_adapter_spawn(const char *cmd, const char *label, char *err, si
 	a->armed = json_object();
 	a->seen = json_object();
 	a->stray = json_array();
+	a->answered = json_object();
 	a->next_id = 1;
 	live[slot] = a;
 	return a;
@@ -167,25 +170,58 @@ static void id_key(json_int_t id, char key[32])
 	snprintf(key, 32, "%" JSON_INTEGER_FORMAT, id);
 }
 
-static void handle_line(twc_adapter *a, char *line)
+/* Notes a line that broke the protocol: what, and the line's first 200
+ * bytes made printable as UTF-8 (a note that cannot be made is still one). */
+static void stray(twc_adapter *a, const char *what, const char *line)
 {
-	if (line[0] == '\0')
+	char head[201];
+	snprintf(head, sizeof(head), "%s", line);
+	twc_agent_utf8_scrub(head);
+	json_t *note = json_sprintf("%s %s: %s", a->label, what, head);
+	json_array_append_new(a->stray, note ? note : json_string("(an adapter broke the protocol)"));
+}
+
+/* Every response answers a request that was sent, once (spec/agent.md
+ * 3.2); anything else on stdout breaks the protocol. */
+static void check_response(twc_adapter *a, const json_t *msg, const char *line)
+{
+	const json_t *idj = json_object_get(msg, "id");
+	if (!json_is_integer(idj) || !json_is_boolean(json_object_get(msg, "ok"))) {
+		stray(a, "wrote a JSON object that is neither a response nor an event", line);
 		return;
+	}
+	json_int_t id = json_integer_value(idj);
+	char key[32];
+	id_key(id, key);
+	if (id < 0 || id >= a->next_id)
+		stray(a, "answered a request the harness never sent", line);
+	else if (json_object_get(a->answered, key))
+		stray(a, "answered a request a second time", line);
+	else
+		json_object_set_new(a->answered, key, json_true());
+}
+
+static void handle_line(twc_adapter *a, char *line, size_t len)
+{
+	if (len == 0)
+		return;
+	if (strlen(line) != len) {
+		stray(a, "wrote a line with a NUL byte in it", line[0] ? line : "(starts with NUL)");
+		return;
+	}
 	json_error_t jerr;
 	json_t *msg = json_loads(line, 0, &jerr);
 	if (!msg || !json_is_object(msg)) {
-		json_array_append_new(a->stray, json_sprintf("%s wrote a line that is not a JSON "
-		                                             "object: %.200s",
-		                                             a->label, line));
+		stray(a, "wrote a line that is not a JSON object", line);
 		json_decref(msg);
 		return;
 	}
-	if (json_object_get(msg, "event")) {
+	if (!json_object_get(msg, "event")) {
+		check_response(a, msg, line);
+	} else {
 		const json_t *idj = json_object_get(msg, "id");
 		if (!json_is_integer(idj)) {
-			json_array_append_new(a->stray,
-			                      json_sprintf("%s sent an event without an integer id: %.200s",
-			                                   a->label, line));
+			stray(a, "sent an event without an integer id", line);
 		} else {
 			char key[32];
 			id_key(json_integer_value(idj), key);
@@ -215,10 +251,7 @@ static void read_out(twc_adapter *a)
 		a->out_eof = true;
 		if (a->rlen) {
 			a->rbuf[a->rlen] = '\0';
-			json_array_append_new(a->stray,
-			                      json_sprintf("%s ended its output with an unterminated "
-			                                   "line: %.200s",
-			                                   a->label, a->rbuf));
+			stray(a, "ended its output with an unterminated line", a->rbuf);
 			a->rlen = 0;
 		}
 		return;
@@ -228,7 +261,7 @@ static void read_out(twc_adapter *a)
 	for (size_t i = a->rlen - (size_t)n; i < a->rlen; i++) {
 		if (a->rbuf[i] == '\n') {
 			a->rbuf[i] = '\0';
-			handle_line(a, a->rbuf + start);
+			handle_line(a, a->rbuf + start, i - start);
 			start = i + 1;
 		}
 	}
@@ -536,10 +569,21 @@ int twc_adapter_finish(twc_adapter *a, int timeout_ms, char *err, size_t errlen)
 		close(a->in_fd);
 		a->in_fd = -1;
 	}
+	long long exited_at = 0;
 	while (!(a->out_eof && a->err_eof && a->exited) && twc_now_ms() < deadline) {
 		twc_adapter_pump(50);
-		if (a->out_eof && a->err_eof)
-			reap(a);
+		reap(a);
+		if (a->exited && !exited_at)
+			exited_at = twc_now_ms();
+		if (exited_at && twc_now_ms() - exited_at > 2000) {
+			/* the adapter is gone; something it started keeps its output */
+			char st[64];
+			twc_adapter_describe_status(a->wstatus, st, sizeof(st));
+			set_err(err, errlen, "%s ended (%s), but a process it started still holds its %s "
+			        "open 2 s later: an adapter must not leave processes behind",
+			        a->label, st, !a->out_eof ? "stdout" : "stderr");
+			return -1;
+		}
 	}
 	if (!a->exited) {
 		signal_tree(a->pid, SIGKILL, 0);
@@ -666,6 +710,7 @@ void twc_adapter_destroy(twc_adapter *a)
 	json_decref(a->armed);
 	json_decref(a->seen);
 	json_decref(a->stray);
+	json_decref(a->answered);
 	free(a->wbuf);
 	free(a->rbuf);
 	free(a);

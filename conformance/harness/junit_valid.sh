@@ -3,7 +3,8 @@
 # selection that yields PASS, FAIL (an adapter that lies about a checksum),
 # XFAIL (stock's profile) and SKIP (an unavailable IUT), then checks that the
 # JUnit file is valid against harness/junit.xsd and holds each kind of
-# element, and that the JSON file has one object per case run.
+# element, and that the JSON file has one object per case run, also for a
+# run whose reason quotes an adapter's stderr cut inside a character.
 #   junit_valid.sh RUNNER LIAR STOCK_CMD XSD WORKDIR
 set -u
 runner=$1 liar=$2 stock=$3 xsd=$4 work=$5
@@ -19,6 +20,7 @@ xml="$work/junit.xml" json="$work/results.json"
 rm -f "$xml" "$json"
 "$runner" --case interop.mixed --case wire.bad_type_byte \
   --iut "stock=$stock" --iut "liar=$liar corrupt-read $stock" --iut "gone=unavailable:left out on purpose" \
+  --iut "utf8=$liar utf8-exit $stock" \
   --junit "$xml" --json "$json" > "$work/tap.txt" 2>&1
 rc=$?
 if [ "$rc" -ne 1 ]; then

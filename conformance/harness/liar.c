@@ -15,6 +15,17 @@
  *   wrong-channel    "info" reports channel "mpt"
  *   crash            the first "read" request kills the adapter and the liar
  *                    with SIGABRT
+ *   banner           after the hello's response, a 300-byte log line that is
+ *                    not JSON, with a two-byte character across byte 200
+ *   nul-line         after the hello's response, a line that starts with a
+ *                    NUL byte and then holds a JSON object
+ *   extra-object     after the hello's response, a JSON object that is
+ *                    neither a response nor an event
+ *   dup-response     the hello's response is sent twice
+ *   info-unsupported "info" is answered with an error of kind unsupported
+ *   utf8-exit        no lie on stdout; at the end, 1401 bytes of two-byte
+ *                    characters on stderr and exit status 3 (a report must
+ *                    keep the run whatever its reason's cut looks like)
  *   slow             no lie: every event is held back a random 0-50 ms before
  *                    it is relayed (a slow implementation, for the flake hunt
  *                    of tensorwire issue 17: a case's verdict must not depend
@@ -71,11 +82,51 @@ out:
 	return NULL;
 }
 
+/* Lines that break the protocol, written once after the hello's response. */
+static void after_hello(void)
+{
+	if (!strcmp(fault, "banner")) {
+		char b[301];
+		memset(b, 'a', 300);
+		memcpy(b, "INFO ", 5);
+		memcpy(b + 199, "\xc3\xa9", 2); /* U+00E9 across byte 200 */
+		b[300] = '\0';
+		printf("%s\n", b);
+	} else if (!strcmp(fault, "nul-line")) {
+		static const char nul_line[] = "\0{\"note\":\"after a NUL\"}\n";
+		fwrite(nul_line, 1, sizeof(nul_line) - 1, stdout);
+	} else if (!strcmp(fault, "extra-object")) {
+		printf("{\"note\":\"an object nobody asked for\"}\n");
+	}
+}
+
 /* Returns how many times to print the (possibly altered) line. */
 static int lie(json_t *m)
 {
 	const char *ev = json_string_value(json_object_get(m, "event"));
 	bool ok = json_is_true(json_object_get(m, "ok"));
+	if (!ev && ok && json_object_get(m, "protocol") && !done_once) { /* hello's response */
+		if (!strcmp(fault, "dup-response")) {
+			done_once = 1;
+			return 2;
+		}
+		if (!strcmp(fault, "banner") || !strcmp(fault, "nul-line") ||
+		    !strcmp(fault, "extra-object")) {
+			done_once = 1;
+			return -1; /* print it, then the extra line */
+		}
+	}
+	if (!strcmp(fault, "info-unsupported") && !ev && ok && json_object_get(m, "channel") &&
+	    json_object_get(m, "is_server")) {
+		json_t *id = json_incref(json_object_get(m, "id"));
+		json_object_clear(m);
+		json_object_set_new(m, "id", id);
+		json_object_set_new(m, "ok", json_false());
+		json_object_set_new(m, "error", json_pack("{s:s,s:s,s:s}", "kind", "unsupported",
+		                                          "status", "liar", "text",
+		                                          "info: this adapter cannot tell"));
+		return 1;
+	}
 	if (!strcmp(fault, "slow")) {
 		if (ev)
 			usleep((useconds_t)(rand_r(&slow_seed) % 50001));
@@ -117,7 +168,9 @@ static int lie(json_t *m)
 int main(int argc, char **argv)
 {
 	static const char *const faults[] = {"corrupt-read", "wrong-target", "double-event",
-	                                     "drop-event", "wrong-channel", "crash", "slow"};
+	                                     "drop-event", "wrong-channel", "crash", "slow",
+	                                     "banner", "nul-line", "extra-object", "dup-response",
+	                                     "info-unsupported", "utf8-exit"};
 	bool known = false;
 	if (argc >= 2)
 		for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
@@ -177,9 +230,11 @@ int main(int argc, char **argv)
 		} else {
 			int times = lie(m);
 			char *s = json_dumps(m, JSON_COMPACT);
-			for (int i = 0; s && i < times; i++)
+			for (int i = 0; s && i < (times < 0 ? 1 : times); i++)
 				printf("%s\n", s);
 			free(s);
+			if (times < 0)
+				after_hello();
 			json_decref(m);
 		}
 		fflush(stdout);
@@ -190,5 +245,11 @@ int main(int argc, char **argv)
 	waitpid(child, &st, 0);
 	if (f)
 		fclose(f);
+	if (!strcmp(fault, "utf8-exit")) {
+		for (int i = 0; i < 700; i++)
+			fputs("\xc3\xa9", stderr); /* U+00E9 */
+		fputs("\n", stderr);
+		return 3;
+	}
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }

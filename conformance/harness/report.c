@@ -270,13 +270,20 @@ int twc_junit_write(const char *path, const twc_result *rs, int n, char *err, si
 
 /* ---- JSON lines ------------------------------------------------------------------------- */
 
+/* A JSON string of s made valid UTF-8, so that no report line is lost to
+ * what an adapter wrote or to a field cut mid-character. */
+static json_t *jstr(const char *s)
+{
+	return twc_agent_jstr(s);
+}
+
 static json_t *iut_json(const twc_iut_info *i)
 {
 	if (!i)
 		return json_null();
-	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:s}", "name", i->name, "command",
-	                 i->cmd ? i->cmd : "", "impl", i->impl, "version", i->version, "adapter",
-	                 i->adapter, "protocol", i->protocol, "profile", i->profile);
+	return json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:o}", "name", jstr(i->name), "command",
+	                 jstr(i->cmd), "impl", jstr(i->impl), "version", jstr(i->version), "adapter",
+	                 jstr(i->adapter), "protocol", i->protocol, "profile", jstr(i->profile));
 }
 
 int twc_json_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen)
@@ -286,15 +293,16 @@ int twc_json_write(const char *path, const twc_result *rs, int n, char *err, siz
 		snprintf(err, errlen, "--json %s: cannot open for writing", path);
 		return -1;
 	}
+	int lost = 0;
 	for (int i = 0; i < n; i++) {
 		const twc_result *r = &rs[i];
-		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:f,s:o,s:o,s:s,s:s,s:b}", "id", r->c->id,
+		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:f,s:o,s:o,s:o,s:o,s:b}", "id", r->c->id,
 		                      "suite", r->c->suite, "section", r->c->section, "level",
 		                      r->c->level == TWC_MUST ? "MUST" : "SHOULD", "outcome",
-		                      twc_outcome_name(r->outcome), "reason", r->reason, "duration_s",
-		                      r->seconds, "iut", iut_json(r->iut), "peer", iut_json(r->peer),
-		                      "transport", r->transport, "channel", r->channel,
-		                      "required_failure", r->required_failure);
+		                      twc_outcome_name(r->outcome), "reason", jstr(r->reason),
+		                      "duration_s", r->seconds, "iut", iut_json(r->iut), "peer",
+		                      iut_json(r->peer), "transport", jstr(r->transport), "channel",
+		                      jstr(r->channel), "required_failure", r->required_failure);
 		if (o)
 			json_object_set_new(o, "rdma_provider", json_string(twc_rdma_provider()));
 		if (o)
@@ -305,11 +313,17 @@ int twc_json_write(const char *path, const twc_result *rs, int n, char *err, siz
 		char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		if (line)
 			fprintf(f, "%s\n", line);
+		else
+			lost++;
 		free(line);
 		json_decref(o);
 	}
 	if (fclose(f) != 0) {
 		snprintf(err, errlen, "--json %s: write failed", path);
+		return -1;
+	}
+	if (lost) { /* out of memory: say so rather than leave runs out */
+		snprintf(err, errlen, "--json %s: %d of %d run(s) could not be written", path, lost, n);
 		return -1;
 	}
 	return 0;

@@ -563,12 +563,14 @@ static int check_info_side(twc_session *s, twc_adapter *a, const char *pipe, boo
 	int rc = 0;
 	if (!json_is_true(json_object_get(resp, "ok"))) {
 		const char *kind = twc_event_error_kind(resp);
-		if (kind && !strcmp(kind, "unsupported"))
+		if (kind && !strcmp(kind, "unsupported")) {
 			printf("# %s cannot tell its transport and channel (spec/agent.md 6.9): "
 			       "check skipped: %s\n", twc_adapter_label(a), twc_event_error_text(resp));
-		else
+			s->info_unchecked |= transport || channel;
+		} else {
 			rc = twc_session_fail(s, "%s: info failed: %s (%s)", twc_adapter_label(a),
 			                     twc_event_error_text(resp), kind ? kind : "?");
+		}
 		json_decref(resp);
 		return rc;
 	}

@@ -32,6 +32,9 @@ typedef struct twc_session {
 	char reason[TWC_REASON_MAX];
 	char impl[2][64], version[2][64]; /* [0] server, [1] client, from hello */
 	char transport[32], channel[32];  /* what info reported (client side) */
+	/* an adapter answered info with unsupported where a transport or a
+	 * channel was to be checked (spec/agent.md 6.9): that check did not run */
+	bool info_unchecked;
 	char server_skipped[256];         /* ",name," per entry the server found not viable */
 } twc_session;
 

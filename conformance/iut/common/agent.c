@@ -18,6 +18,49 @@
 
 #include <xxhash.h>
 
+/* ---- UTF-8 ---------------------------------------------------------------------- */
+
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629), 0 if none. */
+static size_t utf8_seq(const unsigned char *p)
+{
+	unsigned c = p[0];
+	if (c < 0x80)
+		return 1;
+	size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+	if (!n)
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0; /* also a NUL: the sequence is cut */
+	if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) ||
+	    (c == 0xf4 && p[1] > 0x8f))
+		return 0; /* overlong, surrogate, past U+10FFFF */
+	return n;
+}
+
+void twc_agent_utf8_scrub(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+	while (*p) {
+		size_t n = utf8_seq(p);
+		if (n)
+			p += n;
+		else
+			*p++ = '?';
+	}
+}
+
+json_t *twc_agent_jstr(const char *s)
+{
+	char *c = strdup(s ? s : "");
+	if (!c)
+		return NULL;
+	twc_agent_utf8_scrub(c);
+	json_t *j = json_string(c);
+	free(c);
+	return j;
+}
+
 /* ---- generator ------------------------------------------------------------------ */
 
 #define TW_AGENT_GAMMA UINT64_C(0x9E3779B97F4A7C15)
@@ -295,8 +338,10 @@ static json_t *id_json(json_int_t id)
 
 json_t *twc_agent_error_json(const char *kind, const char *status, const char *text)
 {
-	return json_pack("{s:s,s:s,s:s}", "kind", kind, "status", status ? status : "",
-	                 "text", text ? text : "");
+	/* the IUT's own words, maybe cut to fit mid-character: made valid
+	 * UTF-8, so that the error is never lost from its response */
+	return json_pack("{s:s,s:o,s:o}", "kind", kind, "status", twc_agent_jstr(status), "text",
+	                 twc_agent_jstr(text));
 }
 
 void twc_agent_respond_ok(json_int_t id, json_t *fields)

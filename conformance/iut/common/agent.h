@@ -162,6 +162,15 @@ void twc_agent_respond_err(json_int_t id, const char *kind, const char *status,
 /* Builds the error object {"kind": kind, "status": status, "text": text}. */
 json_t *twc_agent_error_json(const char *kind, const char *status, const char *text);
 
+/* Makes s valid UTF-8 in place: each byte that does not belong to a
+ * well-formed sequence (a stray byte, a character cut short by a length
+ * limit, an overlong form, a surrogate) becomes '?'. */
+void twc_agent_utf8_scrub(char *s);
+/* A JSON string of s (NULL: "") made valid UTF-8; NULL only when out of
+ * memory. Text an IUT or an adapter wrote, or text cut to fit a field, then
+ * never makes a JSON line impossible to build. */
+json_t *twc_agent_jstr(const char *s);
+
 /* Sends an event {"event": name, "id": id, "ok": true, ...fields}. */
 void twc_agent_event_ok(const char *name, json_int_t id, json_t *fields);
 
