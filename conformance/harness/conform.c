@@ -210,7 +210,9 @@ static void usage(FILE *f)
 	"SKIP with --strict) fails the run; SHOULD cases are reported but do not.\n"
 	"\n"
 	"exit status: 0 every required case passed (or is an XFAIL of the profile),\n"
-	"             1 a required case failed, 77 nothing could run, 2 usage error or\n"
+	"             1 a required case failed (or, with --strict, nothing ran), 77\n"
+	"             nothing could run (no case selected, or each one skipped), 2 usage\n"
+	"             error or\n"
 	"             an --iut adapter that does not answer hello or speaks another\n"
 	"             agent protocol.\n"
 	"\n"
@@ -654,6 +656,8 @@ static void run_child(const options *opt, const twc_case *c, twc_result *r)
 	}
 	self[sl] = '\0';
 	int timeout_s = (int)(c->timeout_s * opt->timeout_scale);
+	if (timeout_s < 1)
+		timeout_s = 1;
 	int wait_ms = timeout_s * 1000 / 2; /* any single wait: half the case's time */
 	if (opt->wait_ms > 0 && opt->wait_ms < wait_ms)
 		wait_ms = opt->wait_ms;
@@ -902,7 +906,7 @@ static bool pair_selected(const options *opt, const twc_result *r)
 /* --expect-fail: the exit status of a harness self-test. */
 static int expected_failures(const char *text, int as_expected, int nruns)
 {
-	if (as_expected == nruns) {
+	if (nruns > 0 && as_expected == nruns) {
 		printf("# expected: all %d run(s) failed with '%s'\n", nruns, text);
 		return 0;
 	}
@@ -1046,11 +1050,14 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		} else if (!strcmp(a, "--expect-fail") && has) {
 			opt.expect_fail = argv[++i];
 		} else if (!strcmp(a, "--wait-s") && has) {
-			opt.wait_ms = atoi(argv[++i]) * 1000;
-			if (opt.wait_ms <= 0) {
-				fprintf(stderr, "tensorwire-conform: --wait-s wants a positive number\n");
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (end == argv[i] || *end || v <= 0 || v > INT_MAX / 1000) {
+				fprintf(stderr, "tensorwire-conform: --wait-s wants a whole number of seconds "
+				                "from 1 to %d, not '%s'\n", INT_MAX / 1000, argv[i]);
 				return 2;
 			}
+			opt.wait_ms = (int)v * 1000;
 		} else if (!strcmp(a, "--mutants") && has) {
 			opt.mut.list = argv[++i];
 		} else if (!strcmp(a, "--mutant-adapter") && has) {
@@ -1064,14 +1071,34 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		} else if (!strcmp(a, "--spec") && has) {
 			opt.spec = argv[++i];
 		} else if (!strcmp(a, "--timeout-scale") && has) {
-			opt.timeout_scale = atof(argv[++i]);
-			if (opt.timeout_scale <= 0)
-				opt.timeout_scale = 1.0;
+			/* a case's timeout is whole seconds: a scale that leaves none
+			 * would blame the IUT for the harness's setting */
+			char *end;
+			opt.timeout_scale = strtod(argv[++i], &end);
+			if (end == argv[i] || *end || !(opt.timeout_scale >= 0.05) ||
+			    !(opt.timeout_scale <= 100)) {
+				fprintf(stderr, "tensorwire-conform: --timeout-scale wants a number from 0.05 "
+				                "to 100, not '%s'\n", argv[i]);
+				return 2;
+			}
 		} else {
 			fprintf(stderr, "tensorwire-conform: unknown or incomplete option '%s' (see "
 			                "--help)\n", a);
 			return 2;
 		}
+	}
+	/* a report that cannot be written is a usage error before anything
+	 * runs, not after every case has */
+	const char *const reports[] = { opt.junit, opt.json };
+	for (int k = 0; k < 2 && !child; k++) {
+		FILE *rf = reports[k] ? fopen(reports[k], "a") : NULL;
+		if (reports[k] && !rf) {
+			fprintf(stderr, "tensorwire-conform: --%s %s: %s\n", k ? "json" : "junit",
+			        reports[k], strerror(errno));
+			return 2;
+		}
+		if (rf)
+			fclose(rf);
 	}
 	if (child) {
 		if (child_combo && !twc_combo_set_current(child_combo)) {
@@ -1250,7 +1277,9 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 			snprintf(r->reason, sizeof(r->reason), "%s", why);
 		} else {
 			run_one(&rctx, r);
-			ran++;
+			/* a case that found nothing to check here (a backend the IUT
+			 * says is not viable) did not run either */
+			ran += r->outcome != TWC_SKIP;
 		}
 		/* profiles: a known failure of either implementation involved becomes XFAIL */
 		/* a battery run on another combination is known to profiles as
@@ -1354,5 +1383,10 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	}
 	if (opt.expect_fail)
 		return expected_failures(opt.expect_fail, fails_as_expected, nruns);
+	if (ran == 0) {
+		/* strict: nothing may be left unchecked, and nothing was checked */
+		printf("# strict mode: nothing ran (%d run(s) selected, each skipped or none)\n", nruns);
+		return 1;
+	}
 	return required_failures ? 1 : 0;
 }

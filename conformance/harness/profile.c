@@ -42,7 +42,9 @@ static int profile_read(twc_profile *p, const char *path, char *err, unsigned lo
 	char *line = NULL;
 	size_t cap = 0;
 	int lineno = 0;
-	while (getline(&line, &cap, f) > 0) {
+	errno = 0;
+	ssize_t got;
+	while ((got = getline(&line, &cap, f)) > 0) {
 		lineno++;
 		char *hash = strchr(line, '#');
 		if (hash)
@@ -94,6 +96,11 @@ bad:
 		return -1;
 	}
 	free(line);
+	if (got < 0 && ferror(f)) { /* a directory, an unreadable file: not an empty profile */
+		snprintf(err, errlen, "profile %s: %s", path, strerror(errno ? errno : EIO));
+		fclose(f);
+		return -1;
+	}
 	fclose(f);
 	size_t l = strlen(p->sources);
 	snprintf(p->sources + l, sizeof(p->sources) - l, "%s%s", l ? ", " : "", path);
