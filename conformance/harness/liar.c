@@ -23,6 +23,8 @@
  *                    neither a response nor an event
  *   dup-response     the hello's response is sent twice
  *   info-unsupported "info" is answered with an error of kind unsupported
+ *   all-unviable     the context's response says uv and basic are not viable
+ *                    here (the adapter registered them all the same)
  *   utf8-exit        no lie on stdout; at the end, 1401 bytes of two-byte
  *                    characters on stderr and exit status 3 (a report must
  *                    keep the run whatever its reason's cut looks like)
@@ -116,6 +118,13 @@ static int lie(json_t *m)
 			return -1; /* print it, then the extra line */
 		}
 	}
+	if (!strcmp(fault, "all-unviable") && !ev && ok && json_object_get(m, "skipped")) {
+		json_object_set_new(m, "skipped",
+		                    json_pack("[{s:s,s:s},{s:s,s:s}]", "name", "uv", "reason",
+		                              "liar: not viable", "name", "basic", "reason",
+		                              "liar: not viable"));
+		return 1;
+	}
 	if (!strcmp(fault, "info-unsupported") && !ev && ok && json_object_get(m, "channel") &&
 	    json_object_get(m, "is_server")) {
 		json_t *id = json_incref(json_object_get(m, "id"));
@@ -170,7 +179,7 @@ int main(int argc, char **argv)
 	static const char *const faults[] = {"corrupt-read", "wrong-target", "double-event",
 	                                     "drop-event", "wrong-channel", "crash", "slow",
 	                                     "banner", "nul-line", "extra-object", "dup-response",
-	                                     "info-unsupported", "utf8-exit"};
+	                                     "info-unsupported", "utf8-exit", "all-unviable"};
 	bool known = false;
 	if (argc >= 2)
 		for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
