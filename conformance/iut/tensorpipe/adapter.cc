@@ -98,6 +98,7 @@ std::map<std::string, std::shared_ptr<tp::Listener>> g_listeners;
 unsigned long g_next_pipe = 1;
 unsigned long g_next_listener = 1;
 std::shared_ptr<tp::Context> g_ctx;
+size_t g_transports; /* registered (viable) in g_ctx */
 bool g_ctx_closed = false;
 
 std::string new_pipe_id(std::shared_ptr<PipeEntry> e)
@@ -314,6 +315,7 @@ void cmd_context(json_int_t id, const json_t *req)
 			continue;
 		}
 		ctx->registerTransport(b.priority, b.name, tctx);
+		g_transports++;
 	}
 	for (size_t i = 0; i < r.num_channels; i++) {
 		const twc_agent_backend &b = r.channels[i];
@@ -376,9 +378,20 @@ bool need_ctx(json_int_t id)
 	return true;
 }
 
+/* A context with no transport can neither listen nor connect
+ * (spec/agent.md 6.2). */
+bool need_transport(json_int_t id, const char *cmd)
+{
+	if (g_transports > 0)
+		return true;
+	twc_agent_respond_err(id, "unsupported", "no_transport",
+	                     (std::string(cmd) + ": the context has no transport").c_str());
+	return false;
+}
+
 void cmd_listen(json_int_t id, const json_t *req)
 {
-	if (!need_ctx(id))
+	if (!need_ctx(id) || !need_transport(id, "listen"))
 		return;
 	const char **us;
 	size_t n;
@@ -433,7 +446,7 @@ void cmd_accept(json_int_t id, const json_t *req)
 
 void cmd_connect(json_int_t id, const json_t *req)
 {
-	if (!need_ctx(id))
+	if (!need_ctx(id) || !need_transport(id, "connect"))
 		return;
 	std::string url = str_field(req, "url");
 	auto entry = std::make_shared<PipeEntry>();
@@ -554,6 +567,9 @@ void cmd_read(json_int_t id, const json_t *req)
 		twc_agent_respond_err(id, "inval", "bad_request", "read: unknown pipe");
 		return;
 	}
+	/* the oldest descriptor not read yet (a copy): it stays so until the
+	 * read is handed to the pipe, since a refused one may be asked again
+	 * (spec/agent.md 3.2) */
 	tp::Descriptor d;
 	{
 		std::lock_guard<std::mutex> lk(pe->mu);
@@ -562,8 +578,7 @@ void cmd_read(json_int_t id, const json_t *req)
 			                     "read: no descriptor delivered that was not read yet");
 			return;
 		}
-		d = std::move(pe->descs.front());
-		pe->descs.pop_front();
+		d = pe->descs.front();
 	}
 	const json_t *alloc = json_object_get(req, "allocation");
 	const json_t *adev = json_object_get(alloc, "tensors");
@@ -615,6 +630,10 @@ void cmd_read(json_int_t id, const json_t *req)
 		pptr.push_back(ap.data);
 	for (const auto &at : a.tensors)
 		tptr.push_back(at.buffer.unwrap<tp::CpuBuffer>().ptr);
+	{
+		std::lock_guard<std::mutex> lk(pe->mu);
+		pe->descs.pop_front();
+	}
 	twc_agent_respond_ok(id, nullptr);
 	pe->pipe->read(std::move(a), [id, bufs, pptr, tptr, plen, tlen, tdev](const tp::Error &e) {
 		if (e) {
@@ -731,6 +750,16 @@ void release_all()
 }
 
 } // namespace
+
+/* Built with AddressSanitizer, the adapter answers a length it cannot
+ * allocate with nomem, as a release build does (tensorwire's adapter too). */
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" const char *__asan_default_options(void);
+extern "C" const char *__asan_default_options(void)
+{
+	return "allocator_may_return_null=1";
+}
+#endif
 
 int main()
 {
