@@ -60,6 +60,28 @@ static void set_nofile(rlim_t soft)
 	CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
 }
 
+/* Leaves exactly `spare` descriptors free: a limit just above the highest
+ * one open, and every free number below it filled with /dev/null (into
+ * fillers, at most 1024; returns how many). */
+static int leave_free(int spare, int *fillers)
+{
+	int top = fd_ceiling();
+	set_nofile((rlim_t)(top + spare));
+	int nfill = 0;
+	for (;;) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+		CHECK(nfill < 1024);
+		fillers[nfill++] = fd;
+	}
+	CHECK(errno == EMFILE && nfill >= spare);
+	for (int i = 0; i < spare; i++)
+		close(fillers[--nfill]);
+	printf("   descriptor limit %d, %d free\n", top + spare, spare);
+	return nfill;
+}
+
 /* ---- out of descriptors ----------------------------------------------------------------- */
 
 typedef struct child {
@@ -126,22 +148,7 @@ static void emfile_server(int to, int from, int spare)
 	struct rlimit old;
 	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
 	usleep(100 * 1000); /* the loop thread settles its descriptors */
-	/* Exactly `spare` free descriptors: a limit just above the highest one
-	 * open, and every free number below it filled. */
-	int top = fd_ceiling();
-	set_nofile((rlim_t)(top + spare));
-	int fillers[1024], nfill = 0;
-	for (;;) {
-		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			break;
-		CHECK(nfill < 1024);
-		fillers[nfill++] = fd;
-	}
-	CHECK(errno == EMFILE && nfill >= spare);
-	for (int i = 0; i < spare; i++)
-		close(fillers[--nfill]);
-	printf("   server: descriptor limit %d, %d free\n", top + spare, spare);
+	int fillers[1024], nfill = leave_free(spare, fillers);
 	tu_put(from, "l", 1);
 	char cmd;
 	tu_get(to, &cmd, 1);
@@ -284,18 +291,7 @@ static void case_emfile_shm_client(void)
 	usleep(100 * 1000); /* the loop threads settle their descriptors */
 	struct rlimit old;
 	CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
-	int top = fd_ceiling();
-	set_nofile((rlim_t)(top + 2));
-	int fillers[1024], nfill = 0;
-	for (;;) {
-		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			break;
-		CHECK(nfill < 1024);
-		fillers[nfill++] = fd;
-	}
-	for (int i = 0; i < 2 && nfill > 0; i++)
-		close(fillers[--nfill]);
+	int fillers[1024], nfill = leave_free(2, fillers);
 	tw_pipe *p;
 	CHECK_OK(tw_context_connect(c, url, &p));
 	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &e));
