@@ -249,9 +249,11 @@ def cmd_read(rid, req):
     p = lookup(req, "pipe", rid)
     if p is None:
         return
+    # the oldest descriptor not read yet; it stays so until the read is
+    # handed to the pipe (a refused read may be asked again, agent.md 3.2)
     with _names:
         pending = descs[req["pipe"]]
-        d = pending.pop(0) if pending else None
+        d = pending[0] if pending else None
     if d is None:
         return err(rid, "inval", "no descriptor delivered and not read on %s" % req["pipe"])
     wants = ((req.get("allocation") or {}).get("tensors")) or []
@@ -259,6 +261,8 @@ def cmd_read(rid, req):
                or t["target_device"] or "cpu:0" for i, t in enumerate(d["tensors"])]
     if any(dev != "cpu:0" for dev in devices):
         return err(rid, "unsupported", "toypipe allocates on cpu:0 only")
+    with _names:
+        pending.pop(0)
     pbufs = [memoryview(bytearray(x["len"])) for x in d["payloads"]]
     tbufs = [memoryview(bytearray(x["len"])) for x in d["tensors"]]
 
