@@ -139,7 +139,11 @@ typedef struct tw_tensor {
 	size_t metadata_length;
 	/* cuda:N sources only: the CUstream the data is ready on (NULL: the
 	 * legacy default stream). The channel reads the buffer only after the
-	 * work queued on it before tw_pipe_write() returned. */
+	 * work queued on it before tw_pipe_write() returned; it looks at the
+	 * stream when it gets to each chunk of the tensor, so the stream must
+	 * stay valid until the write's callback (a destroyed one fails the
+	 * write naming cuEventRecord), and work queued on it meanwhile may be
+	 * waited for too. */
 	void *cuda_stream;
 } tw_tensor;
 
@@ -160,8 +164,9 @@ typedef struct tw_tensor_allocation {
 	void *data;
 	tw_device device;
 	/* cuda:N only: the CUstream whose queued work must finish before the
-	 * channel overwrites `data` (NULL: the legacy default stream). The read
-	 * callback runs once the bytes are in `data`, on every device. */
+	 * channel overwrites `data` (NULL: the legacy default stream); it must
+	 * stay valid until the read's callback. The read callback runs once
+	 * the bytes are in `data`, on every device. */
 	void *cuda_stream;
 } tw_tensor_allocation;
 

@@ -276,8 +276,11 @@ void tw__cuda_chan_fail(tw_cuda_chan *ch, tw_status_t st, const char *detail)
 	if (ch->failed != TW_OK)
 		return;
 	ch->failed = st;
-	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "%s channel: %s",
-	           ch->ctx->base.ops->kind, detail);
+	/* the channel's name once: a driver call's detail has it already */
+	char prefix[48];
+	snprintf(prefix, sizeof(prefix), "%s channel: ", ch->ctx->base.ops->kind);
+	tw__detail(ch->fail_detail, sizeof(ch->fail_detail), "%s%s",
+	           strncmp(detail, prefix, strlen(prefix)) ? prefix : "", detail);
 	tw__cuda_chan_schedule(ch);
 }
 
