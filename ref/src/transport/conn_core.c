@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "platform/platform.h"
+
 void tw__conn_core_init(tw_conn_core *c, const tw_conn_ops *ops, const tw_conn_core_ops *cops,
                         tw_transport *t, const char *who, const char *peer,
                         enum tw_conn_phase phase, unsigned refs)
@@ -233,4 +235,9 @@ void tw__conn_poll(tw_conn_core *c, uv_poll_t *poll, int *current, int want, uv_
 		tw__conn_fail(c, TW_ERR_SYS, "%s: uv_poll_start on connection to %s: %s", c->who,
 		              c->peer, uv_strerror(rc));
 	}
+}
+
+bool tw__conn_peer_left(const tw_conn_core *c, int fd)
+{
+	return fd < 0 || tw__conn_done(c) || tw__sys_peer_left(fd);
 }

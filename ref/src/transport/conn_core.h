@@ -105,6 +105,10 @@ static inline bool tw__conn_done(const tw_conn_core *c)
 	return c->phase == TW_CONN_FAILED || c->phase == TW_CONN_CLOSED;
 }
 
+/* tw_conn_ops.peer_left of a connection over socket fd (-1: none left):
+ * done here, or the peer's end seen on the socket. */
+bool tw__conn_peer_left(const tw_conn_core *c, int fd);
+
 /* Queues op (its callback fields set) on the write or read queue; on a
  * failed or closed connection it completes at once with the error instead
  * (deferred). Returns true if it was queued (the caller drives). */

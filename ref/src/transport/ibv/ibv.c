@@ -468,7 +468,7 @@ static const char *ib_conn_describe(tw_conn *base)
 static bool ib_conn_peer_left(tw_conn *base)
 {
 	ib_conn *c = (ib_conn *)base;
-	return c->fd < 0 || c->peer_gone || tw__conn_done(&c->core) || tw__sys_peer_left(c->fd);
+	return c->peer_gone || tw__conn_peer_left(&c->core, c->fd);
 }
 
 static bool ib_conn_was_connected(tw_conn *base)

@@ -291,7 +291,7 @@ static bool shm_conn_has_unread(tw_conn *base)
 static bool shm_conn_peer_left(tw_conn *base)
 {
 	shm_conn *c = (shm_conn *)base;
-	return c->fd < 0 || tw__conn_done(&c->core) || tw__sys_peer_left(c->fd);
+	return tw__conn_peer_left(&c->core, c->fd);
 }
 
 static bool shm_conn_was_connected(tw_conn *base)

@@ -378,7 +378,7 @@ static bool tcp_conn_has_unread(tw_conn *base)
 static bool tcp_conn_peer_left(tw_conn *base)
 {
 	tcp_conn *c = (tcp_conn *)base;
-	return c->fd < 0 || tw__conn_done(&c->core) || tw__sys_peer_left(c->fd);
+	return tw__conn_peer_left(&c->core, c->fd);
 }
 
 static bool tcp_conn_local_address(tw_conn *base, struct sockaddr_storage *out)
