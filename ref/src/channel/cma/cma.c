@@ -331,7 +331,8 @@ static void cma_copy_failed(cma_channel *ch, cma_op *op)
  * the buffers of the sends that failed with it back to its user only once
  * its end is out (transport.h, close), so from then on a copy may read
  * bytes its user wrote later: a receive whose copy was not over before the
- * end was seen fails, the channel with it. */
+ * end was seen fails, the channel with it. Asked once per receive, when
+ * its last piece is in: that covers every piece before it. */
 static bool cma_writer_left(cma_channel *ch)
 {
 	if (!tw__channel_writer_left(ch->conn[0], ch->failed_detail, sizeof(ch->failed_detail)))
@@ -351,7 +352,7 @@ static void cma_copy_step(void *arg)
 		return;
 	}
 	cma_op *op = TW_CONTAINER_OF(ch->copies.next, cma_op, link);
-	if (ch->failed != TW_OK || cma_writer_left(ch)) {
+	if (ch->failed != TW_OK) {
 		cma_copy_failed(ch, op);
 		return;
 	}
