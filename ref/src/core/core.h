@@ -293,9 +293,9 @@ typedef struct tw_in_msg {
 	bool read_cb_fired;
 	enum tw_in_state state;
 	uint64_t deadline;         /* uv_now() by which the pending callback is due (0: none) */
-	uint64_t timeout_ms;       /* the operation timeout that set it */
 	/* the pipe's operation timeout when tw_pipe_read_descriptor and
-	 * tw_pipe_read were called (caller's thread, before the post) */
+	 * tw_pipe_read were called (caller's thread, before the post): the
+	 * deadline's, read_requested says which */
 	uint64_t desc_timeout_ms, read_timeout_ms;
 	tw_wire_descriptor wire;   /* decoded Descriptor */
 	bool have_wire;

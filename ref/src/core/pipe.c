@@ -268,7 +268,7 @@ static void tw__pipe_on_op_timer(uv_timer_t *t)
 			continue;
 		if (m->deadline <= now)
 			what = m->read_requested ? "tw_pipe_read" : "tw_pipe_read_descriptor",
-			ms = m->timeout_ms;
+			ms = m->read_requested ? m->read_timeout_ms : m->desc_timeout_ms;
 		else if (!next || m->deadline < next)
 			next = m->deadline;
 	}

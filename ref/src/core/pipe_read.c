@@ -220,8 +220,7 @@ static void tw__pipe_do_read_descriptor(void *arg)
 		tw__loop_defer(&p->ctx->loop, &h->desc_dfr, tw__pipe_deliver_desc, h);
 	}
 	tw__list_push_back(&p->in_msgs, &m->link);
-	m->timeout_ms = m->desc_timeout_ms;
-	tw__pipe_op_deadline(p, m->timeout_ms, &m->deadline);
+	tw__pipe_op_deadline(p, m->desc_timeout_ms, &m->deadline);
 	if (p->state == TW_PIPE_FAILED)
 		tw__pipe_in_check_all(p);
 	else
@@ -263,8 +262,7 @@ static void tw__pipe_do_read(void *arg)
 	}
 	m->read_requested = true;
 	m->state = TW_IN_READING;
-	m->timeout_ms = m->read_timeout_ms;
-	tw__pipe_op_deadline(p, m->timeout_ms, &m->deadline);
+	tw__pipe_op_deadline(p, m->read_timeout_ms, &m->deadline);
 	if (p->d_busy == m)
 		p->d_busy = NULL;
 	if (p->state == TW_PIPE_FAILED) {
