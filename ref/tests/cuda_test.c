@@ -585,6 +585,8 @@ static void case_close_mid(void)
 		usleep(10 * 1000); /* a destroyed event goes once what waits on it ran */
 		events_after = events_live();
 	}
+	if (events_before < 0)
+		printf("# events left behind: not checked (this libcuda.so.1 cannot count them)\n");
 	if (events_before >= 0 && events_after != events_before) {
 		fprintf(stderr, "%ld events before the writes, %ld after every callback\n",
 		        events_before, events_after);
