@@ -609,10 +609,13 @@ static int child_main(const char *id, const char *iut, const char *peer, const c
 	snprintf(env.channel, sizeof(env.channel), "%s", twc_combo_current()->channel);
 	fflush(stdout);
 	twc_outcome_t o = c->run(c, &env);
-	const char *unavailable = twc_session_unavailable();
+	const char *unavailable = twc_session_unavailable(), *unchecked = twc_session_unchecked();
 	if ((o == TWC_FAIL || o == TWC_ERROR) && unavailable) {
 		o = TWC_SKIP; /* a backend the run needs is not viable here */
 		snprintf(env.reason, sizeof(env.reason), "not viable here: %s", unavailable);
+	} else if (o == TWC_PASS && unchecked) {
+		o = TWC_SKIP; /* what the case was to check was not */
+		snprintf(env.reason, sizeof(env.reason), "%s", unchecked);
 	}
 	printf("INFO transport=%s channel=%s\n", env.transport, env.channel);
 	if (env.unexcused)

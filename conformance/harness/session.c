@@ -304,6 +304,15 @@ const char *twc_session_unavailable(void)
 	return g_unavailable[0] ? g_unavailable : NULL;
 }
 
+/* Set when an adapter could not tell a pipe's transport and channel where
+ * the case named them (twc_session_unchecked). */
+static char g_unchecked[TWC_REASON_MAX];
+
+const char *twc_session_unchecked(void)
+{
+	return g_unchecked[0] ? g_unchecked : NULL;
+}
+
 static int make_context(twc_session *s, twc_adapter *a, const char *name, const json_t *tmpl)
 {
 	json_t *req;
@@ -566,7 +575,12 @@ static int check_info_side(twc_session *s, twc_adapter *a, const char *pipe, boo
 		if (kind && !strcmp(kind, "unsupported")) {
 			printf("# %s cannot tell its transport and channel (spec/agent.md 6.9): "
 			       "check skipped: %s\n", twc_adapter_label(a), twc_event_error_text(resp));
-			s->info_unchecked |= transport || channel;
+			if ((transport || channel) && !g_unchecked[0])
+				snprintf(g_unchecked, sizeof(g_unchecked),
+				         "%s cannot tell which transport and channel the pipe uses (info: "
+				         "unsupported, spec/agent.md 6.9): the case's check of them did not "
+				         "run",
+				         twc_adapter_label(a));
 		} else {
 			rc = twc_session_fail(s, "%s: info failed: %s (%s)", twc_adapter_label(a),
 			                     twc_event_error_text(resp), kind ? kind : "?");

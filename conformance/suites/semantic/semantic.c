@@ -104,20 +104,6 @@ static twc_outcome_t from_session(twc_session *s, twc_case_env *env, int rc)
 	return twc_case_result(env, TWC_FAIL, "%s", s->reason);
 }
 
-/* A case whose point is which transport and channel the pipe chose: an
- * adapter that cannot tell (info unsupported, spec/agent.md 6.9) leaves it
- * unchecked, a SKIP, not a PASS. */
-static twc_outcome_t from_choice_session(twc_session *s, twc_case_env *env, int rc)
-{
-	bool unchecked = rc == 0 && s->info_unchecked;
-	twc_outcome_t o = from_session(s, env, rc);
-	if (!unchecked)
-		return o;
-	return twc_case_result(env, TWC_SKIP, "an adapter cannot tell which transport and channel "
-	                                     "the pipe uses (info: unsupported, spec/agent.md 6.9): "
-	                                     "the choice is unchecked");
-}
-
 /* The client is the IUT; the server is the peer the runner chose (the IUT
  * itself, or the reference implementation for a cross run). */
 static int begin(twc_session *s, twc_case_env *env, const json_t *ctx, const json_t *urls)
@@ -532,7 +518,7 @@ static twc_outcome_t run_channel_priority(const twc_case *c, twc_case_env *env)
 		rc = twc_session_check_info(&s, "uv", "basic_hi");
 	if (rc == 0)
 		rc = twc_session_finish(&s);
-	return from_choice_session(&s, env, rc);
+	return from_session(&s, env, rc);
 }
 
 static twc_outcome_t run_transport_priority(const twc_case *c, twc_case_env *env)
@@ -556,7 +542,7 @@ static twc_outcome_t run_transport_priority(const twc_case *c, twc_case_env *env
 		rc = twc_session_check_info(&s, "uv_hi", "basic");
 	if (rc == 0)
 		rc = twc_session_finish(&s);
-	return from_choice_session(&s, env, rc);
+	return from_session(&s, env, rc);
 }
 
 /* ---- the end of a pipe and liveness (issue 10) ---------------------------------------- */
