@@ -292,6 +292,7 @@ void cmd_context(json_int_t id, const json_t *req)
 	}
 	auto ctx = std::make_shared<tp::Context>(tp::ContextOptions().name(r.name));
 	json_t *skipped = json_array();
+	size_t transports = 0;
 	auto fail = [&](const std::string &text) {
 		json_decref(skipped);
 		twc_agent_context_req_clear(&r);
@@ -315,7 +316,7 @@ void cmd_context(json_int_t id, const json_t *req)
 			continue;
 		}
 		ctx->registerTransport(b.priority, b.name, tctx);
-		g_transports++;
+		transports++;
 	}
 	for (size_t i = 0; i < r.num_channels; i++) {
 		const twc_agent_backend &b = r.channels[i];
@@ -348,6 +349,7 @@ void cmd_context(json_int_t id, const json_t *req)
 	bool hs = r.has_handshake_timeout, ot = r.has_operation_timeout;
 	twc_agent_context_req_clear(&r);
 	g_ctx = ctx;
+	g_transports = transports;
 	json_t *resp = json_pack("{s:o}", "skipped", skipped);
 	json_t *unhonoured = json_array();
 	if (hs)
@@ -750,16 +752,6 @@ void release_all()
 }
 
 } // namespace
-
-/* Built with AddressSanitizer, the adapter answers a length it cannot
- * allocate with nomem, as a release build does (tensorwire's adapter too). */
-#if defined(__SANITIZE_ADDRESS__)
-extern "C" const char *__asan_default_options(void);
-extern "C" const char *__asan_default_options(void)
-{
-	return "allocator_may_return_null=1";
-}
-#endif
 
 int main()
 {
