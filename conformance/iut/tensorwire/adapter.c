@@ -209,6 +209,40 @@ static void op_free(op *o)
 
 /* ---- commands ------------------------------------------------------------------- */
 
+/* The kinds libtensorwire implements. A context naming any other fails
+ * with unsupported, where a kind the library refuses here is only not
+ * viable (spec/agent.md 6.2). hello lists the `offered` ones (6.1), those
+ * the battery stamps its cases over: not the "tcp" alias of uv, not xth
+ * (both ends in one process, an adapter is one end), not the CUDA
+ * channels (device tensors: the cuda suite asks for them itself). */
+static const struct {
+	const char *kind;
+	bool channel, offered;
+} kinds[] = {
+	{ "uv", false, true },          { "tcp", false, false },       { "shm", false, true },
+	{ "ibv", false, true },         { "basic", true, true },       { "cma", true, true },
+	{ "mpt", true, true },          { "xth", true, false },        { "cuda_basic", true, false },
+	{ "cuda_xth", true, false },    { "cuda_ipc", true, false },   { "cuda_gdr", true, false },
+};
+#define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
+
+static bool known_kind(const char *kind, bool channel)
+{
+	for (size_t i = 0; i < NKINDS; i++)
+		if (kinds[i].channel == channel && !strcmp(kinds[i].kind, kind))
+			return true;
+	return false;
+}
+
+static json_t *offered_kinds(bool channel)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < NKINDS; i++)
+		if (kinds[i].channel == channel && kinds[i].offered)
+			json_array_append_new(a, json_string(kinds[i].kind));
+	return a;
+}
+
 static void cmd_hello(json_int_t id)
 {
 	/* The mutation suite's build (TW_ADAPTER_MUTANTS) says which seeded
@@ -219,12 +253,11 @@ static void cmd_hello(json_int_t id)
 	snprintf(version, sizeof(version), "%s+mutant.%s", TW_VERSION_STRING,
 	         mut && *mut ? mut : "none");
 #endif
-	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:i,s:[s,s,s],s:[s,s,s]}", "impl",
-	                                  "tensorwire", "version", version, "adapter",
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:i,s:o,s:o}", "impl", "tensorwire",
+	                                  "version", version, "adapter",
 	                                  "tw-iut-ours " TW_VERSION_STRING, "protocol",
-	                                  TWC_AGENT_PROTOCOL_VERSION, "transports", "uv", "shm",
-	                                  "ibv",
-	                                  "channels", "basic", "cma", "mpt"));
+	                                  TWC_AGENT_PROTOCOL_VERSION, "transports",
+	                                  offered_kinds(false), "channels", offered_kinds(true)));
 }
 
 /* {"k": v, ...} -> "k=v,k=v" (NULL when empty). */
@@ -254,21 +287,6 @@ static char *options_string(const json_t *opts)
 	return s;
 }
 
-/* The kinds libtensorwire implements: any other fails the whole context
- * request with unsupported, where a kind the library refuses here is only
- * not viable (spec/agent.md 6.2). */
-static bool known_kind(const char *kind, bool channel)
-{
-	static const char *const transports[] = { "uv", "tcp", "shm", "ibv", NULL };
-	static const char *const channels[] = { "basic",      "cma",      "mpt",      "xth",
-		                                "cuda_basic", "cuda_xth", "cuda_ipc", "cuda_gdr",
-		                                NULL };
-	for (const char *const *k = channel ? channels : transports; *k; k++)
-		if (!strcmp(*k, kind))
-			return true;
-	return false;
-}
-
 static size_t g_transports; /* registered (viable) in g_ctx */
 
 static void cmd_context(json_int_t id, const json_t *req)
@@ -295,27 +313,18 @@ static void cmd_context(json_int_t id, const json_t *req)
 		st = tw_context_set_operation_timeout(ctx, r.operation_timeout_ms);
 		fn = "tw_context_set_operation_timeout";
 	}
-	for (int pass = 0; pass < 2 && st == TW_OK; pass++) {
-		const twc_agent_backend *bs = pass ? r.channels : r.transports;
-		size_t n = pass ? r.num_channels : r.num_transports;
-		for (size_t i = 0; i < n; i++) {
-			if (!known_kind(bs[i].kind, pass)) {
-				snprintf(err, sizeof(err), "context: unknown %s kind '%.64s'",
-				         pass ? "channel" : "transport", bs[i].kind);
-				twc_agent_context_req_clear(&r);
-				if (ctx)
-					tw_context_destroy(ctx);
-				twc_agent_respond_err(id, "unsupported", "unknown_kind", err);
-				return;
-			}
-		}
-	}
 	json_t *skipped = json_array();
 	size_t transports = 0;
-	for (int pass = 0; pass < 2 && st == TW_OK; pass++) {
+	err[0] = '\0'; /* an unknown kind, said below */
+	for (int pass = 0; pass < 2 && st == TW_OK && !err[0]; pass++) {
 		const twc_agent_backend *bs = pass ? r.channels : r.transports;
 		size_t n = pass ? r.num_channels : r.num_transports;
 		for (size_t i = 0; i < n && st == TW_OK; i++) {
+			if (!known_kind(bs[i].kind, pass)) {
+				snprintf(err, sizeof(err), "context: unknown %s kind '%.64s'",
+				         pass ? "channel" : "transport", bs[i].kind);
+				break;
+			}
 			char *opts = options_string(bs[i].options);
 			st = pass ? tw_context_register_channel(ctx, bs[i].kind, bs[i].name,
 			                                        (int64_t)bs[i].priority, opts)
@@ -333,8 +342,11 @@ static void cmd_context(json_int_t id, const json_t *req)
 		}
 	}
 	twc_agent_context_req_clear(&r);
-	if (st != TW_OK) {
-		respond_status(id, st, fn);
+	if (st != TW_OK || err[0]) {
+		if (err[0])
+			twc_agent_respond_err(id, "unsupported", "unknown_kind", err);
+		else
+			respond_status(id, st, fn);
 		json_decref(skipped);
 		if (ctx)
 			tw_context_destroy(ctx);
@@ -770,11 +782,9 @@ static void cmd_read(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_pipe_read");
 		return;
 	}
-	pthread_mutex_lock(&g_lock);
-	if (pe->ndescs > 0 && pe->descs[0] == d) {
-		memmove(pe->descs, pe->descs + 1, (pe->ndescs - 1) * sizeof(pe->descs[0]));
-		pe->ndescs--;
-	}
+	pthread_mutex_lock(&g_lock); /* d is still the head: only this thread takes */
+	memmove(pe->descs, pe->descs + 1, (pe->ndescs - 1) * sizeof(pe->descs[0]));
+	pe->ndescs--;
 	pthread_mutex_unlock(&g_lock);
 	twc_agent_respond_ok(id, NULL);
 	return;
@@ -862,17 +872,6 @@ static void release_all(void)
 		tw_context_destroy(g_ctx);
 	g_ctx = NULL;
 }
-
-/* Built with AddressSanitizer, the adapter answers a length it cannot
- * allocate with nomem, as a release build does, instead of dying in the
- * sanitizer's allocator: a request is the harness's word, not a bug. */
-#if defined(__SANITIZE_ADDRESS__)
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-	return "allocator_may_return_null=1";
-}
-#endif
 
 int main(void)
 {
