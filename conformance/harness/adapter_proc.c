@@ -48,6 +48,9 @@ struct twc_adapter {
 
 static twc_adapter *live[TW_ADAPTERS_MAX];
 
+/* How long an adapter's output may stay open after the adapter exited. */
+#define TW_LEFTOVER_GRACE_MS 2000
+
 long long twc_now_ms(void)
 {
 	struct timespec ts;
@@ -193,7 +196,7 @@ static void check_response(twc_adapter *a, const json_t *msg, const char *line)
 	json_int_t id = json_integer_value(idj);
 	char key[32];
 	id_key(id, key);
-	if (id < 0 || id >= a->next_id)
+	if (id < 1 || id >= a->next_id) /* the harness counts from 1 */
 		stray(a, "answered a request the harness never sent", line);
 	else if (json_object_get(a->answered, key))
 		stray(a, "answered a request a second time", line);
@@ -569,21 +572,21 @@ int twc_adapter_finish(twc_adapter *a, int timeout_ms, char *err, size_t errlen)
 		close(a->in_fd);
 		a->in_fd = -1;
 	}
-	long long exited_at = 0;
+	/* once the adapter has exited, its output ends within the grace, or
+	 * a process it left behind holds it */
 	while (!(a->out_eof && a->err_eof && a->exited) && twc_now_ms() < deadline) {
 		twc_adapter_pump(50);
 		reap(a);
-		if (a->exited && !exited_at)
-			exited_at = twc_now_ms();
-		if (exited_at && twc_now_ms() - exited_at > 2000) {
-			/* the adapter is gone; something it started keeps its output */
-			char st[64];
-			twc_adapter_describe_status(a->wstatus, st, sizeof(st));
-			set_err(err, errlen, "%s ended (%s), but a process it started still holds its %s "
-			        "open 2 s later: an adapter must not leave processes behind",
-			        a->label, st, !a->out_eof ? "stdout" : "stderr");
-			return -1;
-		}
+		if (a->exited && twc_now_ms() + TW_LEFTOVER_GRACE_MS < deadline)
+			deadline = twc_now_ms() + TW_LEFTOVER_GRACE_MS;
+	}
+	if (a->exited && !(a->out_eof && a->err_eof)) {
+		char st[64];
+		twc_adapter_describe_status(a->wstatus, st, sizeof(st));
+		set_err(err, errlen, "%s ended (%s), but a process it started still holds its %s "
+		        "open %d ms later: an adapter must not leave processes behind",
+		        a->label, st, !a->out_eof ? "stdout" : "stderr", TW_LEFTOVER_GRACE_MS);
+		return -1;
 	}
 	if (!a->exited) {
 		signal_tree(a->pid, SIGKILL, 0);
