@@ -210,9 +210,9 @@ static void usage(FILE *f)
 	"SKIP with --strict) fails the run; SHOULD cases are reported but do not.\n"
 	"\n"
 	"exit status: 0 every required case passed (or is an XFAIL of the profile),\n"
-	"             1 a required case failed (or, with --strict, nothing ran), 77\n"
-	"             nothing could run (no case selected, or each one skipped), 2 usage\n"
-	"             error or\n"
+	"             1 a required case failed (or, with --strict, nothing ran),\n"
+	"             77 nothing could run (no case selected, or each one skipped),\n"
+	"             2 usage error or\n"
 	"             an --iut adapter that does not answer hello or speaks another\n"
 	"             agent protocol.\n"
 	"\n"
@@ -1093,15 +1093,16 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	/* a report that cannot be written is a usage error before anything
 	 * runs, not after every case has */
 	const char *const reports[] = { opt.junit, opt.json };
-	for (int k = 0; k < 2 && !child; k++) {
-		FILE *rf = reports[k] ? fopen(reports[k], "a") : NULL;
-		if (reports[k] && !rf) {
+	for (int k = 0; k < 2 && !child; k++) { /* a case's child writes no report */
+		if (!reports[k])
+			continue;
+		FILE *rf = fopen(reports[k], "a");
+		if (!rf) {
 			fprintf(stderr, "tensorwire-conform: --%s %s: %s\n", k ? "json" : "junit",
 			        reports[k], strerror(errno));
 			return 2;
 		}
-		if (rf)
-			fclose(rf);
+		fclose(rf);
 	}
 	if (child) {
 		if (child_combo && !twc_combo_set_current(child_combo)) {

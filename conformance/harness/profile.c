@@ -42,9 +42,7 @@ static int profile_read(twc_profile *p, const char *path, char *err, unsigned lo
 	char *line = NULL;
 	size_t cap = 0;
 	int lineno = 0;
-	errno = 0;
-	ssize_t got;
-	while ((got = getline(&line, &cap, f)) > 0) {
+	while (getline(&line, &cap, f) > 0) {
 		lineno++;
 		char *hash = strchr(line, '#');
 		if (hash)
@@ -96,7 +94,7 @@ bad:
 		return -1;
 	}
 	free(line);
-	if (got < 0 && ferror(f)) { /* a directory, an unreadable file: not an empty profile */
+	if (ferror(f)) { /* a directory, an unreadable file: not an empty profile */
 		snprintf(err, errlen, "profile %s: %s", path, strerror(errno ? errno : EIO));
 		fclose(f);
 		return -1;

@@ -270,20 +270,16 @@ int twc_junit_write(const char *path, const twc_result *rs, int n, char *err, si
 
 /* ---- JSON lines ------------------------------------------------------------------------- */
 
-/* A JSON string of s made valid UTF-8, so that no report line is lost to
- * what an adapter wrote or to a field cut mid-character. */
-static json_t *jstr(const char *s)
-{
-	return twc_agent_jstr(s);
-}
-
+/* Strings go in made valid UTF-8 (twc_agent_jstr), so that no report line
+ * is lost to what an adapter wrote or to a field cut mid-character. */
 static json_t *iut_json(const twc_iut_info *i)
 {
 	if (!i)
 		return json_null();
-	return json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:o}", "name", jstr(i->name), "command",
-	                 jstr(i->cmd), "impl", jstr(i->impl), "version", jstr(i->version), "adapter",
-	                 jstr(i->adapter), "protocol", i->protocol, "profile", jstr(i->profile));
+	return json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:o}", "name", twc_agent_jstr(i->name),
+	                 "command", twc_agent_jstr(i->cmd), "impl", twc_agent_jstr(i->impl), "version",
+	                 twc_agent_jstr(i->version), "adapter", twc_agent_jstr(i->adapter), "protocol",
+	                 i->protocol, "profile", twc_agent_jstr(i->profile));
 }
 
 int twc_json_write(const char *path, const twc_result *rs, int n, char *err, size_t errlen)
@@ -299,10 +295,10 @@ int twc_json_write(const char *path, const twc_result *rs, int n, char *err, siz
 		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:f,s:o,s:o,s:o,s:o,s:b}", "id", r->c->id,
 		                      "suite", r->c->suite, "section", r->c->section, "level",
 		                      r->c->level == TWC_MUST ? "MUST" : "SHOULD", "outcome",
-		                      twc_outcome_name(r->outcome), "reason", jstr(r->reason),
+		                      twc_outcome_name(r->outcome), "reason", twc_agent_jstr(r->reason),
 		                      "duration_s", r->seconds, "iut", iut_json(r->iut), "peer",
-		                      iut_json(r->peer), "transport", jstr(r->transport), "channel",
-		                      jstr(r->channel), "required_failure", r->required_failure);
+		                      iut_json(r->peer), "transport", twc_agent_jstr(r->transport), "channel",
+		                      twc_agent_jstr(r->channel), "required_failure", r->required_failure);
 		if (o)
 			json_object_set_new(o, "rdma_provider", json_string(twc_rdma_provider()));
 		if (o)
