@@ -58,9 +58,13 @@
 /* the longest refusal (spec 8.3.1): printable text */
 #define CI_REFUSAL_MAX 200
 
-/* this process's staging area on one device */
+/* a staging area of this process on one device: made when a channel
+ * first sends from that device, kept until the context shuts down. Each
+ * channel copies through the area it announced (stock's receivers take
+ * one announcement per channel and device) */
 typedef struct ci_outbox {
-	bool made;
+	int dev;
+	char process[160]; /* the identifier it is announced with */
 	CUdeviceptr base;
 	CUevent events[TW_CUDA_IPC_SLOTS];
 	CUipcMemHandle mem;
@@ -69,6 +73,7 @@ typedef struct ci_outbox {
 	/* the proof (8.3.1): pinned host memory, a slot's bytes on their way
 	 * inline (made on the first refusal) */
 	char *pinned;
+	struct ci_outbox *next; /* the context's areas */
 } ci_outbox;
 
 /* a peer's staging area, opened on one of our devices while a channel
@@ -89,7 +94,8 @@ typedef struct ci_remote {
 typedef struct ci_ctx {
 	tw_cuda_ctx cc;
 	char process[128]; /* "<pidns>_<pid>" */
-	ci_outbox out[TW_CUDA_CTX_MAX_DEVICES];
+	ci_outbox *out[TW_CUDA_CTX_MAX_DEVICES]; /* the one new channels announce */
+	ci_outbox *areas;                        /* every one made */
 	ci_remote *remotes;
 } ci_ctx;
 
@@ -133,6 +139,7 @@ typedef struct ci_channel {
 	tw_cuda_chan c;
 	tw_conn *conn[2];
 	bool announced[TW_CUDA_CTX_MAX_DEVICES]; /* send: our outbox went out */
+	ci_outbox *area[TW_CUDA_CTX_MAX_DEVICES]; /* send: the outbox it copies through */
 	ci_announce *peer;                       /* receive */
 	/* the proof (8.3.1): agreed; send: an announcing chunk waits for its
 	 * first reply (later chunks wait), and our devices whose areas the
@@ -156,18 +163,42 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
 
 /* ---- staging areas ---------------------------------------------------------------------- */
 
-static tw_status_t ci_outbox_make(ci_ctx *c, int dev, char *detail, size_t detail_len)
+static void ci_outbox_free(ci_ctx *c, ci_outbox *o)
 {
-	ci_outbox *o = &c->out[dev];
-	if (o->made)
-		return TW_OK;
+	const tw_cuda *cu = c->cc.cu;
+	char d[TW_DETAIL_MAX];
+	if (tw__cuda_use_device(cu, o->dev, d, sizeof(d)) == TW_OK) {
+		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+			if (o->events[i])
+				(void)cu->cuEventDestroy_v2(o->events[i]);
+		if (o->base)
+			(void)cu->cuMemFree_v2(o->base);
+		if (o->pinned)
+			(void)cu->cuMemFreeHost(o->pinned);
+	}
+	tw__free(o);
+}
+
+/* A new staging area on cuda:dev, announced as `process`. */
+static tw_status_t ci_outbox_new(ci_ctx *c, int dev, const char *process, ci_outbox **out,
+                                 char *detail, size_t detail_len)
+{
 	const tw_cuda *cu = c->cc.cu;
 	tw_status_t st = tw__cuda_use_device(cu, dev, detail, detail_len);
 	if (st != TW_OK)
 		return st;
+	ci_outbox *o = tw__calloc(1, sizeof(*o));
+	if (!o) {
+		tw__detail(detail, detail_len, "out of memory");
+		return TW_ERR_NOMEM;
+	}
+	o->dev = dev;
+	snprintf(o->process, sizeof(o->process), "%s", process);
 	CUresult r = cu->cuMemAlloc_v2(&o->base, TW_CUDA_IPC_SLOT * TW_CUDA_IPC_SLOTS);
-	if (r != TW_CUDA_SUCCESS)
+	if (r != TW_CUDA_SUCCESS) {
+		tw__free(o);
 		return ci_cu_fail(c, "cuMemAlloc of the staging area", r, detail, detail_len);
+	}
 	r = cu->cuIpcGetMemHandle(&o->mem, o->base);
 	for (int i = 0; r == TW_CUDA_SUCCESS && i < TW_CUDA_IPC_SLOTS; i++) {
 		r = cu->cuEventCreate(&o->events[i],
@@ -176,30 +207,47 @@ static tw_status_t ci_outbox_make(ci_ctx *c, int dev, char *detail, size_t detai
 			r = cu->cuIpcGetEventHandle(&o->ev[i], o->events[i]);
 	}
 	if (r != TW_CUDA_SUCCESS) {
-		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
-			if (o->events[i])
-				(void)cu->cuEventDestroy_v2(o->events[i]);
-		(void)cu->cuMemFree_v2(o->base);
-		memset(o, 0, sizeof(*o));
+		ci_outbox_free(c, o);
 		return ci_cu_fail(c, "the staging area's IPC handles", r, detail, detail_len);
 	}
-	o->made = true;
+	o->next = c->areas;
+	c->areas = o;
+	*out = o;
 	return TW_OK;
 }
 
-static int ci_slot_get(ci_ctx *c, int dev)
+/* The area the channel sends from on cuda:dev: the context's current one,
+ * made on first use, from the channel's first chunk on that device on. */
+static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char *detail,
+                                size_t detail_len)
+{
+	ci_ctx *c = CI_CTX(ich);
+	if (!ich->area[dev]) {
+		if (!c->out[dev]) {
+			tw_status_t st = ci_outbox_new(c, dev, c->process, &c->out[dev], detail,
+			                               detail_len);
+			if (st != TW_OK)
+				return st;
+		}
+		ich->area[dev] = c->out[dev];
+	}
+	*out = ich->area[dev];
+	return TW_OK;
+}
+
+static int ci_slot_get(ci_outbox *o)
 {
 	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
-		if (!c->out[dev].used[i]) {
-			c->out[dev].used[i] = true;
+		if (!o->used[i]) {
+			o->used[i] = true;
 			return i;
 		}
 	return -1;
 }
 
-static void ci_slot_put(ci_ctx *c, int dev, int slot)
+static void ci_slot_put(ci_ctx *c, ci_outbox *o, int slot)
 {
-	c->out[dev].used[slot] = false;
+	o->used[slot] = false;
 	tw__cuda_chan_wake(&c->cc);
 }
 
@@ -355,7 +403,7 @@ static tw_status_t ci_pinned(ci_ctx *c, int dev, char **mem, char *detail, size_
 static void ci_chunk_end(ci_chunk *k, tw_status_t st, const char *detail)
 {
 	if (k->c.which == 0 && k->c.slot >= 0) {
-		ci_slot_put(CI_CTX(CI_CH(k)), k->c.dev, k->c.slot);
+		ci_slot_put(CI_CTX(CI_CH(k)), CI_CH(k)->area[k->c.dev], k->c.slot);
 		k->c.slot = -1;
 	}
 	tw__cuda_chunk_end(&k->c, st, detail);
@@ -449,7 +497,7 @@ static void ci_send_stage(ci_channel *ich, ci_chunk *k)
 	ci_ctx *c = CI_CTX(ich);
 	tw_cuda_chunk *kc = &k->c;
 	char d[TW_DETAIL_MAX];
-	ci_outbox *o = &c->out[kc->dev];
+	ci_outbox *o = ich->area[kc->dev];
 	tw_status_t st = ci_pinned(c, kc->dev, &o->pinned, d, sizeof(d));
 	if (st == TW_OK) {
 		k->host = o->pinned + (uint64_t)kc->slot * TW_CUDA_IPC_SLOT;
@@ -524,12 +572,13 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		return true;
 	if (ich->asking)
 		return false; /* an announcing chunk waits for its first reply */
-	tw_status_t st = ci_outbox_make(c, kc->dev, d, sizeof(d));
+	ci_outbox *o;
+	tw_status_t st = ci_outbox_of(ich, kc->dev, &o, d, sizeof(d));
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, d);
 		return false;
 	}
-	kc->slot = ci_slot_get(c, kc->dev);
+	kc->slot = ci_slot_get(o);
 	if (kc->slot < 0)
 		return false; /* later chunks wait for this one's slot */
 	if (ich->refused[kc->dev]) {
@@ -539,7 +588,6 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		ci_send_stage(ich, k);
 		return false;
 	}
-	ci_outbox *o = &c->out[kc->dev];
 	CUevent slot_ev = o->events[kc->slot];
 	kc->done.fn = ci_on_copied;
 	kc->done.arg = k;
@@ -558,7 +606,7 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	tw_wire_str evs[TW_CUDA_IPC_SLOTS];
 	if (!ich->announced[kc->dev]) {
 		v.has_outbox = true;
-		v.process = (tw_wire_str){ c->process, strlen(c->process) };
+		v.process = (tw_wire_str){ o->process, strlen(o->process) };
 		v.mem_handle = (tw_wire_str){ o->mem.reserved, TW_CU_IPC_HANDLE_SIZE };
 		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
 			evs[i] = (tw_wire_str){ o->ev[i].reserved, TW_CU_IPC_HANDLE_SIZE };
@@ -948,8 +996,6 @@ static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *lo
 static void ci_shutdown(tw_channel_ctx *base)
 {
 	ci_ctx *c = (ci_ctx *)base;
-	const tw_cuda *cu = c->cc.cu;
-	char d[TW_DETAIL_MAX];
 	tw__cuda_ctx_drain(&c->cc);
 	while (c->remotes) {
 		ci_remote *r = c->remotes;
@@ -958,18 +1004,12 @@ static void ci_shutdown(tw_channel_ctx *base)
 		if (r->refs == 0)
 			ci_remote_free(r);
 	}
-	for (int dev = 0; dev < TW_CUDA_CTX_MAX_DEVICES; dev++) {
-		ci_outbox *o = &c->out[dev];
-		if (!o->made || tw__cuda_use_device(cu, dev, d, sizeof(d)) != TW_OK)
-			continue;
-		for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
-			(void)cu->cuEventDestroy_v2(o->events[i]);
-		(void)cu->cuMemFree_v2(o->base);
-		if (o->pinned)
-			(void)cu->cuMemFreeHost(o->pinned);
-		o->made = false;
-		o->pinned = NULL;
+	while (c->areas) {
+		ci_outbox *o = c->areas;
+		c->areas = o->next;
+		ci_outbox_free(c, o);
 	}
+	memset(c->out, 0, sizeof(c->out));
 }
 
 static void ci_destroy(tw_channel_ctx *base)
