@@ -1155,6 +1155,240 @@ static void case_ipc_two_contexts(void)
 	}
 }
 
+/* ---- a peer that dies mid-transfer (cuda_ipc) ---------------------------------------- */
+
+/* How long an end waits for the callback that a dead peer must bring: a
+ * hang is what these cases catch. */
+#define DIE_WAIT_MS 30000
+
+/* An established pipe of ctx over which (cuda:0, cuda:0) goes over
+ * cuda_ipc: the next one accepted on l, or one connected to url. */
+static tw_pipe *ipc_established(tw_context *ctx, tw_listener *l, const char *url)
+{
+	tw_pipe *p;
+	if (l) {
+		tu_rec acc;
+		tu_rec_init(&acc);
+		CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+		tu_expect(&acc, TW_OK, NULL);
+		p = acc.pipe;
+	} else {
+		CHECK_OK(tw_context_connect(ctx, url, &p));
+	}
+	tu_rec est;
+	tu_rec_init(&est);
+	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
+	tu_expect(&est, TW_OK, NULL);
+	char ch[64];
+	tw_device d0 = cuda_dev(0);
+	CHECK_OK(tw_pipe_channel_for(p, &d0, &d0, ch, sizeof(ch)));
+	CHECK(strcmp(ch, "cuda_ipc") == 0);
+	return p;
+}
+
+/* A context with a listener whose URL goes out on fds. */
+static tw_listener *ipc_listening(tw_context **ctx, const char *name, int *fds)
+{
+	char url[256];
+	cu_load();
+	ipc_ctx(ctx, name);
+	tw_listener *l = tu_listen(*ctx, "uv://127.0.0.1:0", url, sizeof(url));
+	close(fds[0]);
+	tu_url_send(fds, url);
+	return l;
+}
+
+/* Waits (at most DIE_WAIT_MS) for a callback a dead peer's pipe must
+ * bring, and checks that it failed as `want` (or as a lost peer). */
+static void die_expect(tu_rec *r, const char *what, tw_status_t want)
+{
+	if (!tu_wait_for(&r->w, 1, DIE_WAIT_MS)) {
+		fprintf(stderr, "[%d] %s: no callback in %d ms\n", (int)getpid(), what, DIE_WAIT_MS);
+		abort();
+	}
+	printf("# [%d] %s: %s: %s\n", (int)getpid(), what, tw_status_name(r->status), r->detail);
+	CHECK(r->status == want || (want == TW_ERR_EOF && r->status == TW_ERR_CONNRESET));
+}
+
+/* A child running fn(a, b). */
+static pid_t die_fork(void (*fn)(int *, int *), int *a, int *b)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fn(a, b);
+		fflush(NULL);
+		exit(0); /* simcuda's exit handler removes its names in /dev/shm */
+	}
+	return pid;
+}
+
+static void die_wait(pid_t pid, bool killed)
+{
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	if (killed)
+		CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	else
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+#define DIE_LEN ((size_t)20 << 20) /* three slots */
+
+/* The receiver: the read must fail once its writer is gone, and the
+ * context then close: nothing may wait for the dead writer's copy. */
+static void die_sender_server(int *fds, int *sync)
+{
+	tw_context *ctx;
+	tw_listener *l = ipc_listening(&ctx, "server", fds);
+	tw_pipe *p = ipc_established(ctx, l, NULL);
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	CHECK(d.desc->num_tensors == 1 && d.desc->tensors[0].length == DIE_LEN);
+	void *dst = dev_alloc(0, DIE_LEN);
+	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(0) };
+	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	char go = 1;
+	CHECK(write(sync[1], &go, 1) == 1); /* the writer dies now */
+	die_expect(&r, "the read from a writer that died", TW_ERR_EOF);
+	tw_pipe_destroy(p);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&d), tu_once(&r);
+	dev_free(0, dst);
+}
+
+/* The sender: each of its copies takes 2 s, so it dies with its copy into
+ * the first slot queued, the slot's event recorded and the Descriptor out. */
+static void die_sender_client(int *fds, int *sync)
+{
+	char url[256];
+	tu_url_recv(fds, url, sizeof(url));
+	setenv("SIMCUDA_COPY_DELAY_US", "2000000", 1);
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx(&ctx, "client");
+	tw_pipe *p = ipc_established(ctx, NULL, url);
+	void *src = dev_alloc(0, DIE_LEN);
+	tw_tensor t = { .data = src, .length = DIE_LEN, .source_device = cuda_dev(0),
+		        .has_target_device = true, .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	char go;
+	CHECK(read(sync[0], &go, 1) == 1);
+	usleep(50000); /* the server's read meets the Descriptor */
+	raise(SIGKILL);
+}
+
+/* A sender that dies mid-transfer: its receiver's read fails (EOF) and its
+ * context closes, instead of waiting for good for the slot's event that
+ * the dead process recorded and never completes. */
+static void case_ipc_sender_died(void)
+{
+	int fds[2], sync[2];
+	CHECK(pipe(fds) == 0 && pipe(sync) == 0);
+	pid_t s = die_fork(die_sender_server, fds, sync), c = die_fork(die_sender_client, fds, sync);
+	close(fds[0]), close(fds[1]), close(sync[0]), close(sync[1]);
+	die_wait(c, true);
+	die_wait(s, false);
+}
+
+#define DIE_BIG ((size_t)40 << 20) /* more than the four slots */
+
+/* Receiver A: takes a write of DIE_BIG with copies of 2 s each, and dies
+ * with its copies out of all four slots queued (so their records of the
+ * slots' events never run). */
+static void die_receiver_a(int *fds, int *other)
+{
+	close(other[0]), close(other[1]); /* the other receiver's URL pipe */
+	setenv("SIMCUDA_COPY_DELAY_US", "2000000", 1);
+	tw_context *ctx;
+	tw_listener *l = ipc_listening(&ctx, "receiver-a", fds);
+	tw_pipe *p = ipc_established(ctx, l, NULL);
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	void *dst = dev_alloc(0, DIE_BIG);
+	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(0) };
+	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	usleep(500000);
+	raise(SIGKILL);
+}
+
+/* Receiver B, healthy: one message on the pipe opened before A died, one
+ * on the pipe opened after. */
+static void die_receiver_b(int *fds, int *other)
+{
+	close(other[0]), close(other[1]);
+	tw_context *ctx;
+	tw_listener *l = ipc_listening(&ctx, "receiver-b", fds);
+	tw_pipe *before = ipc_established(ctx, l, NULL);
+	ipc_read(before, (const size_t[]){ 1 << 20 }, 1, 800);
+	tw_pipe *after = ipc_established(ctx, l, NULL);
+	ipc_read(after, (const size_t[]){ DIE_BIG }, 1, 900);
+	tu_send_text(after, "seen");
+	tw_pipe_destroy(before);
+	tw_pipe_destroy(after);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+}
+
+/* A receiver that dies mid-transfer holding every slot of the sender's
+ * staging area: the sender's write to it fails; a pipe of the sender's
+ * context that announced that area before fails its next write within a
+ * bound, naming the slots, instead of waiting for good; a pipe opened
+ * after gets a new area and carries its tensor intact. */
+static void case_ipc_receiver_died(void)
+{
+	int fa[2], fb[2];
+	CHECK(pipe(fa) == 0 && pipe(fb) == 0);
+	pid_t a = die_fork(die_receiver_a, fa, fb), b = die_fork(die_receiver_b, fb, fa);
+	char ua[256], ub[256];
+	tu_url_recv(fa, ua, sizeof(ua));
+	tu_url_recv(fb, ub, sizeof(ub));
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx(&ctx, "sender");
+	tw_pipe *before = ipc_established(ctx, NULL, ub);
+	ipc_write(before, (const size_t[]){ 1 << 20 }, 1, 800);
+	tw_pipe *pa = ipc_established(ctx, NULL, ua);
+	void *src = dev_alloc(0, DIE_BIG);
+	dev_fill(0, src, DIE_BIG, 1);
+	tw_tensor t = { .data = src, .length = DIE_BIG, .source_device = cuda_dev(0),
+		        .has_target_device = true, .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec wa, wb;
+	tu_rec_init(&wa), tu_rec_init(&wb);
+	CHECK_OK(tw_pipe_write(pa, &m, tu_on_status, &wa));
+	die_expect(&wa, "the write to a receiver that died", TW_ERR_EOF);
+	die_wait(a, true);
+	CHECK_OK(tw_pipe_write(before, &m, tu_on_status, &wb));
+	die_expect(&wb, "a write over a pipe that announced the area before", TW_ERR_TIMEDOUT);
+	CHECK(strstr(wb.detail, "slot"));
+	tw_pipe *after = ipc_established(ctx, NULL, ub);
+	ipc_write(after, (const size_t[]){ DIE_BIG }, 1, 900);
+	tu_expect_text(after, "seen");
+	tw_pipe_destroy(pa);
+	tw_pipe_destroy(before);
+	tw_pipe_destroy(after);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&wa), tu_once(&wb);
+	dev_free(0, src);
+	die_wait(b, false);
+}
+
 /* Each multi-GiB size between two processes over cuda_ipc, each way, with a
  * small tensor before it. */
 static void case_ipc_large(void)
@@ -1622,6 +1856,8 @@ int main(int argc, char **argv)
 		{ "ipc_large", case_ipc_large },       { "ipc_inline", case_ipc_inline },
 		{ "ipc_two_contexts", case_ipc_two_contexts }, { "sweep", case_sweep },
 		{ "ipc_sweep", case_ipc_sweep },
+		{ "ipc_sender_died", case_ipc_sender_died },
+		{ "ipc_receiver_died", case_ipc_receiver_died },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */

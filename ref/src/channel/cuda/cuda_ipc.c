@@ -97,6 +97,11 @@ typedef struct ci_ctx {
 	ci_outbox *out[TW_CUDA_CTX_MAX_DEVICES]; /* the one new channels announce */
 	ci_outbox *areas;                        /* every one made */
 	ci_remote *remotes;
+	/* wakes the channels while an interprocess event they wait for is
+	 * polled (ci_poll_later), every poll_ms */
+	uv_timer_t poll;
+	bool poll_init;
+	uint64_t poll_ms;
 } ci_ctx;
 
 enum ci_state {
@@ -159,6 +164,60 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
 	char eb[160];
 	tw__detail(detail, detail_len, "%s: %s", call, tw__cuda_strerror(c->cc.cu, r, eb, sizeof(eb)));
 	return r == TW_CUDA_ERROR_OUT_OF_MEMORY ? TW_ERR_NOMEM : TW_ERR_SYS;
+}
+
+/* ---- polling the peer's events ---------------------------------------------------------- */
+
+/* A copy that must come after a peer process's work on its GPU waits for
+ * that process's event. A stream made to wait for it would hold every
+ * later copy of this context on the device, and the context's close, for
+ * good if the process died first: its event stays recorded and never
+ * completes. So such a copy is queued only once the event is seen
+ * complete (cuEventQuery), and the channels are woken to look again every
+ * poll_ms (1 ms, doubling to 8 ms while nothing became ready) until then. */
+#define CI_POLL_MAX_MS 8
+
+static void ci_on_poll(uv_timer_t *t)
+{
+	ci_ctx *c = t->data;
+	if (c->poll_ms < CI_POLL_MAX_MS)
+		c->poll_ms *= 2;
+	tw__cuda_chan_wake(&c->cc);
+}
+
+/* Loop thread: the channels look again soon. */
+static void ci_poll_later(ci_ctx *c)
+{
+	if (!c->poll_init) {
+		(void)uv_timer_init(&c->cc.base.env->loop->uv, &c->poll); /* cannot fail */
+		c->poll.data = c;
+		c->poll_init = true;
+	}
+	if (!uv_is_active((uv_handle_t *)&c->poll))
+		uv_timer_start(&c->poll, ci_on_poll, c->poll_ms ? c->poll_ms : 1, 0);
+}
+
+/* Has the event `ev` (a peer's work, or its record) completed? *ready
+ * says; a status other than TW_OK: the query failed (detail). */
+static tw_status_t ci_event_done(ci_ctx *c, int dev, CUevent ev, bool *ready, char *detail,
+                                 size_t detail_len)
+{
+	tw_status_t st = tw__cuda_use_device(c->cc.cu, dev, detail, detail_len);
+	if (st != TW_OK)
+		return st;
+	CUresult r = c->cc.cu->cuEventQuery(ev);
+	*ready = r == TW_CUDA_SUCCESS;
+	if (*ready)
+		c->poll_ms = 1;
+	if (r == TW_CUDA_SUCCESS || r == TW_CUDA_ERROR_NOT_READY)
+		return TW_OK;
+	st = ci_cu_fail(c, "cuEventQuery of a staging slot's event", r, detail, detail_len);
+	return st == TW_ERR_NOMEM ? st : TW_ERR_SYS;
+}
+
+static void ci_on_poll_closed(uv_handle_t *h)
+{
+	(void)h;
 }
 
 /* ---- staging areas ---------------------------------------------------------------------- */
@@ -771,6 +830,21 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 		r->refs++;
 	}
 	CUevent slot_ev = r->events[v->slot];
+	/* the writer's copy into the slot, seen over (ci_event_done); a writer
+	 * that left before fails the read (4.4.e) */
+	bool ready = false;
+	st = ci_event_done(c, kc->dev, slot_ev, &ready, d, sizeof(d));
+	if (st != TW_OK) {
+		tw__cuda_chan_fail(ch, st, d);
+		return;
+	}
+	if (!ready) {
+		if (tw__channel_writer_left(ich->conn[0], d, sizeof(d)))
+			tw__cuda_chan_fail(ch, TW_ERR_EOF, d);
+		else
+			ci_poll_later(c);
+		return;
+	}
 	kc->done.fn = ci_on_copied;
 	kc->done.arg = k;
 	st = tw__cuda_copy(&c->cc, kc->dev, kc->ptr,
@@ -996,6 +1070,11 @@ static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *lo
 static void ci_shutdown(tw_channel_ctx *base)
 {
 	ci_ctx *c = (ci_ctx *)base;
+	if (c->poll_init) {
+		uv_timer_stop(&c->poll);
+		uv_close((uv_handle_t *)&c->poll, ci_on_poll_closed);
+		c->poll_init = false;
+	}
 	tw__cuda_ctx_drain(&c->cc);
 	while (c->remotes) {
 		ci_remote *r = c->remotes;
