@@ -1303,13 +1303,15 @@ static void case_ipc_sender_died(void)
 
 #define DIE_BIG ((size_t)40 << 20) /* more than the four slots */
 
-/* Receiver A: takes a write of DIE_BIG with copies of 2 s each, and dies
- * with its copies out of all four slots queued (so their records of the
- * slots' events never run). */
+/* Receiver A: takes a write of a small tensor and one of DIE_BIG, whose
+ * copies out of a slot (8 MiB) take 2 s each, and dies with those copies
+ * out of all four slots queued (so their records of the slots' events
+ * never run). The small one goes first: the sender's first chunk of a
+ * channel waits for its answer (spec 8.3.1). */
 static void die_receiver_a(int *fds, int *other)
 {
 	close(other[0]), close(other[1]); /* the other receiver's URL pipe */
-	setenv("SIMCUDA_COPY_DELAY_US", "2000000", 1);
+	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
 	tw_context *ctx;
 	tw_listener *l = ipc_listening(&ctx, "receiver-a", fds);
 	tw_pipe *p = ipc_established(ctx, l, NULL);
@@ -1317,9 +1319,12 @@ static void die_receiver_a(int *fds, int *other)
 	tu_rec_init(&d), tu_rec_init(&r);
 	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
 	tu_expect(&d, TW_OK, NULL);
-	void *dst = dev_alloc(0, DIE_BIG);
-	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(0) };
-	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	CHECK(d.desc->num_tensors == 2);
+	tw_tensor_allocation ta[2];
+	for (int i = 0; i < 2; i++)
+		ta[i] = (tw_tensor_allocation){ .data = dev_alloc(0, d.desc->tensors[i].length),
+			                        .device = cuda_dev(0) };
+	tw_allocation a = { .num_tensors = 2, .tensors = ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	usleep(500000);
 	raise(SIGKILL);
@@ -1365,14 +1370,18 @@ static void case_ipc_receiver_died(void)
 	tw_pipe *pa = ipc_established(ctx, NULL, ua);
 	void *src = dev_alloc(0, DIE_BIG);
 	dev_fill(0, src, DIE_BIG, 1);
-	tw_tensor t = { .data = src, .length = DIE_BIG, .source_device = cuda_dev(0),
-		        .has_target_device = true, .target_device = cuda_dev(0) };
-	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tw_tensor t[2];
+	for (int i = 0; i < 2; i++)
+		t[i] = (tw_tensor){ .data = src, .length = i ? DIE_BIG : 1024,
+			            .source_device = cuda_dev(0), .has_target_device = true,
+			            .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 2, .tensors = t };
 	tu_rec wa, wb;
 	tu_rec_init(&wa), tu_rec_init(&wb);
 	CHECK_OK(tw_pipe_write(pa, &m, tu_on_status, &wa));
 	die_expect(&wa, "the write to a receiver that died", TW_ERR_EOF);
 	die_wait(a, true);
+	m.num_tensors = 1;
 	CHECK_OK(tw_pipe_write(before, &m, tu_on_status, &wb));
 	die_expect(&wb, "a write over a pipe that announced the area before", TW_ERR_TIMEDOUT);
 	CHECK(strstr(wb.detail, "slot"));

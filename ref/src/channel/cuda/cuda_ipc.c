@@ -70,6 +70,15 @@ typedef struct ci_outbox {
 	CUipcMemHandle mem;
 	CUipcEventHandle ev[TW_CUDA_IPC_SLOTS];
 	bool used[TW_CUDA_IPC_SLOTS];
+	/* Given to a receiver that never answered (its pipe failed first): it
+	 * may have queued its copy out of the slot and the record of the
+	 * slot's event after it, and died, so that the event never completes.
+	 * Such a slot is taken again only once its event is seen complete;
+	 * since when (uv_now) it waits. */
+	bool suspect[TW_CUDA_IPC_SLOTS];
+	uint64_t suspect_ms[TW_CUDA_IPC_SLOTS];
+	unsigned refs; /* the channels that copy through it, and the context while current */
+	bool closed;   /* by ci_shutdown: its memory is gone, the struct waits for its last reference */
 	/* the proof (8.3.1): pinned host memory, a slot's bytes on their way
 	 * inline (made on the first refusal) */
 	char *pinned;
@@ -95,6 +104,7 @@ typedef struct ci_ctx {
 	tw_cuda_ctx cc;
 	char process[128]; /* "<pidns>_<pid>" */
 	ci_outbox *out[TW_CUDA_CTX_MAX_DEVICES]; /* the one new channels announce */
+	unsigned areas_made[TW_CUDA_CTX_MAX_DEVICES];
 	ci_outbox *areas;                        /* every one made */
 	ci_remote *remotes;
 	/* wakes the channels while an interprocess event they wait for is
@@ -177,11 +187,14 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * poll_ms (1 ms, doubling to 8 ms while nothing became ready) until then. */
 #define CI_POLL_MAX_MS 8
 
+/* How long a channel waits while every slot of its area is suspect (see
+ * ci_outbox) before it fails. */
+#define CI_SLOTS_LOST_MS 5000
+
 static void ci_on_poll(uv_timer_t *t)
 {
 	ci_ctx *c = t->data;
-	if (c->poll_ms < CI_POLL_MAX_MS)
-		c->poll_ms *= 2;
+	c->poll_ms = c->poll_ms < 1 ? 2 : c->poll_ms < CI_POLL_MAX_MS ? 2 * c->poll_ms : c->poll_ms;
 	tw__cuda_chan_wake(&c->cc);
 }
 
@@ -222,7 +235,8 @@ static void ci_on_poll_closed(uv_handle_t *h)
 
 /* ---- staging areas ---------------------------------------------------------------------- */
 
-static void ci_outbox_free(ci_ctx *c, ci_outbox *o)
+/* Frees o's memory and events (the struct stays). */
+static void ci_outbox_close(ci_ctx *c, ci_outbox *o)
 {
 	const tw_cuda *cu = c->cc.cu;
 	char d[TW_DETAIL_MAX];
@@ -235,6 +249,12 @@ static void ci_outbox_free(ci_ctx *c, ci_outbox *o)
 		if (o->pinned)
 			(void)cu->cuMemFreeHost(o->pinned);
 	}
+	o->closed = true;
+}
+
+static void ci_outbox_free(ci_ctx *c, ci_outbox *o)
+{
+	ci_outbox_close(c, o);
 	tw__free(o);
 }
 
@@ -275,38 +295,131 @@ static tw_status_t ci_outbox_new(ci_ctx *c, int dev, const char *process, ci_out
 	return TW_OK;
 }
 
+/* Is every slot's event of o complete (the last copy into or out of each
+ * over)? A query that fails counts as "no". */
+static bool ci_outbox_quiet(ci_ctx *c, ci_outbox *o, bool suspects_only)
+{
+	char d[TW_DETAIL_MAX];
+	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
+		bool ready = false;
+		if ((o->suspect[i] || !suspects_only) &&
+		    (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK || !ready))
+			return false;
+	}
+	return true;
+}
+
+static void ci_outbox_unlink(ci_ctx *c, ci_outbox *o)
+{
+	for (ci_outbox **pp = &c->areas; *pp; pp = &(*pp)->next)
+		if (*pp == o) {
+			*pp = o->next;
+			return;
+		}
+}
+
+/* A channel (or the context, for its current area) lets go of o. An area
+ * nobody copies through is freed once every slot's event is complete; one
+ * that a dead receiver's record holds stays until the context's shutdown
+ * (ci_outbox_sweep tries again). */
+static void ci_outbox_unref(ci_ctx *c, ci_outbox *o)
+{
+	if (--o->refs > 0)
+		return;
+	if (o->closed) {
+		tw__free(o);
+	} else if (ci_outbox_quiet(c, o, false)) {
+		ci_outbox_unlink(c, o);
+		ci_outbox_free(c, o);
+	}
+}
+
+static void ci_outbox_sweep(ci_ctx *c)
+{
+	for (ci_outbox *o = c->areas, *next; o; o = next) {
+		next = o->next;
+		if (o->refs == 0 && ci_outbox_quiet(c, o, false)) {
+			ci_outbox_unlink(c, o);
+			ci_outbox_free(c, o);
+		}
+	}
+}
+
 /* The area the channel sends from on cuda:dev: the context's current one,
- * made on first use, from the channel's first chunk on that device on. */
+ * from the channel's first chunk on that device on. A current area with a
+ * suspect slot whose event is not complete (a receiver that died holding
+ * it, most likely) is current no more: a new one, announced under an
+ * identifier of its own ("<pidns>_<pid>.<n>", since stock's receivers
+ * know an area by its identifier), serves the channels from now on, and
+ * channels that announced the old one keep it. */
 static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char *detail,
                                 size_t detail_len)
 {
 	ci_ctx *c = CI_CTX(ich);
 	if (!ich->area[dev]) {
+		ci_outbox *cur = c->out[dev];
+		if (cur && !ci_outbox_quiet(c, cur, true)) {
+			c->out[dev] = NULL;
+			ci_outbox_unref(c, cur);
+			ci_outbox_sweep(c);
+		}
 		if (!c->out[dev]) {
-			tw_status_t st = ci_outbox_new(c, dev, c->process, &c->out[dev], detail,
-			                               detail_len);
+			char id[sizeof(cur->process)];
+			unsigned n = c->areas_made[dev];
+			if (n == 0)
+				snprintf(id, sizeof(id), "%s", c->process);
+			else
+				snprintf(id, sizeof(id), "%s.%u", c->process, n);
+			tw_status_t st = ci_outbox_new(c, dev, id, &c->out[dev], detail, detail_len);
 			if (st != TW_OK)
 				return st;
+			c->areas_made[dev]++;
+			c->out[dev]->refs = 1;
 		}
 		ich->area[dev] = c->out[dev];
+		ich->area[dev]->refs++;
 	}
 	*out = ich->area[dev];
 	return TW_OK;
 }
 
-static int ci_slot_get(ci_outbox *o)
+/* A free slot of o, or -1. A suspect slot is free once its event is
+ * complete; *stale counts those that are not, and *since is when the
+ * newest of them became suspect. */
+static int ci_slot_get(ci_ctx *c, ci_outbox *o, int *stale, uint64_t *since)
 {
-	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
-		if (!o->used[i]) {
-			o->used[i] = true;
-			return i;
+	char d[TW_DETAIL_MAX];
+	*stale = 0;
+	*since = 0;
+	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
+		if (o->used[i])
+			continue;
+		if (o->suspect[i]) {
+			bool ready = false;
+			if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK ||
+			    !ready) {
+				++*stale;
+				if (o->suspect_ms[i] > *since)
+					*since = o->suspect_ms[i];
+				continue;
+			}
+			o->suspect[i] = false;
 		}
+		o->used[i] = true;
+		return i;
+	}
 	return -1;
 }
 
-static void ci_slot_put(ci_ctx *c, ci_outbox *o, int slot)
+/* The slot is free again; `unanswered`: it was given to a receiver that
+ * never answered (suspect). */
+static void ci_slot_put(ci_ctx *c, ci_outbox *o, int slot, bool unanswered)
 {
 	o->used[slot] = false;
+	if (unanswered) {
+		o->suspect[slot] = true;
+		o->suspect_ms[slot] = uv_now(&c->cc.base.env->loop->uv);
+	}
 	tw__cuda_chan_wake(&c->cc);
 }
 
@@ -462,7 +575,9 @@ static tw_status_t ci_pinned(ci_ctx *c, int dev, char **mem, char *detail, size_
 static void ci_chunk_end(ci_chunk *k, tw_status_t st, const char *detail)
 {
 	if (k->c.which == 0 && k->c.slot >= 0) {
-		ci_slot_put(CI_CTX(CI_CH(k)), CI_CH(k)->area[k->c.dev], k->c.slot);
+		/* its Descriptor named the slot in the area, and no answer came */
+		bool unanswered = st != TW_OK && k->desc_out && !k->inl && !k->replied;
+		ci_slot_put(CI_CTX(CI_CH(k)), CI_CH(k)->area[k->c.dev], k->c.slot, unanswered);
 		k->c.slot = -1;
 	}
 	tw__cuda_chunk_end(&k->c, st, detail);
@@ -637,9 +752,27 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		tw__cuda_chan_fail(ch, st, d);
 		return false;
 	}
-	kc->slot = ci_slot_get(o);
-	if (kc->slot < 0)
-		return false; /* later chunks wait for this one's slot */
+	int stale;
+	uint64_t since;
+	kc->slot = ci_slot_get(c, o, &stale, &since);
+	if (kc->slot < 0) {
+		/* later chunks wait for this one's slot. Where every slot is
+		 * suspect, none in use, no answer will free one: after
+		 * CI_SLOTS_LOST_MS the channel gives up (it cannot announce
+		 * another area: stock's receivers take one per channel). */
+		uint64_t now = uv_now(&c->cc.base.env->loop->uv);
+		if (stale == TW_CUDA_IPC_SLOTS && now - since >= CI_SLOTS_LOST_MS) {
+			tw__detail(d, sizeof(d),
+			           "no staging slot of cuda:%d is free: receivers that left mid-transfer "
+			           "never released any of its %d (none for %llu ms); pipes opened from now "
+			           "on get a new staging area",
+			           kc->dev, TW_CUDA_IPC_SLOTS, (unsigned long long)(now - since));
+			tw__cuda_chan_fail(ch, TW_ERR_TIMEDOUT, d);
+		} else if (stale > 0) {
+			ci_poll_later(c);
+		}
+		return false;
+	}
 	if (ich->refused[kc->dev]) {
 		/* the peer could not open this device's area: the slot only
 		 * bounds what is in flight */
@@ -948,6 +1081,9 @@ static void ci_free(tw_cuda_chan *ch)
 		tw__wire_cuda_ipc_descriptor_free(&a->info);
 		tw__free(a);
 	}
+	for (int i = 0; i < TW_CUDA_CTX_MAX_DEVICES; i++)
+		if (ich->area[i])
+			ci_outbox_unref(CI_CTX(ich), ich->area[i]);
 	tw__free(ich);
 }
 
@@ -1083,12 +1219,20 @@ static void ci_shutdown(tw_channel_ctx *base)
 		if (r->refs == 0)
 			ci_remote_free(r);
 	}
+	for (int dev = 0; dev < TW_CUDA_CTX_MAX_DEVICES; dev++)
+		if (c->out[dev]) {
+			c->out[dev]->refs--;
+			c->out[dev] = NULL;
+		}
+	/* a channel that outlives this keeps its area's struct (no memory) */
 	while (c->areas) {
 		ci_outbox *o = c->areas;
 		c->areas = o->next;
-		ci_outbox_free(c, o);
+		if (o->refs == 0)
+			ci_outbox_free(c, o);
+		else
+			ci_outbox_close(c, o);
 	}
-	memset(c->out, 0, sizeof(c->out));
 }
 
 static void ci_destroy(tw_channel_ctx *base)
