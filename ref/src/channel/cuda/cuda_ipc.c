@@ -184,8 +184,9 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * good if the process died first: its event stays recorded and never
  * completes. So such a copy is queued only once the event is seen
  * complete (cuEventQuery), and the channels are woken to look again every
- * poll_ms (1 ms, doubling to 8 ms while nothing became ready) until then. */
-#define CI_POLL_MAX_MS 8
+ * poll_ms (1 ms, then 2 ms while nothing became ready: a tensor whose
+ * producer still runs on the writer's GPU arrives at most 2 ms late) until then. */
+#define CI_POLL_MAX_MS 2
 
 /* How long a channel waits while every slot of its area is suspect (see
  * ci_outbox) before it fails. */
