@@ -1301,6 +1301,73 @@ static void case_ipc_sender_died(void)
 	die_wait(s, false);
 }
 
+/* The reader of a withdrawn tensor: its copies out of a slot take 2 s
+ * each, so the writer's close comes first; the read must fail (4.4.e). */
+static void withdrawn_server(int *fds, int *sync)
+{
+	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
+	tw_context *ctx;
+	tw_listener *l = ipc_listening(&ctx, "server", fds);
+	tw_pipe *p = ipc_established(ctx, l, NULL);
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	void *dst = dev_alloc(0, DIE_LEN);
+	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(0) };
+	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	char go = 1;
+	CHECK(write(sync[1], &go, 1) == 1);
+	die_expect(&r, "the read of a tensor its writer withdrew", TW_ERR_EOF);
+	tw_pipe_destroy(p);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&d), tu_once(&r);
+	dev_free(0, dst);
+}
+
+static void withdrawn_client(int *fds, int *sync)
+{
+	char url[256];
+	tu_url_recv(fds, url, sizeof(url));
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx(&ctx, "client");
+	tw_pipe *p = ipc_established(ctx, NULL, url);
+	void *src = dev_alloc(0, DIE_LEN);
+	tw_tensor t = { .data = src, .length = DIE_LEN, .source_device = cuda_dev(0),
+		        .has_target_device = true, .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	char go;
+	CHECK(read(sync[0], &go, 1) == 1);
+	usleep(50000); /* the reader's copies are under way */
+	tw_pipe_close(p);
+	tu_expect(&w, TW_ERR_CLOSED, NULL);
+	tw_pipe_destroy(p);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&w);
+	dev_free(0, src);
+}
+
+/* A writer that closes its pipe (alive) while the reader still copies out
+ * of its slots: its write fails, so the reader must not deliver the
+ * tensor (4.4.e): the slots may hold other bytes by then. */
+static void case_ipc_withdrawn(void)
+{
+	int fds[2], sync[2];
+	CHECK(pipe(fds) == 0 && pipe(sync) == 0);
+	pid_t s = die_fork(withdrawn_server, fds, sync), c = die_fork(withdrawn_client, fds, sync);
+	close(fds[0]), close(fds[1]), close(sync[0]), close(sync[1]);
+	die_wait(c, false);
+	die_wait(s, false);
+}
+
 #define DIE_BIG ((size_t)40 << 20) /* more than the four slots */
 
 /* Receiver A: takes a write of a small tensor and one of DIE_BIG, whose
@@ -1867,6 +1934,7 @@ int main(int argc, char **argv)
 		{ "ipc_sweep", case_ipc_sweep },
 		{ "ipc_sender_died", case_ipc_sender_died },
 		{ "ipc_receiver_died", case_ipc_receiver_died },
+		{ "ipc_withdrawn", case_ipc_withdrawn },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after
 	 * their fork */
