@@ -314,6 +314,43 @@ static const uint64_t eight_mib[] = { 8 * MiB, 0 };
 static const cuda_spec gdr_killed = { "cuda_gdr", "cuda:0", "cuda:0", eight_mib, "", "", NULL,
 	                              NULL, false };
 
+/* The end whose peer was killed closes its pipe and shuts down: it must
+ * end cleanly (no hang) with every callback once. */
+static int killed_survivor_ends(twc_session *s, twc_adapter *a, const char *pipe)
+{
+	json_t *r = twc_session_call(s, a, json_pack("{s:s,s:s}", "cmd", "close", "pipe", pipe));
+	json_decref(r);
+	r = r ? twc_session_call(s, a, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
+	json_decref(r);
+	char err[TWC_REASON_MAX];
+	if (!r)
+		return -1;
+	if (twc_adapter_finish(a, 30000, err, sizeof(err)) ||
+	    twc_adapter_check_callbacks(a, err, sizeof(err)))
+		return twc_session_fail(s, "%s", err);
+	return 0;
+}
+
+/* The event `name` of a, armed as id, must be a failure of kind end of
+ * file or reset: its peer was killed. */
+static int killed_fails(twc_session *s, twc_adapter *a, json_int_t id, const char *name)
+{
+	json_t *ev = NULL;
+	if (twc_session_event(s, a, id, name, &ev))
+		return -1;
+	const char *kind = twc_event_error_kind(ev);
+	int rc = 0;
+	if (json_is_true(json_object_get(ev, "ok")))
+		rc = twc_session_fail(s, "the %s succeeded after its peer was killed", name);
+	else if (!kind || (strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0))
+		rc = twc_session_fail(s, "the %s failed with kind '%s' (%s), not an end-of-file or "
+		                      "reset error", name, kind ? kind : "?", twc_event_error_text(ev));
+	else
+		printf("# the %s failed as it should: %s (%s)\n", name, kind, twc_event_error_text(ev));
+	json_decref(ev);
+	return rc;
+}
+
 static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
 {
 	const cuda_spec *sp = c->arg;
@@ -352,37 +389,10 @@ static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
 		printf("# killing the server with SIGKILL\n");
 		twc_adapter_kill(s.server);
 	}
-	for (int i = 0; rc == 0 && i < 2; i++) {
-		json_t *ev = NULL;
-		if (twc_session_event(&s, s.client, w[i], "write", &ev)) {
-			rc = -1;
-			break;
-		}
-		const char *kind = twc_event_error_kind(ev);
-		if (json_is_true(json_object_get(ev, "ok")))
-			rc = twc_session_fail(&s, "write %d succeeded after its reader was killed", i);
-		else if (!kind || (strcmp(kind, "eof") != 0 && strcmp(kind, "reset") != 0))
-			rc = twc_session_fail(&s, "write %d failed with kind '%s' (%s), not an "
-			                      "end-of-file or reset error", i, kind ? kind : "?",
-			                      twc_event_error_text(ev));
-		else
-			printf("# write %d failed as it should: %s (%s)\n", i, kind,
-			       twc_event_error_text(ev));
-		json_decref(ev);
-	}
-	if (rc == 0) {
-		json_t *r = twc_session_call(&s, s.client, json_pack("{s:s,s:s}", "cmd", "close",
-		                                                     "pipe", s.cpipe));
-		json_decref(r);
-		r = r ? twc_session_call(&s, s.client, json_pack("{s:s}", "cmd", "shutdown")) : NULL;
-		json_decref(r);
-		char err[TWC_REASON_MAX];
-		if (!r)
-			rc = -1;
-		else if (twc_adapter_finish(s.client, 30000, err, sizeof(err)) ||
-		         twc_adapter_check_callbacks(s.client, err, sizeof(err)))
-			rc = twc_session_fail(&s, "%s", err);
-	}
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = killed_fails(&s, s.client, w[i], "write");
+	if (rc == 0)
+		rc = killed_survivor_ends(&s, s.client, s.cpipe);
 	char reason[TWC_REASON_MAX];
 	snprintf(reason, sizeof(reason), "%s", s.reason);
 	twc_session_destroy(&s);
