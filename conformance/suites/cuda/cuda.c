@@ -47,6 +47,8 @@
  *                   not viable (with the reason), CPU pipes work
  *   gdr_peer_killed the reader is killed while device tensors wait for it:
  *                   the writes fail (end of file or reset), nothing hangs
+ *   ipc_writer_killed the writer is killed with its copy into a cuda_ipc
+ *                   staging slot queued: the read fails, nothing hangs
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -401,6 +403,78 @@ static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
 	return TWC_PASS;
 }
 
+/* The writer dies mid-transfer (cuda_ipc): every copy of the client (the
+ * writer) takes 2 s, so it is killed with SIGKILL while its copy into a
+ * staging slot is queued and its Descriptor is out; the server's read must
+ * fail with an end-of-file or reset error (an event the dead process
+ * recorded may never complete: a reader whose copy waits for it on the GPU
+ * hangs for good), and the server must end cleanly. */
+static const uint64_t twenty_mib[] = { 20 * MiB, 0 };
+static const cuda_spec ipc_writer_killed = { "cuda_ipc,cuda_basic", "cuda:0", "cuda:0",
+	                                     twenty_mib, "",
+	                                     "env SIMCUDA_COPY_DELAY_US=2000000 ", NULL, NULL,
+	                                     false };
+
+static twc_outcome_t run_ipc_writer_killed(const twc_case *c, twc_case_env *env)
+{
+	const cuda_spec *sp = c->arg;
+	const char *scmd, *sname, *why;
+	if ((why = adapters_missing(env, &scmd, &sname)))
+		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
+	static char ccmd[2 * PATH_MAX];
+	snprintf(ccmd, sizeof(ccmd), "%s%s", sp->client_env, env->iut_cmd);
+	json_t *ctx = context_for(sp, false);
+	g_spec = sp;
+	twc_session s;
+	int rc = twc_session_start(&s, ccmd, scmd, env->iut_name, sname, env->wait_ms, ctx, NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = twc_session_connect(&s, NULL);
+	twc_agent_msg m;
+	memset(&m, 0, sizeof(m));
+	if (rc == 0 && shape_cuda(0, &m))
+		rc = twc_session_fail(&s, "harness: out of memory");
+	json_int_t w = -1, rd = -1;
+	if (rc == 0) {
+		twc_msg_assign_seeds(&m, UINT64_C(9) << 40);
+		w = twc_session_arm(&s, s.client, json_pack("{s:s,s:s,s:o}", "cmd", "write", "pipe",
+		                                           s.cpipe, "message", twc_msg_json(&m)));
+		rc = w < 0 ? -1 : 0;
+	}
+	twc_msg_clear(&m);
+	if (rc == 0) {
+		json_int_t d = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd",
+		                                                      "read_descriptor", "pipe", s.spipe));
+		rc = d < 0 || twc_session_ok_event(&s, s.server, d, "read_descriptor", NULL) ? -1 : 0;
+	}
+	if (rc == 0) {
+		rd = twc_session_arm(&s, s.server, json_pack("{s:s,s:s}", "cmd", "read", "pipe",
+		                                            s.spipe));
+		rc = rd < 0 ? -1 : 0;
+	}
+	long long until = twc_now_ms() + 300;
+	while (rc == 0 && twc_now_ms() < until)
+		twc_adapter_pump(50);
+	if (rc == 0 && twc_adapter_events_seen(s.server, rd))
+		rc = twc_session_fail(&s, "the read completed before the writer's first copy (2 s) "
+		                      "could have ended");
+	if (rc == 0) {
+		printf("# killing the client (the writer) with SIGKILL\n");
+		twc_adapter_kill(s.client);
+		rc = killed_fails(&s, s.server, rd, "read");
+	}
+	if (rc == 0)
+		rc = killed_survivor_ends(&s, s.server, s.spipe);
+	char reason[TWC_REASON_MAX];
+	snprintf(reason, sizeof(reason), "%s", s.reason);
+	snprintf(env->transport, sizeof(env->transport), "%s", s.transport);
+	snprintf(env->channel, sizeof(env->channel), "%s", s.channel);
+	twc_session_destroy(&s);
+	if (rc != 0)
+		return twc_case_result(env, TWC_FAIL, "%s", reason);
+	return TWC_PASS;
+}
+
 #define CUDA(id_, sec_, level_, needs_, desc_, req_, spec_)                                       \
 	{.id = "cuda." id_, .suite = "cuda", .section = sec_, .level = level_, .needs = needs_,    \
 	 .description = desc_, .requirement = req_, .timeout_s = 90, .run = run_cuda, .cross = true, \
@@ -499,6 +573,16 @@ static const twc_case cases[] = {
 	                "and the writer ends cleanly with every callback once",
 	 .requirement = "5.6: every pending write fails once the pipe fails; no operation hangs",
 	 .timeout_s = 90, .run = run_gdr_killed, .cross = true, .arg = &gdr_killed},
+	{.id = "cuda.ipc_writer_killed", .suite = "cuda", .section = "wire.md 4.6.3, 5.6",
+	 .level = TWC_MUST, .needs = "cuda,simcuda",
+	 .description = "cuda_ipc: the writer of a 20 MiB device tensor is killed with SIGKILL "
+	                "with its copy into a staging slot queued (its copies take 2 s) and its "
+	                "Descriptor out: the reader's read fails with an end-of-file or reset "
+	                "error, and the reader ends cleanly with every callback once",
+	 .requirement = "4.6.3.c: a peer that dies mid-transfer does not leave the other end "
+	                "waiting for good (an event a dead process recorded may never complete)",
+	 .timeout_s = 90, .run = run_ipc_writer_killed, .cross = true,
+	 .arg = &ipc_writer_killed},
 };
 
 const twc_case *twc_suite_cuda(int *count_out)
