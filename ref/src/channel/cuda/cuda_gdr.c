@@ -99,6 +99,7 @@ typedef struct gd_nic {
 	bool polling;
 	uv_timer_t rearm; /* polls again where arming the queue failed (gd_drain) */
 	bool rearm_init;
+	uint64_t rearm_ms; /* its next wait: 1 ms, doubling while arming keeps failing */
 	uint32_t wr_max, sends_avail, recvs_avail;
 	gd_req *reqs; /* 2 * wr_max */
 	uint32_t free_head, outstanding;
@@ -390,7 +391,9 @@ static void gd_on_rearm(uv_timer_t *t);
 
 /* Polls a NIC's completion queue dry (re-armed first). Where the arm
  * fails no event comes for what lands next: the queue is polled (and an
- * arm tried) again 1 ms later, until an arm works. */
+ * arm tried) again 1 ms later, then 2, 4 ... up to GD_REARM_MAX_MS while
+ * arming keeps failing, until an arm works. */
+#define GD_REARM_MAX_MS 64
 static void gd_drain(gd_ctx *c, gd_nic *nic)
 {
 	int rc = ibv_req_notify_cq(nic->cq, 0);
@@ -400,8 +403,13 @@ static void gd_drain(gd_ctx *c, gd_nic *nic)
 		for (int i = 0; i < n; i++)
 			gd_on_wc(c, nic, &wc[i]);
 	tw__cuda_chan_wake(&c->cc); /* work requests freed: waiting ones may go */
-	if (rc != 0 && nic->rearm_init)
-		uv_timer_start(&nic->rearm, gd_on_rearm, 1, 0);
+	if (rc == 0) {
+		nic->rearm_ms = 1;
+	} else if (nic->rearm_init && !uv_is_active((uv_handle_t *)&nic->rearm)) {
+		uint64_t ms = nic->rearm_ms ? nic->rearm_ms : 1;
+		uv_timer_start(&nic->rearm, gd_on_rearm, ms, 0);
+		nic->rearm_ms = ms < GD_REARM_MAX_MS ? 2 * ms : ms;
+	}
 }
 
 static void gd_on_rearm(uv_timer_t *t)
