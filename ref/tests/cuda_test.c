@@ -1237,10 +1237,20 @@ static void die_wait(pid_t pid, bool killed)
 
 #define DIE_LEN ((size_t)20 << 20) /* three slots */
 
-/* The receiver: the read must fail once its writer is gone, and the
- * context then close: nothing may wait for the dead writer's copy. */
-static void die_sender_server(int *fds, int *sync)
+/* A transfer of DIE_LEN that the writer abandons once the reader's read
+ * is posted: it dies (SIGKILL) or closes its pipe. The reader's read must
+ * fail with EOF (or as a lost peer), once, and its context then close:
+ * nothing may wait for the writer's copy. */
+static struct {
+	const char *slow; /* whose copies take 2 s: "reader" (per 8 MiB) or "writer" (each) */
+	bool kill;        /* the writer dies; else it closes its pipe */
+	const char *what; /* the read, as the output names it */
+} g_mid;
+
+static void mid_reader(int *fds, int *sync)
 {
+	if (!strcmp(g_mid.slow, "reader"))
+		setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
 	tw_context *ctx;
 	tw_listener *l = ipc_listening(&ctx, "server", fds);
 	tw_pipe *p = ipc_established(ctx, l, NULL);
@@ -1254,8 +1264,8 @@ static void die_sender_server(int *fds, int *sync)
 	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	char go = 1;
-	CHECK(write(sync[1], &go, 1) == 1); /* the writer dies now */
-	die_expect(&r, "the read from a writer that died", TW_ERR_EOF);
+	CHECK(write(sync[1], &go, 1) == 1); /* the writer goes now */
+	die_expect(&r, g_mid.what, TW_ERR_EOF);
 	tw_pipe_destroy(p);
 	tw_listener_destroy(l);
 	CHECK_OK(tw_context_join(ctx));
@@ -1264,13 +1274,12 @@ static void die_sender_server(int *fds, int *sync)
 	dev_free(0, dst);
 }
 
-/* The sender: each of its copies takes 2 s, so it dies with its copy into
- * the first slot queued, the slot's event recorded and the Descriptor out. */
-static void die_sender_client(int *fds, int *sync)
+static void mid_writer(int *fds, int *sync)
 {
 	char url[256];
 	tu_url_recv(fds, url, sizeof(url));
-	setenv("SIMCUDA_COPY_DELAY_US", "2000000", 1);
+	if (!strcmp(g_mid.slow, "writer"))
+		setenv("SIMCUDA_COPY_DELAY_US", "2000000", 1);
 	cu_load();
 	tw_context *ctx;
 	ipc_ctx(&ctx, "client");
@@ -1284,68 +1293,9 @@ static void die_sender_client(int *fds, int *sync)
 	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
 	char go;
 	CHECK(read(sync[0], &go, 1) == 1);
-	usleep(50000); /* the server's read meets the Descriptor */
-	raise(SIGKILL);
-}
-
-/* A sender that dies mid-transfer: its receiver's read fails (EOF) and its
- * context closes, instead of waiting for good for the slot's event that
- * the dead process recorded and never completes. */
-static void case_ipc_sender_died(void)
-{
-	int fds[2], sync[2];
-	CHECK(pipe(fds) == 0 && pipe(sync) == 0);
-	pid_t s = die_fork(die_sender_server, fds, sync), c = die_fork(die_sender_client, fds, sync);
-	close(fds[0]), close(fds[1]), close(sync[0]), close(sync[1]);
-	die_wait(c, true);
-	die_wait(s, false);
-}
-
-/* The reader of a withdrawn tensor: its copies out of a slot take 2 s
- * each, so the writer's close comes first; the read must fail (4.4.e). */
-static void withdrawn_server(int *fds, int *sync)
-{
-	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
-	tw_context *ctx;
-	tw_listener *l = ipc_listening(&ctx, "server", fds);
-	tw_pipe *p = ipc_established(ctx, l, NULL);
-	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	void *dst = dev_alloc(0, DIE_LEN);
-	tw_tensor_allocation ta = { .data = dst, .device = cuda_dev(0) };
-	tw_allocation a = { .num_tensors = 1, .tensors = &ta };
-	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
-	char go = 1;
-	CHECK(write(sync[1], &go, 1) == 1);
-	die_expect(&r, "the read of a tensor its writer withdrew", TW_ERR_EOF);
-	tw_pipe_destroy(p);
-	tw_listener_destroy(l);
-	CHECK_OK(tw_context_join(ctx));
-	tw_context_destroy(ctx);
-	tu_once(&d), tu_once(&r);
-	dev_free(0, dst);
-}
-
-static void withdrawn_client(int *fds, int *sync)
-{
-	char url[256];
-	tu_url_recv(fds, url, sizeof(url));
-	cu_load();
-	tw_context *ctx;
-	ipc_ctx(&ctx, "client");
-	tw_pipe *p = ipc_established(ctx, NULL, url);
-	void *src = dev_alloc(0, DIE_LEN);
-	tw_tensor t = { .data = src, .length = DIE_LEN, .source_device = cuda_dev(0),
-		        .has_target_device = true, .target_device = cuda_dev(0) };
-	tw_message m = { .num_tensors = 1, .tensors = &t };
-	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
-	char go;
-	CHECK(read(sync[0], &go, 1) == 1);
-	usleep(50000); /* the reader's copies are under way */
+	usleep(50000); /* the reader's read meets the Descriptor */
+	if (g_mid.kill)
+		raise(SIGKILL);
 	tw_pipe_close(p);
 	tu_expect(&w, TW_ERR_CLOSED, NULL);
 	tw_pipe_destroy(p);
@@ -1355,17 +1305,37 @@ static void withdrawn_client(int *fds, int *sync)
 	dev_free(0, src);
 }
 
-/* A writer that closes its pipe (alive) while the reader still copies out
- * of its slots: its write fails, so the reader must not deliver the
- * tensor (4.4.e): the slots may hold other bytes by then. */
-static void case_ipc_withdrawn(void)
+static void mid_round(void)
 {
 	int fds[2], sync[2];
 	CHECK(pipe(fds) == 0 && pipe(sync) == 0);
-	pid_t s = die_fork(withdrawn_server, fds, sync), c = die_fork(withdrawn_client, fds, sync);
+	pid_t s = die_fork(mid_reader, fds, sync), c = die_fork(mid_writer, fds, sync);
 	close(fds[0]), close(fds[1]), close(sync[0]), close(sync[1]);
-	die_wait(c, false);
+	die_wait(c, g_mid.kill);
 	die_wait(s, false);
+}
+
+/* A writer that dies mid-transfer, its copy into the first slot queued
+ * (2 s), the slot's event recorded and the Descriptor out: its reader's
+ * read fails (EOF) and its context closes, instead of waiting for good
+ * for the event, which the dead process never completes. */
+static void case_ipc_sender_died(void)
+{
+	g_mid.slow = "writer";
+	g_mid.kill = true;
+	g_mid.what = "the read from a writer that died";
+	mid_round();
+}
+
+/* A writer that closes its pipe (alive) while the reader still copies out
+ * of its slots (2 s per 8 MiB): its write fails, so the reader must not
+ * deliver the tensor (4.4.e): the slots may hold other bytes by then. */
+static void case_ipc_withdrawn(void)
+{
+	g_mid.slow = "reader";
+	g_mid.kill = false;
+	g_mid.what = "the read of a tensor its writer withdrew";
+	mid_round();
 }
 
 #define DIE_BIG ((size_t)40 << 20) /* more than the four slots */
