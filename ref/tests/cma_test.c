@@ -12,6 +12,10 @@
  *                 handshake): the receive fails naming the mechanism, the
  *                 call and the errno, the writer's write fails too, each
  *                 callback once, nothing hangs
+ *   writer_gone   process_vm_readv fails with ESRCH after the proof passed
+ *                 (the writer's process is gone): the receive fails with
+ *                 TW_ERR_CONNRESET, as for a peer that died, naming the
+ *                 call and the errno (copy_denied: TW_ERR_UNSUPPORTED)
  *   short_copies  every process_vm_readv copies one byte: the copies are
  *                 resumed where they stopped and every byte arrives
  *
@@ -88,9 +92,11 @@ static void case_proof_refused(void)
 	tu_pair_close(&p);
 }
 
-static void case_copy_denied(void)
+/* The proof passes, then every copy fails as `faults` says: the receive
+ * fails with `want`, naming the call and `errno_text`. */
+static void copy_fails(const char *faults, tw_status_t want, const char *errno_text)
 {
-	setenv("TW_FAULTS", "sys/vm_readv/fail:5+", 1);
+	setenv("TW_FAULTS", faults, 1);
 	tu_pair p = { 0 };
 	open_cma_pair(&p);
 	char v[2048];
@@ -104,15 +110,25 @@ static void case_copy_denied(void)
 	tu_rec w, d, r;
 	tu_move_tensor(p.c, p.s, &t, &ta, &w, &d, &r);
 	tu_wait(&r.w, 1);
-	CHECK(r.status != TW_OK);
-	CHECK(strstr(r.detail, "cma channel") && strstr(r.detail, "process_vm_readv") &&
-	      strstr(r.detail, "Operation not permitted"));
 	printf("# the receive: %s: %s\n", tw_status_name(r.status), r.detail);
+	CHECK(r.status == want);
+	CHECK(strstr(r.detail, "cma channel") && strstr(r.detail, "process_vm_readv") &&
+	      strstr(r.detail, errno_text));
 	tu_wait(&w.w, 1);
 	CHECK(w.status != TW_OK);
 	printf("# the write: %s: %s\n", tw_status_name(w.status), w.detail);
 	tu_pair_close(&p);
 	tu_once(&w), tu_once(&d), tu_once(&r);
+}
+
+static void case_copy_denied(void)
+{
+	copy_fails("sys/vm_readv/fail:5+", TW_ERR_UNSUPPORTED, "Operation not permitted");
+}
+
+static void case_writer_gone(void)
+{
+	copy_fails("sys/vm_readv/esrch:5+", TW_ERR_CONNRESET, "No such process");
 }
 
 static void case_short_copies(void)
@@ -152,6 +168,7 @@ int main(int argc, char **argv)
 	static const tu_case cases[] = {
 		{ "proof_refused", case_proof_refused },
 		{ "copy_denied", case_copy_denied },
+		{ "writer_gone", case_writer_gone },
 		{ "short_copies", case_short_copies },
 	};
 	return tu_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 120);

@@ -39,6 +39,7 @@
 	X("sys/seal", "sealing a memfd's size fails with EINVAL")                                \
 	/* cross-memory attach (ipc.c) */                                                         \
 	X("sys/vm_readv/fail", "process_vm_readv() fails with EPERM")                            \
+	X("sys/vm_readv/esrch", "process_vm_readv() fails with ESRCH (the peer process is gone)") \
 	X("sys/vm_readv/short", "process_vm_readv() copies at most 1 byte")                      \
 	X("sys/peer_of", "telling whose socket a peer is fails with EACCES")                     \
 	/* who and where this process is (host.c) */                                              \

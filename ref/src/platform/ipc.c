@@ -253,6 +253,10 @@ ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned 
 		errno = EPERM;
 		return -1;
 	}
+	if (TW_FAULT_POINT("sys/vm_readv/esrch")) {
+		errno = ESRCH;
+		return -1;
+	}
 	if (nlocal > 0 && nremote > 0 && TW_FAULT_POINT("sys/vm_readv/short")) {
 		/* One byte, from the first non-empty iovec of each side. */
 		unsigned long i = 0, k = 0;

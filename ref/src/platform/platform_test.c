@@ -391,6 +391,9 @@ static int trigger(const char *point)
 	} else if (!strcmp(point, "sys/vm_readv/fail")) {
 		struct iovec r = { buf + 10, 4 };
 		FAILS(tw__sys_process_vm_readv(getpid(), &iov, 1, &r, 1) < 0, EPERM);
+	} else if (!strcmp(point, "sys/vm_readv/esrch")) {
+		struct iovec r = { buf + 10, 4 };
+		FAILS(tw__sys_process_vm_readv(getpid(), &iov, 1, &r, 1) < 0, ESRCH);
 	} else if (!strcmp(point, "sys/vm_readv/short")) {
 		struct iovec r = { buf + 10, 4 };
 		failed = tw__sys_process_vm_readv(getpid(), &iov, 1, &r, 1) == 1;
