@@ -1096,6 +1096,9 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 	for (int k = 0; k < 2 && !child; k++) { /* a case's child writes no report */
 		if (!reports[k])
 			continue;
+		/* a file made only for the check goes again: a later usage
+		 * error must not leave an empty report behind */
+		bool existed = access(reports[k], F_OK) == 0;
 		FILE *rf = fopen(reports[k], "a");
 		if (!rf) {
 			fprintf(stderr, "tensorwire-conform: --%s %s: %s\n", k ? "json" : "junit",
@@ -1103,6 +1106,8 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 			return 2;
 		}
 		fclose(rf);
+		if (!existed)
+			(void)unlink(reports[k]);
 	}
 	if (child) {
 		if (child_combo && !twc_combo_set_current(child_combo)) {
@@ -1149,6 +1154,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		const char *eq = strchr(ref_arg, '=');
 		if (!eq || eq == ref_arg || (size_t)(eq - ref_arg) >= sizeof(opt.ref.name)) {
 			fprintf(stderr, "tensorwire-conform: --reference wants NAME=CMD or none\n");
+			free(sel);
 			return 2;
 		}
 		snprintf(opt.ref.name, sizeof(opt.ref.name), "%.*s", (int)(eq - ref_arg), ref_arg);
@@ -1167,6 +1173,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		const char *why;
 		if (twc_cmd_unavailable(opt.mut.adapter, &why)) {
 			printf("# mutation suite skipped: %s\n", why);
+			free(sel);
 			return EXIT_SKIP;
 		}
 		if (!opt.no_ref)
@@ -1174,6 +1181,7 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		if (opt.no_ref || !opt.ref.available) {
 			fprintf(stderr, "tensorwire-conform: --mutants needs the unmutated reference "
 			                "(ours): %s\n", opt.no_ref ? "--reference none" : opt.ref.why);
+			free(sel);
 			return 2;
 		}
 		setvbuf(stderr, NULL, _IOLBF, 0);
