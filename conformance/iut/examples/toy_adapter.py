@@ -132,8 +132,21 @@ def make_buffer(b):
     return toypipe.Lazy(n, lambda: gen_chunks(seed, n)) if n > (1 << 20) else gen(seed, n)
 
 
+def device_error(d):
+    """None for cpu:0; otherwise (kind, text): a string that is not
+    "<type>:<index>" is malformed (inval, agent.md 5), a well-formed other
+    device one toypipe cannot place a buffer on (unsupported)."""
+    if d == "cpu:0":
+        return None
+    t, sep, i = d.partition(":") if isinstance(d, str) else ("", "", "")
+    if not (sep and t.isalpha() and t.islower() and i.isdigit()):
+        return "inval", "%r is not a device (\"<type>:<index>\", agent.md 5)" % (d,)
+    return "unsupported", "toypipe has CPU buffers only, not %s" % d
+
+
 # ---- state -----------------------------------------------------------------------
 ctx = None
+has_transport = True  # the context asked for uv (or named no transports)
 objs = {}        # "p1" / "l1" -> Pipe / Listener
 descs = {}       # pipe name -> descriptors delivered and not read yet
 _names = threading.Lock()
@@ -164,7 +177,7 @@ def cmd_hello(rid, req):
 
 
 def cmd_context(rid, req):
-    global ctx
+    global ctx, has_transport
     if ctx is not None:
         return err(rid, "inval", "a second context in one session")
     for key, known in (("transports", "uv"), ("channels", "basic")):
@@ -173,13 +186,21 @@ def cmd_context(rid, req):
                 return err(rid, "unsupported", "toypipe has no %s kind %r" % (key[:-1], e.get("kind")))
     unhonoured = [{"name": m, "reason": "toypipe has no such bound"}
                   for m in ("handshake_timeout_ms", "operation_timeout_ms") if m in req]
+    # "transports": [] is a context that can neither listen nor connect
+    has_transport = req.get("transports") is None or len(req["transports"]) > 0
     ctx = toypipe.Context(req.get("name", ""))
     ok(rid, skipped=[], unhonoured=unhonoured)
+
+
+def no_transport(rid):
+    return err(rid, "unsupported", "the context has no transport")
 
 
 def cmd_listen(rid, req):
     if ctx is None:
         return err(rid, "inval", "no context")
+    if not has_transport:
+        return no_transport(rid)
     try:
         l = ctx.listen(req["urls"][0])
     except (toypipe.ToyError, OSError) as e:
@@ -197,6 +218,8 @@ def cmd_accept(rid, req):
 def cmd_connect(rid, req):
     if ctx is None:
         return err(rid, "inval", "no context")
+    if not has_transport:
+        return no_transport(rid)
     try:
         p = ctx.connect(req["url"])
     except toypipe.ToyError as e:
@@ -211,8 +234,9 @@ def cmd_write(rid, req):
     m = req.get("message") or {}
     for t in m.get("tensors") or []:
         for d in (t.get("source_device", "cpu:0"), t.get("target_device")):
-            if d not in (None, "cpu:0"):
-                return err(rid, "unsupported", "toypipe has CPU tensors only, not %s" % d)
+            bad = d is not None and device_error(d)
+            if bad:
+                return err(rid, *bad)
     msg = {"metadata": gen_of(m.get("metadata")),
            "payloads": [(make_buffer(x), gen_of(x.get("metadata")))
                         for x in m.get("payloads") or []],
@@ -259,12 +283,19 @@ def cmd_read(rid, req):
     wants = ((req.get("allocation") or {}).get("tensors")) or []
     devices = [(wants[i].get("device") if i < len(wants) and wants[i] else None)
                or t["target_device"] or "cpu:0" for i, t in enumerate(d["tensors"])]
-    if any(dev != "cpu:0" for dev in devices):
-        return err(rid, "unsupported", "toypipe allocates on cpu:0 only")
+    for dev in devices:
+        bad = device_error(dev)
+        if bad:
+            return err(rid, *bad)
+    try:
+        pbufs = [memoryview(bytearray(x["len"])) for x in d["payloads"]]
+        tbufs = [memoryview(bytearray(x["len"])) for x in d["tensors"]]
+    except (MemoryError, OverflowError):
+        # refused: the descriptor stays to be read again (agent.md 3.2)
+        return err(rid, "nomem", "cannot allocate the message's %d bytes" %
+                   sum(x["len"] for x in d["payloads"] + d["tensors"]))
     with _names:
         pending.pop(0)
-    pbufs = [memoryview(bytearray(x["len"])) for x in d["payloads"]]
-    tbufs = [memoryview(bytearray(x["len"])) for x in d["tensors"]]
 
     def done(e):
         if e is not None:
