@@ -770,13 +770,19 @@ static void case_large(void)
 static const size_t ipc_sizes[] = { 0, 1, 31, 32, 33, 64, 1 << 20, (7 << 19) + 7, (size_t)20 << 20 };
 #define IPC_N (sizeof(ipc_sizes) / sizeof(ipc_sizes[0]))
 
-static void ipc_ctx(tw_context **ctx, const char *name)
+/* A two-process case's context; `ipc_options`: cuda_ipc's. */
+static void ipc_ctx_with(tw_context **ctx, const char *name, const char *ipc_options)
 {
 	CHECK_OK(tw_context_create(name, ctx));
 	CHECK_OK(tw_context_register_transport(*ctx, "uv", NULL, 0, NULL));
 	CHECK_OK(tw_context_register_channel(*ctx, "basic", NULL, 100, NULL));
-	CHECK_OK(tw_context_register_channel(*ctx, "cuda_ipc", NULL, 10, NULL));
+	CHECK_OK(tw_context_register_channel(*ctx, "cuda_ipc", NULL, 10, ipc_options));
 	CHECK_OK(tw_context_register_channel(*ctx, "cuda_basic", NULL, 0, NULL));
+}
+
+static void ipc_ctx(tw_context **ctx, const char *name)
+{
+	ipc_ctx_with(ctx, name, NULL);
 }
 
 /* Set: tensor i of a two-process message lives on cuda:(i % devices) at
@@ -1207,6 +1213,7 @@ static void die_expect(tu_rec *r, const char *what, tw_status_t want)
 		abort();
 	}
 	printf("# [%d] %s: %s: %s\n", (int)getpid(), what, tw_status_name(r->status), r->detail);
+	fflush(stdout);
 	CHECK(r->status == want || (want == TW_ERR_EOF && r->status == TW_ERR_CONNRESET));
 }
 
@@ -1386,42 +1393,87 @@ static void die_receiver_b(int *fds, int *other)
 	tw_context_destroy(ctx);
 }
 
-/* A receiver that dies mid-transfer holding every slot of the sender's
- * staging area: the sender's write to it fails; a pipe of the sender's
- * context that announced that area before fails its next write within a
- * bound, naming the slots, instead of waiting for good; a pipe opened
- * after gets a new area and carries its tensor intact. */
-static void case_ipc_receiver_died(void)
+/* A receiver that takes one pipe and waits to be killed. */
+static void idle_receiver(int *fds, int *other)
 {
-	int fa[2], fb[2];
-	CHECK(pipe(fa) == 0 && pipe(fb) == 0);
-	pid_t a = die_fork(die_receiver_a, fa, fb), b = die_fork(die_receiver_b, fb, fa);
-	char ua[256], ub[256];
-	tu_url_recv(fa, ua, sizeof(ua));
-	tu_url_recv(fb, ub, sizeof(ub));
-	cu_load();
+	close(other[0]), close(other[1]);
 	tw_context *ctx;
-	ipc_ctx(&ctx, "sender");
-	tw_pipe *before = ipc_established(ctx, NULL, ub);
-	ipc_write(before, (const size_t[]){ 1 << 20 }, 1, 800);
-	tw_pipe *pa = ipc_established(ctx, NULL, ua);
-	void *src = dev_alloc(0, DIE_BIG);
-	dev_fill(0, src, DIE_BIG, 1);
+	tw_listener *l = ipc_listening(&ctx, "idle", fds);
+	(void)ipc_established(ctx, l, NULL);
+	for (;;)
+		pause();
+}
+
+/* The sender's context in the receiver-death cases: a pipe waits 3 s
+ * for a slot that a dead receiver holds (30 s by default). */
+#define DIE_SLOT_WAIT "slot_wait_ms=3000"
+
+/* A receiver started before this process loads CUDA (a child forked
+ * after cannot use it): its pid and its listener's URL. */
+typedef struct die_peer {
+	pid_t pid;
+	char url[256];
+} die_peer;
+
+static void die_start(die_peer *p, void (*fn)(int *, int *), int *other)
+{
+	int f[2];
+	CHECK(pipe(f) == 0);
+	p->pid = die_fork(fn, f, other);
+	tu_url_recv(f, p->url, sizeof(p->url));
+	close(f[0]);
+}
+
+/* Writes receiver A (die_receiver_a) a small tensor and one of DIE_BIG
+ * from src over a new pipe of ctx: A dies holding all four slots of the
+ * pipe's area, and the write fails as `want` says. Returns the pipe. */
+static tw_pipe *die_write_to_a(tw_context *ctx, void *src, const die_peer *a, tw_status_t want)
+{
+	tw_pipe *pa = ipc_established(ctx, NULL, a->url);
 	tw_tensor t[2];
 	for (int i = 0; i < 2; i++)
 		t[i] = (tw_tensor){ .data = src, .length = i ? DIE_BIG : 1024,
 			            .source_device = cuda_dev(0), .has_target_device = true,
 			            .target_device = cuda_dev(0) };
 	tw_message m = { .num_tensors = 2, .tensors = t };
-	tu_rec wa, wb;
-	tu_rec_init(&wa), tu_rec_init(&wb);
+	tu_rec wa;
+	tu_rec_init(&wa);
 	CHECK_OK(tw_pipe_write(pa, &m, tu_on_status, &wa));
-	die_expect(&wa, "the write to a receiver that died", TW_ERR_EOF);
-	die_wait(a, true);
-	m.num_tensors = 1;
+	die_expect(&wa, "the write to a receiver that dies", want);
+	die_wait(a->pid, true);
+	tu_once(&wa);
+	return pa;
+}
+
+/* A receiver that dies mid-transfer holding every slot of the sender's
+ * staging area: the sender's write to it fails; a pipe of the sender's
+ * context that announced that area before fails its next write within a
+ * bound (option slot_wait_ms), naming it, instead of waiting for good; a
+ * pipe opened after gets a new area and carries its tensor intact. */
+static void case_ipc_receiver_died(void)
+{
+	int none[2];
+	CHECK(pipe(none) == 0);
+	die_peer a, b;
+	die_start(&b, die_receiver_b, none);
+	die_start(&a, die_receiver_a, none);
+	const char *ub = b.url;
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx_with(&ctx, "sender", DIE_SLOT_WAIT);
+	tw_pipe *before = ipc_established(ctx, NULL, ub);
+	ipc_write(before, (const size_t[]){ 1 << 20 }, 1, 800);
+	void *src = dev_alloc(0, DIE_BIG);
+	dev_fill(0, src, DIE_BIG, 1);
+	tw_pipe *pa = die_write_to_a(ctx, src, &a, TW_ERR_EOF);
+	tw_tensor t = { .data = src, .length = DIE_BIG, .source_device = cuda_dev(0),
+		        .has_target_device = true, .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec wb;
+	tu_rec_init(&wb);
 	CHECK_OK(tw_pipe_write(before, &m, tu_on_status, &wb));
 	die_expect(&wb, "a write over a pipe that announced the area before", TW_ERR_TIMEDOUT);
-	CHECK(strstr(wb.detail, "slot"));
+	CHECK(strstr(wb.detail, "slot_wait_ms"));
 	tw_pipe *after = ipc_established(ctx, NULL, ub);
 	ipc_write(after, (const size_t[]){ DIE_BIG }, 1, 900);
 	tu_expect_text(after, "seen");
@@ -1430,9 +1482,148 @@ static void case_ipc_receiver_died(void)
 	tw_pipe_destroy(after);
 	CHECK_OK(tw_context_join(ctx));
 	tw_context_destroy(ctx);
-	tu_once(&wa), tu_once(&wb);
+	tu_once(&wb);
 	dev_free(0, src);
-	die_wait(b, false);
+	die_wait(b.pid, false);
+	close(none[0]), close(none[1]);
+}
+
+/* Receivers that die one after another, each holding every slot of the
+ * area it was lent: the sender makes a new area after each, up to four
+ * (a bound on its device memory), then new pipes (to a fifth receiver,
+ * and to a healthy one) share the last and fail their write once
+ * slot_wait_ms passed, naming the option. simcuda's live events show the
+ * areas kept (four events each). */
+static void case_ipc_receivers_died(void)
+{
+	int none[2];
+	CHECK(pipe(none) == 0);
+	die_peer a[5], b;
+	for (int i = 0; i < 5; i++)
+		die_start(&a[i], die_receiver_a, none);
+	die_start(&b, idle_receiver, none);
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx_with(&ctx, "sender", DIE_SLOT_WAIT);
+	void *src = dev_alloc(0, DIE_BIG);
+	dev_fill(0, src, DIE_BIG, 1);
+	long base = events_live();
+	tw_pipe *pa[5];
+	for (int i = 0; i < 5; i++) {
+		/* the fifth shares the fourth area: its slots have been held
+		 * longer than slot_wait_ms already */
+		pa[i] = die_write_to_a(ctx, src, &a[i], i < 4 ? TW_ERR_EOF : TW_ERR_TIMEDOUT);
+		long areas = (events_live() - base) / 4;
+		printf("# after %d receivers died: %ld staging areas\n", i + 1, areas);
+		CHECK(areas == (i < 4 ? i + 1 : 4));
+	}
+	/* so does a pipe to a receiver that is alive */
+	tw_pipe *p = ipc_established(ctx, NULL, b.url);
+	tw_tensor t = { .data = src, .length = 1 << 20, .source_device = cuda_dev(0),
+		        .has_target_device = true, .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 1, .tensors = &t };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	die_expect(&w, "a write once four areas are held", TW_ERR_TIMEDOUT);
+	CHECK(strstr(w.detail, "slot_wait_ms"));
+	kill(b.pid, SIGKILL);
+	int st;
+	CHECK(waitpid(b.pid, &st, 0) == b.pid);
+	tw_pipe_destroy(p);
+	for (int i = 0; i < 5; i++)
+		tw_pipe_destroy(pa[i]);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&w);
+	dev_free(0, src);
+	close(none[0]), close(none[1]);
+}
+
+/* Receiver R, alive: like A it takes a small tensor and one of DIE_BIG
+ * with copies of 2 s per slot, but closes its pipe 500 ms after posting
+ * the read, waits for its read to fail once its copies ended, and exits
+ * normally. */
+static void closing_receiver(int *fds, int *other)
+{
+	close(other[0]), close(other[1]);
+	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
+	tw_context *ctx;
+	tw_listener *l = ipc_listening(&ctx, "closing", fds);
+	tw_pipe *p = ipc_established(ctx, l, NULL);
+	tu_rec d, r;
+	tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	tw_tensor_allocation ta[2];
+	for (int i = 0; i < 2; i++)
+		ta[i] = (tw_tensor_allocation){ .data = dev_alloc(0, d.desc->tensors[i].length),
+			                        .device = cuda_dev(0) };
+	tw_allocation a = { .num_tensors = 2, .tensors = ta };
+	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
+	usleep(500000);
+	tw_pipe_close(p);
+	die_expect(&r, "the read of a pipe closed mid-transfer", TW_ERR_CLOSED);
+	tw_pipe_destroy(p);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&d), tu_once(&r);
+	for (int i = 0; i < 2; i++)
+		dev_free(0, ta[i].data);
+}
+
+/* A receiver that is alive closes its pipe while its copies out of all
+ * four slots are queued: the sender's next pipe gets another area, and
+ * the first is freed once those copies ended (the sender keeps one area
+ * again), not kept for the context's life. */
+static void case_ipc_receiver_closed(void)
+{
+	int none[2];
+	CHECK(pipe(none) == 0);
+	die_peer r, b;
+	die_start(&r, closing_receiver, none);
+	die_start(&b, die_receiver_b, none);
+	cu_load();
+	tw_context *ctx;
+	ipc_ctx_with(&ctx, "sender", DIE_SLOT_WAIT);
+	void *src = dev_alloc(0, DIE_BIG);
+	dev_fill(0, src, DIE_BIG, 1);
+	long base = events_live();
+	tw_pipe *pr = ipc_established(ctx, NULL, r.url);
+	tw_tensor t[2];
+	for (int i = 0; i < 2; i++)
+		t[i] = (tw_tensor){ .data = src, .length = i ? DIE_BIG : 1024,
+			            .source_device = cuda_dev(0), .has_target_device = true,
+			            .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = 2, .tensors = t };
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(pr, &m, tu_on_status, &w));
+	die_expect(&w, "the write to a receiver that closed", TW_ERR_EOF);
+	tw_pipe_destroy(pr);
+	tw_pipe *before = ipc_established(ctx, NULL, b.url);
+	ipc_write(before, (const size_t[]){ 1 << 20 }, 1, 800);
+	long areas = (events_live() - base) / 4;
+	printf("# while the closed receiver's copies run: %ld staging areas\n", areas);
+	CHECK(areas == 2);
+	for (int waited = 0; waited < 300 && (events_live() - base) / 4 > 1; waited++)
+		usleep(100000);
+	areas = (events_live() - base) / 4;
+	printf("# once they ended: %ld staging area(s)\n", areas);
+	CHECK(areas == 1);
+	tw_pipe *after = ipc_established(ctx, NULL, b.url);
+	ipc_write(after, (const size_t[]){ DIE_BIG }, 1, 900);
+	tu_expect_text(after, "seen");
+	tw_pipe_destroy(before);
+	tw_pipe_destroy(after);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&w);
+	dev_free(0, src);
+	die_wait(r.pid, false);
+	die_wait(b.pid, false);
+	close(none[0]), close(none[1]);
 }
 
 /* Each multi-GiB size between two processes over cuda_ipc, each way, with a
@@ -1904,6 +2095,8 @@ int main(int argc, char **argv)
 		{ "ipc_sweep", case_ipc_sweep },
 		{ "ipc_sender_died", case_ipc_sender_died },
 		{ "ipc_receiver_died", case_ipc_receiver_died },
+		{ "ipc_receivers_died", case_ipc_receivers_died },
+		{ "ipc_receiver_closed", case_ipc_receiver_closed },
 		{ "ipc_withdrawn", case_ipc_withdrawn },
 	};
 	/* the unusable-CUDA case loads nothing; the two-process ones load after

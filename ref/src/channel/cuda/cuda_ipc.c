@@ -6,15 +6,17 @@
  * Each sending device has a staging area ("outbox") of TW_CUDA_IPC_SLOTS
  * slots of TW_CUDA_IPC_SLOT bytes, one interprocess event per slot, shared by
  * the context's channels. Per chunk of a tensor (at most one slot) the
- * sender takes a slot, copies the chunk into it on its stream after the
- * tensor's stream and after the slot's event (the receiver's last copy out
- * of it), records the slot's event, and writes Descriptor{deviceIdx,
+ * sender takes a slot whose event (the receiver's last copy out of it) is
+ * seen complete, copies the chunk into it on its stream after the tensor's
+ * stream, records the slot's event, and writes Descriptor{deviceIdx,
  * slotIdx, outboxInfo} (the area's handles in the first descriptor of this
  * channel for that device). The receiver opens the area once per (process,
- * remote device, local device), copies out of the slot after the slot's
- * event and after its buffer's stream, records the slot's event, and when
- * the bytes are in writes an empty reply, in order. The sender frees the
- * slot on the reply.
+ * remote device, local device), copies out of the slot once the slot's
+ * event is seen complete, after its buffer's stream, records the slot's
+ * event, and when the bytes are in writes an empty reply, in order. The
+ * sender frees the slot on the reply. Neither end makes a stream wait for
+ * the other process's event (a process that died may leave it never
+ * complete): see "polling the peer's events" below.
  *
  * Device descriptor: libnop {bootId, pid int64, deviceUuid}. Two devices
  * can communicate, as stock decides, when the boot ids are equal and the
@@ -111,7 +113,9 @@ typedef struct ci_ctx {
 	 * polled (ci_poll_later), every poll_ms */
 	uv_timer_t poll;
 	bool poll_init;
+	bool shut; /* ci_shutdown ran: no timer is started again */
 	uint64_t poll_ms;
+	uint64_t slot_wait_ms; /* option slot_wait_ms (CI_SLOT_WAIT_MS) */
 } ci_ctx;
 
 enum ci_state {
@@ -188,27 +192,52 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * producer still runs on the writer's GPU arrives at most 2 ms late) until then. */
 #define CI_POLL_MAX_MS 2
 
-/* How long a channel waits while every slot of its area is suspect (see
- * ci_outbox) before it fails. */
-#define CI_SLOTS_LOST_MS 5000
+/* How long a channel waits, by default, while every slot of its area is
+ * suspect (see ci_outbox) before it fails: the liveness bound of the
+ * transports (option slot_wait_ms). */
+#define CI_SLOT_WAIT_MS 30000
 
-static void ci_on_poll(uv_timer_t *t)
-{
-	ci_ctx *c = t->data;
-	c->poll_ms = c->poll_ms < 1 ? 2 : c->poll_ms < CI_POLL_MAX_MS ? 2 * c->poll_ms : c->poll_ms;
-	tw__cuda_chan_wake(&c->cc);
-}
+/* The most staging areas a context keeps per device (each
+ * TW_CUDA_IPC_SLOTS x TW_CUDA_IPC_SLOT bytes of device memory): a new one
+ * is made only when every slot of the others is suspect. */
+#define CI_MAX_AREAS 4
 
-/* Loop thread: the channels look again soon. */
-static void ci_poll_later(ci_ctx *c)
+/* How often areas that no channel uses and that a suspect slot keeps are
+ * looked at again (freed once every slot's event is complete). */
+#define CI_SWEEP_MS 1000
+
+static unsigned ci_outbox_sweep(ci_ctx *c);
+static void ci_on_poll(uv_timer_t *t);
+
+/* Loop thread: the timer fires within `ms` (it may be due sooner). */
+static void ci_timer_within(ci_ctx *c, uint64_t ms)
 {
+	if (c->shut)
+		return;
 	if (!c->poll_init) {
 		(void)uv_timer_init(&c->cc.base.env->loop->uv, &c->poll); /* cannot fail */
 		c->poll.data = c;
 		c->poll_init = true;
 	}
-	if (!uv_is_active((uv_handle_t *)&c->poll))
-		uv_timer_start(&c->poll, ci_on_poll, c->poll_ms ? c->poll_ms : 1, 0);
+	if (!uv_is_active((uv_handle_t *)&c->poll) || uv_timer_get_due_in(&c->poll) > ms)
+		uv_timer_start(&c->poll, ci_on_poll, ms, 0);
+}
+
+/* Loop thread: the channels look again soon. */
+static void ci_poll_later(ci_ctx *c)
+{
+	ci_timer_within(c, c->poll_ms ? c->poll_ms : 1);
+}
+
+/* The timer, for both: the channels look again, and unused areas are
+ * freed once quiet (looked at again every CI_SWEEP_MS while any is left). */
+static void ci_on_poll(uv_timer_t *t)
+{
+	ci_ctx *c = t->data;
+	c->poll_ms = c->poll_ms < 1 ? 2 : c->poll_ms < CI_POLL_MAX_MS ? 2 * c->poll_ms : c->poll_ms;
+	tw__cuda_chan_wake(&c->cc);
+	if (ci_outbox_sweep(c) > 0)
+		ci_timer_within(c, CI_SWEEP_MS);
 }
 
 /* Has the event `ev` (a peer's work, or its record) completed? *ready
@@ -298,13 +327,12 @@ static tw_status_t ci_outbox_new(ci_ctx *c, int dev, const char *process, ci_out
 
 /* Is every slot's event of o complete (the last copy into or out of each
  * over)? A query that fails counts as "no". */
-static bool ci_outbox_quiet(ci_ctx *c, ci_outbox *o, bool suspects_only)
+static bool ci_outbox_quiet(ci_ctx *c, ci_outbox *o)
 {
 	char d[TW_DETAIL_MAX];
 	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
 		bool ready = false;
-		if ((o->suspect[i] || !suspects_only) &&
-		    (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK || !ready))
+		if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK || !ready)
 			return false;
 	}
 	return true;
@@ -319,93 +347,150 @@ static void ci_outbox_unlink(ci_ctx *c, ci_outbox *o)
 		}
 }
 
+/* How many of o's slots cannot be given out as things stand: free,
+ * suspect, and their event not complete. A suspect slot whose event is
+ * complete is suspect no more. */
+static int ci_outbox_stuck(ci_ctx *c, ci_outbox *o)
+{
+	char d[TW_DETAIL_MAX];
+	int n = 0;
+	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
+		if (o->used[i] || !o->suspect[i])
+			continue;
+		bool ready = false;
+		if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) == TW_OK && ready)
+			o->suspect[i] = false;
+		else
+			n++;
+	}
+	return n;
+}
+
+/* Frees the areas no channel uses whose slots' events are all complete;
+ * returns how many unused ones are left (a suspect slot keeps them). */
+static unsigned ci_outbox_sweep(ci_ctx *c)
+{
+	unsigned left = 0;
+	for (ci_outbox *o = c->areas, *next; o; o = next) {
+		next = o->next;
+		if (o->refs > 0)
+			continue;
+		if (ci_outbox_quiet(c, o)) {
+			ci_outbox_unlink(c, o);
+			ci_outbox_free(c, o);
+		} else {
+			left++;
+		}
+	}
+	return left;
+}
+
 /* A channel (or the context, for its current area) lets go of o. An area
- * nobody copies through is freed once every slot's event is complete; one
- * that a dead receiver's record holds stays until the context's shutdown
- * (ci_outbox_sweep tries again). */
+ * nobody copies through is freed once every slot's event is complete (at
+ * once, or by the timer's sweeps). */
 static void ci_outbox_unref(ci_ctx *c, ci_outbox *o)
 {
 	if (--o->refs > 0)
 		return;
 	if (o->closed) {
 		tw__free(o);
-	} else if (ci_outbox_quiet(c, o, false)) {
+	} else if (ci_outbox_quiet(c, o)) {
 		ci_outbox_unlink(c, o);
 		ci_outbox_free(c, o);
-	}
-}
-
-static void ci_outbox_sweep(ci_ctx *c)
-{
-	for (ci_outbox *o = c->areas, *next; o; o = next) {
-		next = o->next;
-		if (o->refs == 0 && ci_outbox_quiet(c, o, false)) {
-			ci_outbox_unlink(c, o);
-			ci_outbox_free(c, o);
-		}
+	} else {
+		ci_timer_within(c, CI_SWEEP_MS);
 	}
 }
 
 /* The area the channel sends from on cuda:dev: the context's current one,
- * from the channel's first chunk on that device on. A current area with a
- * suspect slot whose event is not complete (a receiver that died holding
- * it, most likely) is current no more: a new one, announced under an
- * identifier of its own ("<pidns>_<pid>.<n>", since stock's receivers
- * know an area by its identifier), serves the channels from now on, and
- * channels that announced the old one keep it. */
+ * from the channel's first chunk on that device on. A current area whose
+ * every slot is suspect and not complete (receivers that died holding
+ * them, most likely) is current no more: another area of the device with
+ * a slot to give, or a new one (while fewer than CI_MAX_AREAS are kept),
+ * announced under an identifier of its own ("<pidns>_<pid>.<n>", since
+ * stock's receivers know an area by its identifier), serves new
+ * channels; channels that announced the old one keep it. */
 static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char *detail,
                                 size_t detail_len)
 {
 	ci_ctx *c = CI_CTX(ich);
-	if (!ich->area[dev]) {
-		ci_outbox *cur = c->out[dev];
-		if (cur && !ci_outbox_quiet(c, cur, true)) {
-			c->out[dev] = NULL;
-			ci_outbox_unref(c, cur);
-			ci_outbox_sweep(c);
-		}
-		if (!c->out[dev]) {
-			char id[sizeof(cur->process)];
-			unsigned n = c->areas_made[dev];
-			if (n == 0)
-				snprintf(id, sizeof(id), "%s", c->process);
-			else
-				snprintf(id, sizeof(id), "%s.%u", c->process, n);
-			tw_status_t st = ci_outbox_new(c, dev, id, &c->out[dev], detail, detail_len);
-			if (st != TW_OK)
-				return st;
-			c->areas_made[dev]++;
-			c->out[dev]->refs = 1;
-		}
-		ich->area[dev] = c->out[dev];
-		ich->area[dev]->refs++;
+	if (ich->area[dev]) {
+		*out = ich->area[dev];
+		return TW_OK;
 	}
+	(void)ci_outbox_sweep(c);
+	ci_outbox *cur = c->out[dev];
+	int made = 0;
+	if (cur && ci_outbox_stuck(c, cur) == TW_CUDA_IPC_SLOTS) {
+		ci_outbox *alt = NULL;
+		for (ci_outbox *o = c->areas; o; o = o->next) {
+			if (o->dev != dev)
+				continue;
+			made++;
+			if (!alt && o != cur && ci_outbox_stuck(c, o) < TW_CUDA_IPC_SLOTS)
+				alt = o;
+		}
+		/* with the most made, new channels share the current one and wait
+		 * for a slot like its channels (slot_wait_ms) */
+		if (alt || made < CI_MAX_AREAS) {
+			c->out[dev] = alt;
+			if (alt)
+				alt->refs++;
+			ci_outbox_unref(c, cur);
+		}
+	}
+	if (!c->out[dev]) {
+		char id[sizeof(c->out[dev]->process)];
+		unsigned n = c->areas_made[dev];
+		if (n == 0)
+			snprintf(id, sizeof(id), "%s", c->process);
+		else
+			snprintf(id, sizeof(id), "%s.%u", c->process, n);
+		tw_status_t st = ci_outbox_new(c, dev, id, &c->out[dev], detail, detail_len);
+		if (st != TW_OK) {
+			if (made > 0) {
+				size_t l = strlen(detail);
+				tw__detail(detail + l, detail_len - l,
+				           " (%d staging areas of cuda:%d are held by receivers whose pipes "
+				           "failed before they answered)",
+				           made, dev);
+			}
+			return st;
+		}
+		c->areas_made[dev]++;
+		c->out[dev]->refs = 1;
+	}
+	ich->area[dev] = c->out[dev];
+	ich->area[dev]->refs++;
 	*out = ich->area[dev];
 	return TW_OK;
 }
 
-/* A free slot of o, or -1. A suspect slot is free once its event is
- * complete; *stale counts those that are not, and *since is when the
- * newest of them became suspect. */
-static int ci_slot_get(ci_ctx *c, ci_outbox *o, int *stale, uint64_t *since)
+/* A free slot of o whose event is complete, or -1: the last copies into
+ * and out of it are over, so nothing on our GPU ever waits for a peer's
+ * event (a stock receiver answers once its copy out is queued, and may die
+ * before it ran). *pending counts the free slots whose event is not
+ * complete yet, *stale those of them that are suspect, and *since is when
+ * the newest of those became suspect. */
+static int ci_slot_get(ci_ctx *c, ci_outbox *o, int *pending, int *stale, uint64_t *since)
 {
 	char d[TW_DETAIL_MAX];
-	*stale = 0;
+	*pending = *stale = 0;
 	*since = 0;
 	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
 		if (o->used[i])
 			continue;
-		if (o->suspect[i]) {
-			bool ready = false;
-			if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK ||
-			    !ready) {
+		bool ready = false;
+		if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK || !ready) {
+			++*pending;
+			if (o->suspect[i]) {
 				++*stale;
 				if (o->suspect_ms[i] > *since)
 					*since = o->suspect_ms[i];
-				continue;
 			}
-			o->suspect[i] = false;
+			continue;
 		}
+		o->suspect[i] = false;
 		o->used[i] = true;
 		return i;
 	}
@@ -753,23 +838,24 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		tw__cuda_chan_fail(ch, st, d);
 		return false;
 	}
-	int stale;
+	int pending, stale;
 	uint64_t since;
-	kc->slot = ci_slot_get(c, o, &stale, &since);
+	kc->slot = ci_slot_get(c, o, &pending, &stale, &since);
 	if (kc->slot < 0) {
 		/* later chunks wait for this one's slot. Where every slot is
 		 * suspect, none in use, no answer will free one: after
-		 * CI_SLOTS_LOST_MS the channel gives up (it cannot announce
+		 * slot_wait_ms the channel gives up (it cannot announce
 		 * another area: stock's receivers take one per channel). */
 		uint64_t now = uv_now(&c->cc.base.env->loop->uv);
-		if (stale == TW_CUDA_IPC_SLOTS && now - since >= CI_SLOTS_LOST_MS) {
+		if (stale == TW_CUDA_IPC_SLOTS && now - since >= c->slot_wait_ms) {
 			tw__detail(d, sizeof(d),
-			           "no staging slot of cuda:%d is free: receivers that left mid-transfer "
-			           "never released any of its %d (none for %llu ms); pipes opened from now "
-			           "on get a new staging area",
+			           "no staging slot of cuda:%d is free: each of its %d went to a receiver "
+			           "whose pipe failed before it answered, and that receiver's copy out of "
+			           "it has not ended in %llu ms (option slot_wait_ms); pipes opened from "
+			           "now on get another staging area",
 			           kc->dev, TW_CUDA_IPC_SLOTS, (unsigned long long)(now - since));
 			tw__cuda_chan_fail(ch, TW_ERR_TIMEDOUT, d);
-		} else if (stale > 0) {
+		} else if (pending > 0) {
 			ci_poll_later(c);
 		}
 		return false;
@@ -1207,6 +1293,7 @@ static bool ci_can_communicate(tw_channel_ctx *base, const tw_channel_device *lo
 static void ci_shutdown(tw_channel_ctx *base)
 {
 	ci_ctx *c = (ci_ctx *)base;
+	c->shut = true;
 	if (c->poll_init) {
 		uv_timer_stop(&c->poll);
 		uv_close((uv_handle_t *)&c->poll, ci_on_poll_closed);
@@ -1277,7 +1364,14 @@ static tw_status_t ci_descriptor(ci_ctx *c, int dev, const char *boot, tw_channe
 static tw_status_t ci_create(const tw_channel_env *env, const char *options, tw_channel_ctx **out,
                              char *detail, size_t detail_len)
 {
-	tw_status_t st = tw__options_parse("cuda_ipc channel", options, NULL, 0, NULL, NULL, 0,
+	typedef struct {
+		uint64_t slot_wait_ms;
+	} ci_opts;
+	ci_opts o = { CI_SLOT_WAIT_MS };
+	static const tw_option table[] = {
+		{ "slot_wait_ms", TW_OPT_U64, offsetof(ci_opts, slot_wait_ms), 0, 1, 3600000 },
+	};
+	tw_status_t st = tw__options_parse("cuda_ipc channel", options, table, 1, &o, NULL, 0,
 	                                   detail, detail_len);
 	if (st != TW_OK)
 		return st;
@@ -1295,6 +1389,7 @@ static tw_status_t ci_create(const tw_channel_env *env, const char *options, tw_
 		return TW_ERR_NOMEM;
 	}
 	snprintf(c->process, sizeof(c->process), "%s_%d", pidns, (int)getpid());
+	c->slot_wait_ms = o.slot_wait_ms;
 	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_ipc_channel_ops, env, false, detail, detail_len);
 	for (int i = 0; st == TW_OK && i < c->cc.num_cuda; i++) {
 		st = ci_descriptor(c, i, boot, &c->cc.base.devices[i], d, sizeof(d));
