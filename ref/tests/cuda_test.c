@@ -877,6 +877,24 @@ typedef struct ipc_end {
 	size_t nsizes;
 } ipc_end;
 
+/* Waits for p to be established and checks that (cuda:0, cuda:0) goes
+ * over `want`. */
+static void ipc_expect_channel(tw_pipe *p, const char *who, const char *want)
+{
+	tu_rec est;
+	tu_rec_init(&est);
+	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
+	tu_expect(&est, TW_OK, NULL);
+	char ch[64];
+	tw_device d0 = cuda_dev(0);
+	CHECK_OK(tw_pipe_channel_for(p, &d0, &d0, ch, sizeof(ch)));
+	printf("# [%s, pid %d here] (cuda:0, cuda:0) goes over %s\n", who, (int)getpid(), ch);
+	if (strcmp(ch, want) != 0) {
+		fprintf(stderr, "[%s] want %s\n", who, want);
+		abort();
+	}
+}
+
 static void ipc_run_end(const ipc_end *e)
 {
 	const char *name = e->server ? "server" : "client";
@@ -902,18 +920,7 @@ static void ipc_run_end(const ipc_end *e)
 		tu_expect(&acc, TW_OK, NULL);
 		p = acc.pipe;
 	}
-	tu_rec est;
-	tu_rec_init(&est);
-	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
-	tu_expect(&est, TW_OK, NULL);
-	char ch[64];
-	tw_device d0 = cuda_dev(0);
-	CHECK_OK(tw_pipe_channel_for(p, &d0, &d0, ch, sizeof(ch)));
-	printf("# [%s, pid %d here] (cuda:0, cuda:0) goes over %s\n", name, (int)getpid(), ch);
-	if (strcmp(ch, e->want) != 0) {
-		fprintf(stderr, "[%s] want %s\n", name, e->want);
-		abort();
-	}
+	ipc_expect_channel(p, name, e->want);
 	if (!e->server) {
 		ipc_write(p, e->sizes, e->nsizes, 500);
 		ipc_read(p, e->sizes, e->nsizes, 600);
@@ -1181,14 +1188,7 @@ static tw_pipe *ipc_established(tw_context *ctx, tw_listener *l, const char *url
 	} else {
 		CHECK_OK(tw_context_connect(ctx, url, &p));
 	}
-	tu_rec est;
-	tu_rec_init(&est);
-	CHECK_OK(tw_pipe_on_established(p, tu_on_status, &est));
-	tu_expect(&est, TW_OK, NULL);
-	char ch[64];
-	tw_device d0 = cuda_dev(0);
-	CHECK_OK(tw_pipe_channel_for(p, &d0, &d0, ch, sizeof(ch)));
-	CHECK(strcmp(ch, "cuda_ipc") == 0);
+	ipc_expect_channel(p, l ? "server" : "client", "cuda_ipc");
 	return p;
 }
 
@@ -1347,17 +1347,19 @@ static void case_ipc_withdrawn(void)
 
 #define DIE_BIG ((size_t)40 << 20) /* more than the four slots */
 
-/* Receiver A: takes a write of a small tensor and one of DIE_BIG, whose
- * copies out of a slot (8 MiB) take 2 s each, and dies with those copies
- * out of all four slots queued (so their records of the slots' events
- * never run). The small one goes first: the sender's first chunk of a
- * channel waits for its answer (spec 8.3.1). */
-static void die_receiver_a(int *fds, int *other)
+/* A receiver of a small tensor and one of DIE_BIG, whose copies out of a
+ * slot (8 MiB) take 2 s each: 500 ms after posting its read it dies
+ * (`die`), its copies out of all four slots queued (so their records of
+ * the slots' events never run), or closes its pipe, waits for its read to
+ * fail once those copies ended, and exits normally. The small tensor goes
+ * first: the sender's first chunk of a channel waits for its answer (spec
+ * 8.3.1). */
+static void slow_receiver(int *fds, int *other, bool die)
 {
-	close(other[0]), close(other[1]); /* the other receiver's URL pipe */
+	close(other[0]), close(other[1]); /* another receiver's URL pipe */
 	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
 	tw_context *ctx;
-	tw_listener *l = ipc_listening(&ctx, "receiver-a", fds);
+	tw_listener *l = ipc_listening(&ctx, die ? "dying" : "closing", fds);
 	tw_pipe *p = ipc_established(ctx, l, NULL);
 	tu_rec d, r;
 	tu_rec_init(&d), tu_rec_init(&r);
@@ -1371,7 +1373,27 @@ static void die_receiver_a(int *fds, int *other)
 	tw_allocation a = { .num_tensors = 2, .tensors = ta };
 	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
 	usleep(500000);
-	raise(SIGKILL);
+	if (die)
+		raise(SIGKILL);
+	tw_pipe_close(p);
+	die_expect(&r, "the read of a pipe closed mid-transfer", TW_ERR_CLOSED);
+	tw_pipe_destroy(p);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(ctx));
+	tw_context_destroy(ctx);
+	tu_once(&d), tu_once(&r);
+	for (int i = 0; i < 2; i++)
+		dev_free(0, ta[i].data);
+}
+
+static void die_receiver_a(int *fds, int *other)
+{
+	slow_receiver(fds, other, true);
+}
+
+static void closing_receiver(int *fds, int *other)
+{
+	slow_receiver(fds, other, false);
 }
 
 /* Receiver B, healthy: one message on the pipe opened before A died, one
@@ -1424,24 +1446,32 @@ static void die_start(die_peer *p, void (*fn)(int *, int *), int *other)
 	close(f[0]);
 }
 
-/* Writes receiver A (die_receiver_a) a small tensor and one of DIE_BIG
- * from src over a new pipe of ctx: A dies holding all four slots of the
- * pipe's area, and the write fails as `want` says. Returns the pipe. */
-static tw_pipe *die_write_to_a(tw_context *ctx, void *src, const die_peer *a, tw_status_t want)
+/* Writes a slow_receiver a small tensor and one of DIE_BIG from src over
+ * a new pipe of ctx; the write fails as `want` says. Returns the pipe. */
+static tw_pipe *die_write_slow(tw_context *ctx, void *src, const char *url, const char *what,
+                               tw_status_t want)
 {
-	tw_pipe *pa = ipc_established(ctx, NULL, a->url);
+	tw_pipe *p = ipc_established(ctx, NULL, url);
 	tw_tensor t[2];
 	for (int i = 0; i < 2; i++)
 		t[i] = (tw_tensor){ .data = src, .length = i ? DIE_BIG : 1024,
 			            .source_device = cuda_dev(0), .has_target_device = true,
 			            .target_device = cuda_dev(0) };
 	tw_message m = { .num_tensors = 2, .tensors = t };
-	tu_rec wa;
-	tu_rec_init(&wa);
-	CHECK_OK(tw_pipe_write(pa, &m, tu_on_status, &wa));
-	die_expect(&wa, "the write to a receiver that dies", want);
+	tu_rec w;
+	tu_rec_init(&w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
+	die_expect(&w, what, want);
+	tu_once(&w);
+	return p;
+}
+
+/* die_write_slow to receiver A (die_receiver_a), which dies holding all
+ * four slots of the pipe's area. */
+static tw_pipe *die_write_to_a(tw_context *ctx, void *src, const die_peer *a, tw_status_t want)
+{
+	tw_pipe *pa = die_write_slow(ctx, src, a->url, "the write to a receiver that dies", want);
 	die_wait(a->pid, true);
-	tu_once(&wa);
 	return pa;
 }
 
@@ -1540,39 +1570,6 @@ static void case_ipc_receivers_died(void)
 	close(none[0]), close(none[1]);
 }
 
-/* Receiver R, alive: like A it takes a small tensor and one of DIE_BIG
- * with copies of 2 s per slot, but closes its pipe 500 ms after posting
- * the read, waits for its read to fail once its copies ended, and exits
- * normally. */
-static void closing_receiver(int *fds, int *other)
-{
-	close(other[0]), close(other[1]);
-	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
-	tw_context *ctx;
-	tw_listener *l = ipc_listening(&ctx, "closing", fds);
-	tw_pipe *p = ipc_established(ctx, l, NULL);
-	tu_rec d, r;
-	tu_rec_init(&d), tu_rec_init(&r);
-	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &d));
-	tu_expect(&d, TW_OK, NULL);
-	tw_tensor_allocation ta[2];
-	for (int i = 0; i < 2; i++)
-		ta[i] = (tw_tensor_allocation){ .data = dev_alloc(0, d.desc->tensors[i].length),
-			                        .device = cuda_dev(0) };
-	tw_allocation a = { .num_tensors = 2, .tensors = ta };
-	CHECK_OK(tw_pipe_read(p, &a, tu_on_status, &r));
-	usleep(500000);
-	tw_pipe_close(p);
-	die_expect(&r, "the read of a pipe closed mid-transfer", TW_ERR_CLOSED);
-	tw_pipe_destroy(p);
-	tw_listener_destroy(l);
-	CHECK_OK(tw_context_join(ctx));
-	tw_context_destroy(ctx);
-	tu_once(&d), tu_once(&r);
-	for (int i = 0; i < 2; i++)
-		dev_free(0, ta[i].data);
-}
-
 /* A receiver that is alive closes its pipe while its copies out of all
  * four slots are queued: the sender's next pipe gets another area, and
  * the first is freed once those copies ended (the sender keeps one area
@@ -1590,18 +1587,8 @@ static void case_ipc_receiver_closed(void)
 	void *src = dev_alloc(0, DIE_BIG);
 	dev_fill(0, src, DIE_BIG, 1);
 	long base = events_live();
-	tw_pipe *pr = ipc_established(ctx, NULL, r.url);
-	tw_tensor t[2];
-	for (int i = 0; i < 2; i++)
-		t[i] = (tw_tensor){ .data = src, .length = i ? DIE_BIG : 1024,
-			            .source_device = cuda_dev(0), .has_target_device = true,
-			            .target_device = cuda_dev(0) };
-	tw_message m = { .num_tensors = 2, .tensors = t };
-	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(pr, &m, tu_on_status, &w));
-	die_expect(&w, "the write to a receiver that closed", TW_ERR_EOF);
-	tw_pipe_destroy(pr);
+	tw_pipe_destroy(die_write_slow(ctx, src, r.url, "the write to a receiver that closed",
+	                               TW_ERR_EOF));
 	tw_pipe *before = ipc_established(ctx, NULL, b.url);
 	ipc_write(before, (const size_t[]){ 1 << 20 }, 1, 800);
 	long areas = (events_live() - base) / 4;
@@ -1619,7 +1606,6 @@ static void case_ipc_receiver_closed(void)
 	tw_pipe_destroy(after);
 	CHECK_OK(tw_context_join(ctx));
 	tw_context_destroy(ctx);
-	tu_once(&w);
 	dev_free(0, src);
 	die_wait(r.pid, false);
 	die_wait(b.pid, false);
