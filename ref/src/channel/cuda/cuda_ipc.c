@@ -115,6 +115,10 @@ typedef struct ci_ctx {
 	bool poll_init;
 	bool shut; /* ci_shutdown ran: no timer is started again */
 	uint64_t poll_ms;
+	/* the first CI_SPIN_NS of a wait look again on the loop's next pass */
+	tw_deferred spin;
+	bool spin_queued;
+	uint64_t waiting_since; /* uv_hrtime() when a look last found nothing ready, 0: found */
 	uint64_t slot_wait_ms; /* option slot_wait_ms (CI_SLOT_WAIT_MS) */
 } ci_ctx;
 
@@ -187,10 +191,13 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * later copy of this context on the device, and the context's close, for
  * good if the process died first: its event stays recorded and never
  * completes. So such a copy is queued only once the event is seen
- * complete (cuEventQuery), and the channels are woken to look again every
- * poll_ms (1 ms, then 2 ms while nothing became ready: a tensor whose
- * producer still runs on the writer's GPU arrives at most 2 ms late) until then. */
+ * complete (cuEventQuery), and the channels are woken to look again: on
+ * each pass of the loop for the first CI_SPIN_NS of a wait (a copy on a
+ * GPU that is not busy ends within that), then every poll_ms (1 ms, then
+ * 2 ms while nothing became ready: a tensor whose producer still runs on
+ * the writer's GPU arrives at most 2 ms late) until then. */
 #define CI_POLL_MAX_MS 2
+#define CI_SPIN_NS 200000
 
 /* How long a channel waits, by default, while every slot of its area is
  * suspect (see ci_outbox) before it fails: the liveness bound of the
@@ -224,8 +231,27 @@ static void ci_timer_within(ci_ctx *c, uint64_t ms)
 }
 
 /* Loop thread: the channels look again soon. */
+static void ci_on_spin(void *arg)
+{
+	ci_ctx *c = arg;
+	c->spin_queued = false;
+	tw__cuda_chan_wake(&c->cc);
+}
+
 static void ci_poll_later(ci_ctx *c)
 {
+	if (c->shut)
+		return;
+	uint64_t now = uv_hrtime();
+	if (!c->waiting_since)
+		c->waiting_since = now;
+	if (now - c->waiting_since < CI_SPIN_NS) {
+		if (!c->spin_queued) {
+			c->spin_queued = true;
+			tw__loop_yield(c->cc.base.env->loop, &c->spin, ci_on_spin, c);
+		}
+		return;
+	}
 	ci_timer_within(c, c->poll_ms ? c->poll_ms : 1);
 }
 
@@ -250,8 +276,10 @@ static tw_status_t ci_event_done(ci_ctx *c, int dev, CUevent ev, bool *ready, ch
 		return st;
 	CUresult r = c->cc.cu->cuEventQuery(ev);
 	*ready = r == TW_CUDA_SUCCESS;
-	if (*ready)
+	if (*ready) {
 		c->poll_ms = 1;
+		c->waiting_since = 0;
+	}
 	if (r == TW_CUDA_SUCCESS || r == TW_CUDA_ERROR_NOT_READY)
 		return TW_OK;
 	st = ci_cu_fail(c, "cuEventQuery of a staging slot's event", r, detail, detail_len);
