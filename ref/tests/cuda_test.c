@@ -1348,7 +1348,7 @@ static void case_ipc_withdrawn(void)
 #define DIE_BIG ((size_t)40 << 20) /* more than the four slots */
 
 /* A receiver of a small tensor and one of DIE_BIG, whose copies out of a
- * slot (8 MiB) take 2 s each: 500 ms after posting its read it dies
+ * slot (8 MiB) take 1 s each: 500 ms after posting its read it dies
  * (`die`), its copies out of all four slots queued (so their records of
  * the slots' events never run), or closes its pipe, waits for its read to
  * fail once those copies ended, and exits normally. The small tensor goes
@@ -1357,7 +1357,7 @@ static void case_ipc_withdrawn(void)
 static void slow_receiver(int *fds, int *other, bool die)
 {
 	close(other[0]), close(other[1]); /* another receiver's URL pipe */
-	setenv("SIMCUDA_COPY_US_PER_MIB", "250000", 1);
+	setenv("SIMCUDA_COPY_US_PER_MIB", "125000", 1);
 	tw_context *ctx;
 	tw_listener *l = ipc_listening(&ctx, die ? "dying" : "closing", fds);
 	tw_pipe *p = ipc_established(ctx, l, NULL);
@@ -1570,16 +1570,19 @@ static void case_ipc_receivers_died(void)
 	close(none[0]), close(none[1]);
 }
 
-/* A receiver that is alive closes its pipe while its copies out of all
- * four slots are queued: the sender's next pipe gets another area, and
- * the first is freed once those copies ended (the sender keeps one area
- * again), not kept for the context's life. */
+/* Receivers that are alive close their pipes while their copies out of
+ * all four slots are queued: the sender's next pipe gets another area,
+ * and once the first area's copies ended, the next time its current area
+ * is held so, a new pipe is given the first area again instead of a third
+ * (areas live as long as the context, so they are reused, never freed
+ * under a peer that may still map them). */
 static void case_ipc_receiver_closed(void)
 {
 	int none[2];
 	CHECK(pipe(none) == 0);
-	die_peer r, b;
-	die_start(&r, closing_receiver, none);
+	die_peer r1, r2, b;
+	die_start(&r1, closing_receiver, none);
+	die_start(&r2, closing_receiver, none);
 	die_start(&b, die_receiver_b, none);
 	cu_load();
 	tw_context *ctx;
@@ -1587,27 +1590,28 @@ static void case_ipc_receiver_closed(void)
 	void *src = dev_alloc(0, DIE_BIG);
 	dev_fill(0, src, DIE_BIG, 1);
 	long base = events_live();
-	tw_pipe_destroy(die_write_slow(ctx, src, r.url, "the write to a receiver that closed",
+	tw_pipe_destroy(die_write_slow(ctx, src, r1.url, "the write to a receiver that closed",
 	                               TW_ERR_EOF));
 	tw_pipe *before = ipc_established(ctx, NULL, b.url);
 	ipc_write(before, (const size_t[]){ 1 << 20 }, 1, 800);
 	long areas = (events_live() - base) / 4;
-	printf("# while the closed receiver's copies run: %ld staging areas\n", areas);
+	printf("# while the first receiver's copies run: %ld staging areas\n", areas);
 	CHECK(areas == 2);
-	for (int waited = 0; waited < 300 && (events_live() - base) / 4 > 1; waited++)
-		usleep(100000);
-	areas = (events_live() - base) / 4;
-	printf("# once they ended: %ld staging area(s)\n", areas);
-	CHECK(areas == 1);
+	die_wait(r1.pid, false); /* its read called back: its copies ended */
+	tw_pipe_destroy(die_write_slow(ctx, src, r2.url, "the write to a receiver that closed",
+	                               TW_ERR_EOF));
 	tw_pipe *after = ipc_established(ctx, NULL, b.url);
 	ipc_write(after, (const size_t[]){ DIE_BIG }, 1, 900);
 	tu_expect_text(after, "seen");
+	areas = (events_live() - base) / 4;
+	printf("# after the second: %ld staging areas\n", areas);
+	CHECK(areas == 2);
 	tw_pipe_destroy(before);
 	tw_pipe_destroy(after);
 	CHECK_OK(tw_context_join(ctx));
 	tw_context_destroy(ctx);
 	dev_free(0, src);
-	die_wait(r.pid, false);
+	die_wait(r2.pid, false);
 	die_wait(b.pid, false);
 	close(none[0]), close(none[1]);
 }

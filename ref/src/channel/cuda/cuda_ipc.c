@@ -72,13 +72,16 @@ typedef struct ci_outbox {
 	CUipcMemHandle mem;
 	CUipcEventHandle ev[TW_CUDA_IPC_SLOTS];
 	bool used[TW_CUDA_IPC_SLOTS];
-	/* Given to a receiver that never answered (its pipe failed first): it
-	 * may have queued its copy out of the slot and the record of the
-	 * slot's event after it, and died, so that the event never completes.
-	 * Such a slot is taken again only once its event is seen complete;
-	 * since when (uv_now) it waits. */
+	/* A slot is taken only once its event is seen complete. One whose
+	 * receiver died with its copy out queued (the record of the slot's
+	 * event after it) never is: it is lost. Suspect: given to a receiver
+	 * that never answered (its pipe failed first), so lost at once while
+	 * its event is incomplete; any other free slot counts as lost once
+	 * its event stayed incomplete for slot_wait_ms after it came back
+	 * (back_ms, uv_now): a stock receiver answers before its copy out
+	 * ran, and may die after answering. */
 	bool suspect[TW_CUDA_IPC_SLOTS];
-	uint64_t suspect_ms[TW_CUDA_IPC_SLOTS];
+	uint64_t back_ms[TW_CUDA_IPC_SLOTS];
 	unsigned refs; /* the channels that copy through it, and the context while current */
 	bool closed;   /* by ci_shutdown: its memory is gone, the struct waits for its last reference */
 	/* the proof (8.3.1): pinned host memory, a slot's bytes on their way
@@ -199,21 +202,20 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
 #define CI_POLL_MAX_MS 2
 #define CI_SPIN_NS 200000
 
-/* How long a channel waits, by default, while every slot of its area is
- * suspect (see ci_outbox) before it fails: the liveness bound of the
- * transports (option slot_wait_ms). */
+/* How long, by default, a slot's event may stay incomplete after the slot
+ * came back before the slot counts as lost (see ci_outbox), and a channel
+ * whose every slot is so fails: the liveness bound of the transports
+ * (option slot_wait_ms). */
 #define CI_SLOT_WAIT_MS 30000
 
 /* The most staging areas a context keeps per device (each
  * TW_CUDA_IPC_SLOTS x TW_CUDA_IPC_SLOT bytes of device memory): a new one
- * is made only when every slot of the others is suspect. */
+ * is made only when every slot of the others is lost. Areas live until the
+ * context shuts down, as stock's: a peer may keep one mapped as long as
+ * its own context lives, and freeing exported memory before its
+ * importers close it is undefined in CUDA. */
 #define CI_MAX_AREAS 4
 
-/* How often areas that no channel uses and that a suspect slot keeps are
- * looked at again (freed once every slot's event is complete). */
-#define CI_SWEEP_MS 1000
-
-static unsigned ci_outbox_sweep(ci_ctx *c);
 static void ci_on_poll(uv_timer_t *t);
 
 /* Loop thread: the timer fires within `ms` (it may be due sooner). */
@@ -255,15 +257,19 @@ static void ci_poll_later(ci_ctx *c)
 	ci_timer_within(c, c->poll_ms ? c->poll_ms : 1);
 }
 
-/* The timer, for both: the channels look again, and unused areas are
- * freed once quiet (looked at again every CI_SWEEP_MS while any is left). */
 static void ci_on_poll(uv_timer_t *t)
 {
 	ci_ctx *c = t->data;
 	c->poll_ms = c->poll_ms < 1 ? 2 : c->poll_ms < CI_POLL_MAX_MS ? 2 * c->poll_ms : c->poll_ms;
 	tw__cuda_chan_wake(&c->cc);
-	if (ci_outbox_sweep(c) > 0)
-		ci_timer_within(c, CI_SWEEP_MS);
+}
+
+/* A wait is over (what a chunk waited for was seen): the next one starts
+ * with the loop's passes and 1 ms again. */
+static void ci_wait_over(ci_ctx *c)
+{
+	c->poll_ms = 1;
+	c->waiting_since = 0;
 }
 
 /* Has the event `ev` (a peer's work, or its record) completed? *ready
@@ -276,10 +282,6 @@ static tw_status_t ci_event_done(ci_ctx *c, int dev, CUevent ev, bool *ready, ch
 		return st;
 	CUresult r = c->cc.cu->cuEventQuery(ev);
 	*ready = r == TW_CUDA_SUCCESS;
-	if (*ready) {
-		c->poll_ms = 1;
-		c->waiting_since = 0;
-	}
 	if (r == TW_CUDA_SUCCESS || r == TW_CUDA_ERROR_NOT_READY)
 		return TW_OK;
 	st = ci_cu_fail(c, "cuEventQuery of a staging slot's event", r, detail, detail_len);
@@ -353,91 +355,47 @@ static tw_status_t ci_outbox_new(ci_ctx *c, int dev, const char *process, ci_out
 	return TW_OK;
 }
 
-/* Is every slot's event of o complete (the last copy into or out of each
- * over)? A query that fails counts as "no". */
-static bool ci_outbox_quiet(ci_ctx *c, ci_outbox *o)
+/* Is free slot i of o lost (see ci_outbox)? A query that fails counts as
+ * "yes". */
+static bool ci_slot_lost(ci_ctx *c, ci_outbox *o, int i)
 {
 	char d[TW_DETAIL_MAX];
-	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
-		bool ready = false;
-		if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK || !ready)
-			return false;
+	bool ready = false;
+	if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) == TW_OK && ready) {
+		o->suspect[i] = false;
+		return false;
 	}
-	return true;
+	return o->suspect[i] ||
+	       uv_now(&c->cc.base.env->loop->uv) - o->back_ms[i] >= c->slot_wait_ms;
 }
 
-static void ci_outbox_unlink(ci_ctx *c, ci_outbox *o)
+/* How many of o's slots are lost. */
+static int ci_outbox_lost(ci_ctx *c, ci_outbox *o)
 {
-	for (ci_outbox **pp = &c->areas; *pp; pp = &(*pp)->next)
-		if (*pp == o) {
-			*pp = o->next;
-			return;
-		}
-}
-
-/* How many of o's slots cannot be given out as things stand: free,
- * suspect, and their event not complete. A suspect slot whose event is
- * complete is suspect no more. */
-static int ci_outbox_stuck(ci_ctx *c, ci_outbox *o)
-{
-	char d[TW_DETAIL_MAX];
 	int n = 0;
-	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
-		if (o->used[i] || !o->suspect[i])
-			continue;
-		bool ready = false;
-		if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) == TW_OK && ready)
-			o->suspect[i] = false;
-		else
-			n++;
-	}
+	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++)
+		n += !o->used[i] && ci_slot_lost(c, o, i);
 	return n;
 }
 
-/* Frees the areas no channel uses whose slots' events are all complete;
- * returns how many unused ones are left (a suspect slot keeps them). */
-static unsigned ci_outbox_sweep(ci_ctx *c)
-{
-	unsigned left = 0;
-	for (ci_outbox *o = c->areas, *next; o; o = next) {
-		next = o->next;
-		if (o->refs > 0)
-			continue;
-		if (ci_outbox_quiet(c, o)) {
-			ci_outbox_unlink(c, o);
-			ci_outbox_free(c, o);
-		} else {
-			left++;
-		}
-	}
-	return left;
-}
-
-/* A channel (or the context, for its current area) lets go of o. An area
- * nobody copies through is freed once every slot's event is complete (at
- * once, or by the timer's sweeps). */
+/* A channel (or the context, for its current area) lets go of o: the
+ * struct goes with the last reference once ci_shutdown closed it. */
 static void ci_outbox_unref(ci_ctx *c, ci_outbox *o)
 {
-	if (--o->refs > 0)
-		return;
-	if (o->closed) {
+	(void)c;
+	if (--o->refs == 0 && o->closed)
 		tw__free(o);
-	} else if (ci_outbox_quiet(c, o)) {
-		ci_outbox_unlink(c, o);
-		ci_outbox_free(c, o);
-	} else {
-		ci_timer_within(c, CI_SWEEP_MS);
-	}
 }
 
 /* The area the channel sends from on cuda:dev: the context's current one,
  * from the channel's first chunk on that device on. A current area whose
- * every slot is suspect and not complete (receivers that died holding
- * them, most likely) is current no more: another area of the device with
- * a slot to give, or a new one (while fewer than CI_MAX_AREAS are kept),
- * announced under an identifier of its own ("<pidns>_<pid>.<n>", since
- * stock's receivers know an area by its identifier), serves new
- * channels; channels that announced the old one keep it. */
+ * every slot is lost (receivers that died holding them, most likely) is
+ * current no more: another area of the device with a slot not lost, or a
+ * new one (while fewer than CI_MAX_AREAS exist), announced under an
+ * identifier of its own ("<pidns>_<pid>.<n>", since stock's receivers
+ * know an area by its identifier), serves new channels; channels that
+ * announced the old one keep it. With no other, new channels share the
+ * current one and its bound (slot_wait_ms). */
 static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char *detail,
                                 size_t detail_len)
 {
@@ -446,83 +404,78 @@ static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char 
 		*out = ich->area[dev];
 		return TW_OK;
 	}
-	(void)ci_outbox_sweep(c);
-	ci_outbox *cur = c->out[dev];
+	ci_outbox *cur = c->out[dev], *next = cur;
 	int made = 0;
-	if (cur && ci_outbox_stuck(c, cur) == TW_CUDA_IPC_SLOTS) {
-		ci_outbox *alt = NULL;
+	if (cur && ci_outbox_lost(c, cur) == TW_CUDA_IPC_SLOTS) {
+		next = NULL;
 		for (ci_outbox *o = c->areas; o; o = o->next) {
 			if (o->dev != dev)
 				continue;
 			made++;
-			if (!alt && o != cur && ci_outbox_stuck(c, o) < TW_CUDA_IPC_SLOTS)
-				alt = o;
+			if (!next && o != cur && ci_outbox_lost(c, o) < TW_CUDA_IPC_SLOTS)
+				next = o;
 		}
-		/* with the most made, new channels share the current one and wait
-		 * for a slot like its channels (slot_wait_ms) */
-		if (alt || made < CI_MAX_AREAS) {
-			c->out[dev] = alt;
-			if (alt)
-				alt->refs++;
-			ci_outbox_unref(c, cur);
-		}
+		if (!next && made >= CI_MAX_AREAS)
+			next = cur;
 	}
-	if (!c->out[dev]) {
-		char id[sizeof(c->out[dev]->process)];
+	if (!next) {
+		char id[sizeof(cur->process)];
 		unsigned n = c->areas_made[dev];
 		if (n == 0)
 			snprintf(id, sizeof(id), "%s", c->process);
 		else
 			snprintf(id, sizeof(id), "%s.%u", c->process, n);
-		tw_status_t st = ci_outbox_new(c, dev, id, &c->out[dev], detail, detail_len);
-		if (st != TW_OK) {
-			if (made > 0) {
-				size_t l = strlen(detail);
-				tw__detail(detail + l, detail_len - l,
-				           " (%d staging areas of cuda:%d are held by receivers whose pipes "
-				           "failed before they answered)",
-				           made, dev);
-			}
+		tw_status_t st = ci_outbox_new(c, dev, id, &next, detail, detail_len);
+		if (st != TW_OK && !cur)
 			return st;
-		}
-		c->areas_made[dev]++;
-		c->out[dev]->refs = 1;
+		if (st == TW_OK)
+			c->areas_made[dev]++;
+		else
+			next = cur; /* share the current one, under its bound */
 	}
-	ich->area[dev] = c->out[dev];
-	ich->area[dev]->refs++;
-	*out = ich->area[dev];
+	if (next != cur) {
+		next->refs++;
+		c->out[dev] = next;
+		if (cur)
+			ci_outbox_unref(c, cur);
+	}
+	ich->area[dev] = next;
+	next->refs++;
+	*out = next;
 	return TW_OK;
 }
 
 /* A free slot of o whose event is complete, or -1: the last copies into
- * and out of it are over, so nothing on our GPU ever waits for a peer's
- * event (a stock receiver answers once its copy out is queued, and may die
- * before it ran). *pending counts the free slots whose event is not
- * complete yet, *stale those of them that are suspect, and *since is when
- * the newest of those became suspect. */
-static int ci_slot_get(ci_ctx *c, ci_outbox *o, int *pending, int *stale, uint64_t *since)
+ * and out of it are over, so no copy into it ever has to wait on the GPU
+ * for a peer's event. *pending counts the free slots whose event is not
+ * complete yet, and *since is when the newest of them came back; a query
+ * that fails fails the channel (a status other than TW_OK, detail). */
+static tw_status_t ci_slot_get(ci_ctx *c, ci_outbox *o, int *slot, int *pending,
+                               uint64_t *since, char *detail, size_t detail_len)
 {
-	char d[TW_DETAIL_MAX];
-	*pending = *stale = 0;
+	*slot = -1;
+	*pending = 0;
 	*since = 0;
 	for (int i = 0; i < TW_CUDA_IPC_SLOTS; i++) {
 		if (o->used[i])
 			continue;
 		bool ready = false;
-		if (ci_event_done(c, o->dev, o->events[i], &ready, d, sizeof(d)) != TW_OK || !ready) {
+		tw_status_t st = ci_event_done(c, o->dev, o->events[i], &ready, detail, detail_len);
+		if (st != TW_OK)
+			return st;
+		if (!ready) {
 			++*pending;
-			if (o->suspect[i]) {
-				++*stale;
-				if (o->suspect_ms[i] > *since)
-					*since = o->suspect_ms[i];
-			}
+			if (o->back_ms[i] > *since)
+				*since = o->back_ms[i];
 			continue;
 		}
 		o->suspect[i] = false;
 		o->used[i] = true;
-		return i;
+		*slot = i;
+		ci_wait_over(c);
+		return TW_OK;
 	}
-	return -1;
+	return TW_OK;
 }
 
 /* The slot is free again; `unanswered`: it was given to a receiver that
@@ -530,10 +483,8 @@ static int ci_slot_get(ci_ctx *c, ci_outbox *o, int *pending, int *stale, uint64
 static void ci_slot_put(ci_ctx *c, ci_outbox *o, int slot, bool unanswered)
 {
 	o->used[slot] = false;
-	if (unanswered) {
-		o->suspect[slot] = true;
-		o->suspect_ms[slot] = uv_now(&c->cc.base.env->loop->uv);
-	}
+	o->suspect[slot] = unanswered;
+	o->back_ms[slot] = uv_now(&c->cc.base.env->loop->uv);
 	tw__cuda_chan_wake(&c->cc);
 }
 
@@ -866,21 +817,26 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		tw__cuda_chan_fail(ch, st, d);
 		return false;
 	}
-	int pending, stale;
+	int slot, pending;
 	uint64_t since;
-	kc->slot = ci_slot_get(c, o, &pending, &stale, &since);
+	st = ci_slot_get(c, o, &slot, &pending, &since, d, sizeof(d));
+	if (st != TW_OK) {
+		tw__cuda_chan_fail(ch, st, d);
+		return false;
+	}
+	kc->slot = slot;
 	if (kc->slot < 0) {
 		/* later chunks wait for this one's slot. Where every slot is
-		 * suspect, none in use, no answer will free one: after
+		 * back but none complete, no answer will free one: after
 		 * slot_wait_ms the channel gives up (it cannot announce
 		 * another area: stock's receivers take one per channel). */
 		uint64_t now = uv_now(&c->cc.base.env->loop->uv);
-		if (stale == TW_CUDA_IPC_SLOTS && now - since >= c->slot_wait_ms) {
+		if (pending == TW_CUDA_IPC_SLOTS && now - since >= c->slot_wait_ms) {
 			tw__detail(d, sizeof(d),
-			           "no staging slot of cuda:%d is free: each of its %d went to a receiver "
-			           "whose pipe failed before it answered, and that receiver's copy out of "
-			           "it has not ended in %llu ms (option slot_wait_ms); pipes opened from "
-			           "now on get another staging area",
+			           "no staging slot of cuda:%d has come free: the copies out of all %d by "
+			           "the receivers they were lent to have not ended in %llu ms (those "
+			           "receivers may have died; option slot_wait_ms); pipes opened from now "
+			           "on get another staging area",
 			           kc->dev, TW_CUDA_IPC_SLOTS, (unsigned long long)(now - since));
 			tw__cuda_chan_fail(ch, TW_ERR_TIMEDOUT, d);
 		} else if (pending > 0) {
@@ -900,7 +856,7 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 	kc->done.arg = k;
 	st = tw__cuda_copy(&c->cc, kc->dev,
 	                   (void *)(uintptr_t)(o->base + (uint64_t)kc->slot * TW_CUDA_IPC_SLOT),
-	                   kc->ptr, kc->n, kc->stream, slot_ev, slot_ev, &kc->done, d, sizeof(d));
+	                   kc->ptr, kc->n, kc->stream, NULL, slot_ev, &kc->done, d, sizeof(d));
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, d);
 		return false;
@@ -1093,11 +1049,14 @@ static void ci_recv_step(ci_channel *ich, ci_chunk *k)
 			ci_poll_later(c);
 		return;
 	}
+	ci_wait_over(c);
+	/* no stream waits for the event: it is complete, and a wait queued
+	 * now could meet a record made in between by a peer that then dies */
 	kc->done.fn = ci_on_copied;
 	kc->done.arg = k;
 	st = tw__cuda_copy(&c->cc, kc->dev, kc->ptr,
 	                   (const void *)(uintptr_t)(r->base + v->slot * TW_CUDA_IPC_SLOT), kc->n,
-	                   kc->stream, slot_ev, slot_ev, &kc->done, d, sizeof(d));
+	                   kc->stream, NULL, slot_ev, &kc->done, d, sizeof(d));
 	if (st != TW_OK) {
 		tw__cuda_chan_fail(ch, st, d);
 		return;
