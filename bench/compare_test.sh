@@ -31,4 +31,38 @@ rc=0; "$bench" compare "${b[@]}" -- "$out/slow.json" | tee "$out/slow.txt" || rc
 "$bench" compare "$out/base1/results.json" -- "$out/base2/results.json" > "$out/one.txt" || true
 grep -q "one baseline run" "$out/one.txt" \
   || { echo "FAIL: a single baseline must say its spread is unmeasured"; exit 1; }
+# a candidate whose tw-uv-basic run failed, or saw wrong bytes, is a
+# failure (exit 1: MISSING, WRONG), not "no slower"; a median of 0 or a
+# size that is not an integer is an input error (exit 2)
+python3 - "$out/base2/results.json" "$out" <<'PY'
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+def variant(name, edit):
+    v = copy.deepcopy(d)
+    for r in v["runs"]:
+        if r["system"] == "tw-uv-basic":
+            edit(r)
+    json.dump(v, open("%s/%s.json" % (sys.argv[2], name), "w"))
+def failed(r):
+    r["status"], r["reason"], r["results"] = "failed", "the driver crashed", []
+def wrong(r):
+    r["results"][0]["wrong_bytes"] = r["results"][0]["size"]
+def zero(r):
+    r["results"][0]["median_ms"] = 0
+def floaty(r):
+    r["results"][0]["size"] = float(r["results"][0]["size"])
+for name, edit in (("failed", failed), ("wrong", wrong), ("zero", zero), ("floaty", floaty)):
+    variant(name, edit)
+PY
+expect() { # expect NAME RC TEXT
+  local rc=0
+  "$bench" compare "${b[@]}" -- "$out/$1.json" > "$out/$1.txt" 2>&1 || rc=$?
+  cat "$out/$1.txt"
+  [ "$rc" = "$2" ] && grep -q "$3" "$out/$1.txt" \
+    || { echo "FAIL: candidate $1: exit $rc (want $2), or no '$3' in its output"; exit 1; }
+}
+expect failed 1 "tw-uv-basic .*MISSING"
+expect wrong 1 "WRONG bytes"
+expect zero 2 "median_ms a positive number"
+expect floaty 2 "size must be a positive integer"
 echo "compare_test: ok"

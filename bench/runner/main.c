@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -187,6 +188,22 @@ static size_t twr_split(char *s, const char **out, size_t max)
 	return n;
 }
 
+/* A number option's value: all of `text` a finite number from min to max;
+ * else false, naming the option. */
+static bool twr_number(const char *opt, const char *text, double min, double max, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (errno || end == text || *end || !isfinite(v) || v < min || v > max) {
+		fprintf(stderr, "tensorwire-bench: %s '%s': want a number from %.15g to %.15g\n", opt, text,
+		        min, max);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
 static void twr_mkdir(const char *path)
 {
 	if (mkdir(path, 0755) != 0 && errno != EEXIST) {
@@ -254,7 +271,7 @@ int main(int argc, char **argv)
 	const char *sysnames[TWR_MAX_LIST], *policies[4], *cpus[4], *nets[4];
 	size_t nsys, npol, ncpu, nnet, nruns = 0, off = 0;
 	bool smoke = false, big = false, check = false, expect_damage = false, want_netns = false;
-	double scale = 1.0;
+	double scale = 1.0, timeout = 900;
 	twr_env env;
 	twb_schedule sched;
 	twr_run *runs;
@@ -276,13 +293,20 @@ int main(int argc, char **argv)
 		case 'B': big = true; break;
 		case 'q': smoke = true; break;
 		case 'S': snprintf(sizes_arg, sizeof(sizes_arg), "%s", optarg); break;
-		case 'x': scale = atof(optarg); break;
+		case 'x':
+			if (!twr_number("--iters-scale", optarg, 1e-6, 1e6, &scale))
+				return 2;
+			break;
 		case 's': snprintf(systems_arg, sizeof(systems_arg), "%s", optarg); break;
 		case 'p': snprintf(policy_arg, sizeof(policy_arg), "%s", optarg); break;
 		case 'c': snprintf(cpu_arg, sizeof(cpu_arg), "%s", optarg); break;
 		case 'n': snprintf(net_arg, sizeof(net_arg), "%s", optarg); break;
 		case 'o': env.outdir = optarg; break;
-		case 't': env.timeout_s = (unsigned)atoi(optarg); break;
+		case 't':
+			if (!twr_number("--timeout", optarg, 1, 86400, &timeout))
+				return 2;
+			env.timeout_s = (unsigned)timeout;
+			break;
 		case 'C': check = true; break;
 		case 'D': check = expect_damage = true; break;
 		case 'l':
@@ -295,8 +319,9 @@ int main(int argc, char **argv)
 		default: twr_usage(stderr); return 2;
 		}
 	}
-	if (optind != argc || scale <= 0 || env.timeout_s == 0) {
-		twr_usage(stderr);
+	if (optind != argc) {
+		fprintf(stderr, "tensorwire-bench: unexpected argument '%s' (see --help)\n",
+		        argv[optind]);
 		return 2;
 	}
 	for (int i = 0; i < argc && off < sizeof(command); i++)
@@ -317,10 +342,26 @@ int main(int argc, char **argv)
 	/* the schedule */
 	memset(&sched, 0, sizeof(sched));
 	if (sizes_arg[0]) {
-		const char *list[TWB_MAX_SIZES];
-		size_t k = twr_split(sizes_arg, list, TWB_MAX_SIZES);
-		for (size_t i = 0; i < k; i++)
-			twr_add_size(&sched, strtoull(list[i], NULL, 10), scale * (smoke ? 0.025 : 1.0));
+		const char *list[TWB_MAX_SIZES + 1];
+		size_t k = twr_split(sizes_arg, list, TWB_MAX_SIZES + 1);
+		if (k > TWB_MAX_SIZES) {
+			fprintf(stderr, "tensorwire-bench: --sizes: at most %d sizes\n", TWB_MAX_SIZES);
+			return 2;
+		}
+		for (size_t i = 0; i < k; i++) {
+			/* bytes, a whole number from 1 to 1 TiB */
+			double v;
+			char opt[32];
+			snprintf(opt, sizeof(opt), "--sizes item %zu", i + 1);
+			if (!twr_number(opt, list[i], 1, 1099511627776.0, &v))
+				return 2;
+			if (v != floor(v)) {
+				fprintf(stderr, "tensorwire-bench: %s '%s': want a whole number of bytes\n",
+				        opt, list[i]);
+				return 2;
+			}
+			twr_add_size(&sched, (uint64_t)v, scale * (smoke ? 0.025 : 1.0));
+		}
 	} else if (smoke) {
 		for (size_t i = 0; i < 3; i++)
 			twr_add_size(&sched, twr_published[i], scale * 0.025);
@@ -336,7 +377,7 @@ int main(int argc, char **argv)
 		uint64_t avail = twr_mem_available();
 		size_t k = 0;
 		for (size_t i = 0; i < sched.count; i++) {
-			if (avail && sched.sizes[i] * 6 > avail) {
+			if (avail && sched.sizes[i] > avail / 6) {
 				size_t len = strlen(notes);
 				snprintf(notes + len, sizeof(notes) - len,
 				         "size %llu bytes dropped: needs about %llu MiB, MemAvailable %llu MiB. ",
@@ -376,6 +417,10 @@ int main(int argc, char **argv)
 		}
 	} else {
 		nsys = twr_split(systems_arg, sysnames, TWR_MAX_LIST);
+		if (nsys == 0) {
+			fprintf(stderr, "tensorwire-bench: --systems names no system (see --list)\n");
+			return 2;
+		}
 	}
 	npol = twr_split(policy_arg, policies, 4);
 	ncpu = twr_split(cpu_arg, cpus, 4);
@@ -484,6 +529,10 @@ int main(int argc, char **argv)
 			        env.outdir);
 	}
 	free(runs);
+	if (ok == 0 && failed) {
+		fprintf(stderr, "tensorwire-bench: every run failed (reasons above)\n");
+		return 1;
+	}
 	if (ok == 0) {
 		fprintf(stderr, "tensorwire-bench: nothing could run here (reasons above)\n");
 		return 77;
