@@ -6,6 +6,7 @@
  * It must not hold any logic of its own beyond options and exit statuses.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +43,9 @@ static void usage(FILE *f)
 	"                     asking for the goodbye extension, spec/wire.md 8)\n"
 	"  --no-ext           leave the server-ext scenario out\n"
 	"  --seed N           seed of the random phase (default 1)\n"
-	"  --inputs N         stop after N inputs\n"
-	"  --time S           stop after S seconds (default 60 when neither bound is given)\n"
+	"  --inputs N         stop after N inputs (N >= 1)\n"
+	"  --time S           stop after S seconds (S > 0; default 60 when neither bound is\n"
+	"                     given)\n"
 	"  --out DIR          write DIR/findings/*.twr, DIR/pending/*.twr, DIR/summary.md,\n"
 	"                     DIR/progress.tsv (new signatures over time), DIR/adapters.log\n"
 	"  --no-systematic    skip the enumeration of every mutation; random from the start\n"
@@ -68,7 +70,8 @@ static void usage(FILE *f)
 	"only that pipe failed, a well-formed peer is still served, no leak) or FAIL with\n"
 	"the signature. --expect failure inverts the exit status (the failure must happen).\n"
 	"\n"
-	"exit status: 0 as expected, 1 not as expected, 2 usage, 77 the IUT is unavailable.\n");
+	"exit status: 0 as expected, 1 not as expected, 2 usage (or, for replay, a\n"
+	"reproducer that cannot be read or run), 77 the IUT is unavailable.\n");
 }
 
 static bool unavailable(const char *cmd)
@@ -97,28 +100,52 @@ static int cmd_list(int argc, char **argv)
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--role") && i + 1 < argc) {
 			const char *r = argv[++i];
+			if (strcmp(r, "client") && strcmp(r, "server-ext") && strcmp(r, "server")) {
+				fprintf(stderr, "tensorwire-wirefuzz: list --role '%s': want server, client "
+				                "or server-ext\n", r);
+				return 2;
+			}
 			sc = !strcmp(r, "client") ? WF_SC_CLIENT : !strcmp(r, "server-ext") ? WF_SC_SERVER_EXT
 			                                                                   : WF_SC_SERVER;
-		}
-		else if (!strcmp(argv[i], "--save") && i + 2 < argc) {
-			save_k = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--save") && i + 2 < argc) {
+			char *end;
+			long k = strtol(argv[++i], &end, 10);
+			if (end == argv[i] || *end || k < -1 || k > 100000000) {
+				fprintf(stderr, "tensorwire-wirefuzz: list --save '%s': want a mutation "
+				                "index (see list), or -1 for the base\n", argv[i]);
+				return 2;
+			}
+			save_k = (int)k;
 			save_path = argv[++i];
-		} else
+		} else {
 			return usage(stderr), 2;
+		}
 	}
 	wf_script base;
 	if (wf_build_scenario(&base, sc, "127.0.0.1:65535", false))
 		return 1;
 	if (save_path) {
+		int n = wf_mutate_count(&base);
+		if (save_k >= n) {
+			fprintf(stderr, "tensorwire-wirefuzz: list --save %d: the %s scenario has "
+			                "mutations 0 to %d\n", save_k, wf_scenario_name(sc), n - 1);
+			wf_script_free(&base);
+			return 2;
+		}
 		wf_script m;
 		int rc = save_k < 0 ? wf_script_copy(&m, &base) : wf_mutate_nth(&base, save_k, &m);
 		if (rc == 0) {
+			errno = 0;
 			rc = wf_script_save(&m, save_path, NULL);
 			wf_script_free(&m);
+			if (rc)
+				fprintf(stderr, "tensorwire-wirefuzz: list --save %d: writing %s: %s\n",
+				        save_k, save_path, errno ? strerror(errno) : "failed");
+		} else {
+			fprintf(stderr, "tensorwire-wirefuzz: list --save %d: mutation %d cannot be "
+			                "built\n", save_k, save_k);
 		}
 		wf_script_free(&base);
-		if (rc)
-			fprintf(stderr, "tensorwire-wirefuzz: cannot save mutation %d\n", save_k);
 		return rc ? 1 : 0;
 	}
 	printf("# base scenario %s\n", wf_scenario_name(sc));
@@ -168,19 +195,19 @@ static int cmd_replay(int argc, char **argv)
 		return usage(stderr), 2;
 	if (unavailable(iut))
 		return EXIT_SKIP;
-	int bad = 0;
+	int bad = 0, errors = 0;
 	for (int i = first; i < argc; i++) {
 		wf_script s;
 		char err[2048];
 		if (wf_script_load(argv[i], &s, err, sizeof(err))) {
-			printf("ERROR %s: %s\n", argv[i], err);
-			bad++;
+			printf("ERROR %s\n", err); /* it names the file */
+			errors++;
 			continue;
 		}
 		wf_result r;
 		if (wf_replay(iut, &s, &o, &r, err, sizeof(err))) {
 			printf("ERROR %s: %s\n", argv[i], err);
-			bad++;
+			errors++;
 		} else if (wf_result_failed(&r)) {
 			printf("%s %s: %s\n#   observed: %s\n#   script: %s\n",
 			       expect_failure ? "PASS" : "FAIL", argv[i], r.signature, r.detail, r.stopped);
@@ -195,7 +222,8 @@ static int cmd_replay(int argc, char **argv)
 		fflush(stdout);
 		wf_script_free(&s);
 	}
-	return bad ? 1 : 0;
+	/* a reproducer that cannot be read, or run, checked nothing */
+	return errors ? 2 : bad ? 1 : 0;
 }
 
 static int cmd_fuzz(int argc, char **argv)
@@ -222,6 +250,12 @@ static int cmd_fuzz(int argc, char **argv)
 			o.iut_name = argv[++i];
 		} else if (!strcmp(a, "--role") && has) {
 			const char *r = argv[++i];
+			if (strcmp(r, "server") && strcmp(r, "server-ext") && strcmp(r, "client") &&
+			    strcmp(r, "both")) {
+				fprintf(stderr, "tensorwire-wirefuzz: --role '%s': want server, client, "
+				                "server-ext or both\n", r);
+				return 2;
+			}
 			o.scenarios[WF_SC_SERVER] = !strcmp(r, "server") || !strcmp(r, "both");
 			o.scenarios[WF_SC_SERVER_EXT] = o.scenarios[WF_SC_SERVER] || !strcmp(r, "server-ext");
 			o.scenarios[WF_SC_CLIENT] = !strcmp(r, "client") || !strcmp(r, "both");
@@ -232,11 +266,20 @@ static int cmd_fuzz(int argc, char **argv)
 		} else if (!strcmp(a, "--seed") && has) {
 			o.seed = strtoull(argv[++i], NULL, 10);
 		} else if (!strcmp(a, "--inputs") && has) {
-			if (opt_int(argv[++i], &v))
-				return usage(stderr), 2;
+			if (opt_int(argv[++i], &v) || v == 0) {
+				fprintf(stderr, "tensorwire-wirefuzz: --inputs '%s': want a whole number "
+				                "from 1 to 100000000\n", argv[i]);
+				return 2;
+			}
 			o.max_inputs = v;
 		} else if (!strcmp(a, "--time") && has) {
-			o.max_seconds = atof(argv[++i]);
+			char *end;
+			o.max_seconds = strtod(argv[++i], &end);
+			if (end == argv[i] || *end || !(o.max_seconds > 0 && o.max_seconds <= 1e7)) {
+				fprintf(stderr, "tensorwire-wirefuzz: --time '%s': want seconds, more than "
+				                "0\n", argv[i]);
+				return 2;
+			}
 		} else if (!strcmp(a, "--out") && has) {
 			o.out_dir = argv[++i];
 		} else if (!strcmp(a, "--no-systematic")) {
@@ -275,6 +318,25 @@ static int cmd_fuzz(int argc, char **argv)
 		o.scenarios[WF_SC_SERVER_EXT] = false;
 	if (!o.iut_cmd)
 		return usage(stderr), 2;
+	if (expect_clean && expect_findings) {
+		fprintf(stderr, "tensorwire-wirefuzz: --expect-clean and --expect-findings "
+		                "contradict each other\n");
+		return 2;
+	}
+	/* the reproducers must have somewhere to go, or a finding is lost */
+	if (o.out_dir && mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
+		fprintf(stderr, "tensorwire-wirefuzz: --out %s: %s\n", o.out_dir, strerror(errno));
+		return 2;
+	}
+	if (o.out_dir) {
+		struct stat sb;
+		if (stat(o.out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+		    access(o.out_dir, W_OK | X_OK) != 0) {
+			fprintf(stderr, "tensorwire-wirefuzz: --out %s: not a folder this process can "
+			                "write to\n", o.out_dir);
+			return 2;
+		}
+	}
 	if (unavailable(o.iut_cmd))
 		return EXIT_SKIP;
 	if (o.max_inputs == 0 && o.max_seconds <= 0)
@@ -282,8 +344,6 @@ static int cmd_fuzz(int argc, char **argv)
 	/* the adapters' stderr (echoed by the harness) goes to a log, not the terminal */
 	char logpath[600];
 	snprintf(logpath, sizeof(logpath), "%s/adapters.log", o.out_dir ? o.out_dir : "");
-	if (o.out_dir)
-		(void)mkdir(o.out_dir, 0777);
 	int logfd = o.out_dir ? open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)
 	                      : open("/dev/null", O_WRONLY | O_CLOEXEC);
 	int saved_err = dup(2);

@@ -265,6 +265,8 @@ int wf_script_write(const wf_script *s, FILE *f)
 			fprintf(f, "%s %d\n", wf_op_name(st->op), st->conn);
 		}
 	}
+	/* the script is whole: a file cut short has no end line */
+	fprintf(f, "end\n");
 	return ferror(f) ? -1 : 0;
 }
 
@@ -483,7 +485,7 @@ int wf_script_parse(const char *text, wf_script *s, char *err, size_t errlen)
 		p[1] = ' ';
 	}
 	int line = 0, rc = 0;
-	bool have_magic = false;
+	bool have_magic = false, ended = false;
 	char *save = NULL;
 	for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
 		line++;
@@ -502,12 +504,23 @@ int wf_script_parse(const char *text, wf_script *s, char *err, size_t errlen)
 		size_t n = strlen(l);
 		while (n > 0 && isspace((unsigned char)l[n - 1]))
 			l[--n] = '\0';
+		if (ended) {
+			rc = perr(err, errlen, line, "a line after 'end'");
+			break;
+		}
+		if (!strcmp(l, "end")) {
+			ended = true;
+			continue;
+		}
 		if ((rc = parse_line(l, s, line, err, errlen)))
 			break;
 	}
 	free(copy);
 	if (!rc && !have_magic)
 		rc = perr(err, errlen, line, "empty reproducer");
+	else if (!rc && !ended)
+		rc = perr(err, errlen, line, "no 'end' line: the reproducer is cut short (a "
+		          "reproducer ends with a line 'end' after its last step)");
 	if (rc)
 		wf_script_free(s);
 	return rc;

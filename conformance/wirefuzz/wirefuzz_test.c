@@ -138,6 +138,9 @@ static void test_parse_errors(void)
 		"tensorwire-wirefuzz 1\nsend 0 hello : $nope\n",     /* unknown token */
 		"tensorwire-wirefuzz 1\nsend 0 hello cut=-1 : 00\n", /* bad cut */
 		"tensorwire-wirefuzz 1\nfly 0\n",                    /* unknown step */
+		"tensorwire-wirefuzz 1\nrole server\n",             /* no end: cut short */
+		"tensorwire-wirefuzz 1\nrole server\nsend 0 hello : b8\n", /* the same */
+		"tensorwire-wirefuzz 1\nend\nsend 0 hello : b8\n",  /* a step after the end */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		wf_script s;
@@ -151,7 +154,8 @@ static void test_parse_errors(void)
 	wf_script s;
 	char err[256];
 	int rc = wf_script_parse("tensorwire-wirefuzz 1\nrole server\n"
-	                         "send 1 RequestedConnection len=+1 cut=9 : b8 01 \\\n   b9 01 $reply_id\n",
+	                         "send 1 RequestedConnection len=+1 cut=9 : b8 01 \\\n   b9 01 $reply_id\n"
+	                         "end\n# a comment after the end\n",
 	                         &s, err, sizeof(err));
 	CHECK(rc == 0, "a valid reproducer was refused: %s", err);
 	if (rc == 0) {
