@@ -1004,8 +1004,15 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 				fprintf(stderr, "tensorwire-conform: --iut wants NAME=CMD\n");
 				return 2;
 			}
-			twc_iut_info *t = &opt.iuts[opt.niuts++];
+			twc_iut_info *t = &opt.iuts[opt.niuts];
 			snprintf(t->name, sizeof(t->name), "%.*s", (int)(eq - spec), spec);
+			for (int k = 0; k < opt.niuts; k++)
+				if (!strcmp(opt.iuts[k].name, t->name)) {
+					fprintf(stderr, "tensorwire-conform: --iut %s: the name is given twice "
+					                "(reports tell IUTs apart by name)\n", t->name);
+					return 2;
+				}
+			opt.niuts++;
 			t->cmd = eq + 1;
 		} else if (!strcmp(a, "--strict")) {
 			opt.strict = true;
@@ -1196,6 +1203,24 @@ int twc_conform_main(int argc, char **argv, const twc_suite *suites, size_t nsui
 		snprintf(opt.iuts[1].name, sizeof(opt.iuts[1].name), "stock");
 		opt.iuts[1].cmd = default_cmd(TW_IUT_STOCK, stock_buf, sizeof(stock_buf));
 		opt.niuts = 2;
+	}
+	/* a --pair names IUTs (or the reference) */
+	for (int p = 0; p < opt.npairs; p++) {
+		const char *pr = opt.pairs[p], *colon = strchr(pr, ':');
+		for (int side = 0; side < 2; side++) {
+			const char *nm = side ? colon + 1 : pr;
+			size_t len = side ? strlen(colon + 1) : (size_t)(colon - pr);
+			bool known = !opt.no_ref && strlen(opt.ref.name) == len &&
+			             !strncmp(opt.ref.name, nm, len);
+			for (int k = 0; k < opt.niuts && !known; k++)
+				known = strlen(opt.iuts[k].name) == len && !strncmp(opt.iuts[k].name, nm, len);
+			if (!known) {
+				fprintf(stderr, "tensorwire-conform: --pair %s: no IUT (or reference) named "
+				                "'%.*s'\n", pr, (int)len, nm);
+				free(sel);
+				return 2;
+			}
+		}
 	}
 	/* every IUT and the reference, each with its profile */
 	twc_iut_info *who[MAX_IUTS + 1];
