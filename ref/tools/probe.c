@@ -13,7 +13,9 @@
  * call and errno; the probe itself never fails for it.
  *
  *   tensorwire-probe          the report
- *   exit status 0, or 2 when libtensorwire cannot create a context at all
+ *   tensorwire-probe --help   what it does
+ *   exit status 0; 2 when libtensorwire cannot create a context at all, or
+ *   on an argument it does not know
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -101,8 +103,21 @@ static void fact(const char *what, tw_status_t st, const char *value, const char
 	printf("  %-22s %s\n", what, st == TW_OK ? value : detail);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc > 1) {
+		bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+		fprintf(help ? stdout : stderr,
+		        "%susage: tensorwire-probe\n"
+		        "Reports which transports and channels libtensorwire can use in this process "
+		        "and why\n(the library's own viability checks), then the facts the same-host "
+		        "mechanisms\ndepend on: boot id, namespaces, the descriptors ours and stock "
+		        "advertise, shared\nmemory, process_vm_readv, and each GPU's RDMA NIC. It takes "
+		        "no arguments; the\nenvironment the library reads (TW_IB_HCA, "
+		        "CUDA_VISIBLE_DEVICES, ...) changes\nwhat it finds.\n",
+		        help ? "" : "tensorwire-probe: no arguments are taken\n");
+		return help ? 0 : 2;
+	}
 	printf("tensorwire-probe: libtensorwire %s, pid %d\n\n", TW_VERSION_STRING, (int)getpid());
 	static const char *const transports[] = { "uv", "shm", "ibv" };
 	static const char *const channels[] = { "basic", "mpt", "cma", "xth", "cuda_basic",

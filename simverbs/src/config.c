@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <arpa/inet.h>
 
 struct sv_config sv_cfg;
@@ -88,7 +89,10 @@ static enum ibv_mtu mtu_of(const char *v)
 	case 512: return IBV_MTU_512;
 	case 1024: return IBV_MTU_1024;
 	case 2048: return IBV_MTU_2048;
-	default: return IBV_MTU_4096;
+	case 4096: return IBV_MTU_4096;
+	default:
+		sv_log("config: mtu '%s' is none of 256, 512, 1024, 2048, 4096; 4096 used", v);
+		return IBV_MTU_4096;
 	}
 }
 
@@ -98,8 +102,10 @@ static void set_fork(const char *v)
 		sv_cfg.fork_mode = SV_FORK_LEGACY;
 	else if (!strcmp(v, "strict"))
 		sv_cfg.fork_mode = SV_FORK_STRICT;
-	else
+	else if (!strcmp(v, "modern"))
 		sv_cfg.fork_mode = SV_FORK_MODERN;
+	else
+		sv_log("fork mode '%s' is none of modern, legacy, strict; modern used", v);
 }
 
 static void set_memlock(const char *v)
@@ -108,8 +114,10 @@ static void set_memlock(const char *v)
 		sv_cfg.memlock = SV_MEMLOCK_ALWAYS;
 	else if (!strcmp(v, "off"))
 		sv_cfg.memlock = SV_MEMLOCK_OFF;
-	else
+	else if (!strcmp(v, "kernel"))
 		sv_cfg.memlock = SV_MEMLOCK_KERNEL;
+	else
+		sv_log("memlock mode '%s' is none of kernel, always, off; kernel used", v);
 }
 
 /* port1.gids = fe80::1/v1, fail, , ::ffff:127.0.0.1/v2: a fixed GID table,
@@ -163,11 +171,17 @@ static void parse_gids(struct sv_port_cfg *pc, const char *v)
 static void port_key(struct sv_dev_cfg *d, int p, const char *k, const char *v)
 {
 	struct sv_port_cfg *pc = &d->port[p];
-	if (!strcmp(k, "state"))
+	if (!strcmp(k, "state")) {
+		if (strcmp(v, "down") && strcmp(v, "active") && strcmp(v, "up"))
+			sv_log("config: port state '%s' is none of active, down; active used", v);
 		pc->cfg_state = !strcmp(v, "down") ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
-	else if (!strcmp(k, "link_layer"))
+	} else if (!strcmp(k, "link_layer")) {
+		if (strcmp(v, "infiniband") && strcmp(v, "ethernet"))
+			sv_log("config: link_layer '%s' is none of ethernet, infiniband; ethernet used",
+			       v);
 		pc->link_layer = !strcmp(v, "infiniband") ? IBV_LINK_LAYER_INFINIBAND
 							  : IBV_LINK_LAYER_ETHERNET;
+	}
 	else if (!strcmp(k, "netdev"))
 		snprintf(pc->netdev, sizeof(pc->netdev), "%s", v);
 	else if (!strcmp(k, "max_msg_sz"))
@@ -194,6 +208,9 @@ static void dev_key(struct sv_dev_cfg *d, const char *k, const char *v)
 	}
 	if (!strcmp(k, "ports")) {
 		d->nports = (int)num(v);
+		if (d->nports < 1 || d->nports > SV_MAX_PORT)
+			sv_log("config: ports = %s is outside 1..%d; %d used", v, SV_MAX_PORT,
+			       d->nports < 1 ? 1 : SV_MAX_PORT);
 		if (d->nports < 1)
 			d->nports = 1;
 		if (d->nports > SV_MAX_PORT)
@@ -282,6 +299,12 @@ static void global_key(const char *sec, const char *k, const char *v)
 static void parse_file(const char *path)
 {
 	FILE *f = fopen(path, "r");
+	struct stat sb;
+	if (f && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		fclose(f);
+		f = NULL;
+		errno = EISDIR;
+	}
 	if (!f) {
 		sv_log("config: cannot open SIMVERBS_CONFIG=%s: %s; using the default device",
 		       path, strerror(errno));
@@ -334,6 +357,36 @@ static void parse_file(const char *path)
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 
+/* The verbs SIMVERBS_FAIL can fail (each calls sv_fail with its name). */
+static const char *const fail_verbs[] = {
+	"ibv_open_device", "ibv_query_device", "ibv_query_port", "ibv_alloc_pd",
+	"ibv_reg_mr", "ibv_create_comp_channel", "ibv_create_cq", "ibv_create_srq",
+	"ibv_create_qp", "ibv_modify_qp", "ibv_post_send", "ibv_post_recv",
+	"ibv_post_srq_recv", "ibv_req_notify_cq",
+};
+
+/* SIMVERBS_FAIL=<verb>:<N>, N >= 1: a typo must not silently leave the
+ * injection off (the sweep that set it would pass, checking nothing). */
+static void set_fail(const char *e)
+{
+	const char *colon = strrchr(e, ':');
+	char *end = NULL;
+	unsigned long n = colon ? strtoul(colon + 1, &end, 10) : 0;
+	bool known = false;
+	for (size_t i = 0; colon && i < sizeof(fail_verbs) / sizeof(fail_verbs[0]); i++)
+		known |= strlen(fail_verbs[i]) == (size_t)(colon - e) &&
+		         !strncmp(fail_verbs[i], e, (size_t)(colon - e));
+	if (!colon || !known || end == colon + 1 || *end || n == 0) {
+		sv_log("SIMVERBS_FAIL='%s' ignored: want <verb>:<N> with N >= 1 and a verb of "
+		       "docs/simverbs.md (ibv_open_device ... ibv_req_notify_cq); nothing is failed",
+		       e);
+		return;
+	}
+	memcpy(sv_cfg.fail_verb, e, (size_t)(colon - e));
+	sv_cfg.fail_verb[colon - e] = '\0';
+	sv_cfg.fail_at = n;
+}
+
 static void load(void)
 {
 	sv_cfg.ndev = 1;
@@ -352,19 +405,22 @@ static void load(void)
 		set_fork(e);
 	if ((e = getenv("SIMVERBS_MEMLOCK")))
 		set_memlock(e);
-	if ((e = getenv("SIMVERBS_TIME_SCALE")))
-		sv_cfg.time_scale = strtod(e, NULL);
+	if ((e = getenv("SIMVERBS_TIME_SCALE"))) {
+		char *end;
+		double v = strtod(e, &end);
+		if (end == e || *end || !(v > 0 && v <= 1e6))
+			sv_log("SIMVERBS_TIME_SCALE='%s' ignored: want a number above 0", e);
+		else
+			sv_cfg.time_scale = v;
+	}
 	if ((e = getenv("SIMVERBS_ACK_LATENCY_US")))
 		sv_cfg.ack_latency_ns = strtoull(e, NULL, 10) * 1000ull;
 	if ((e = getenv("SIMVERBS_CONTROL")))
 		snprintf(sv_cfg.control, sizeof(sv_cfg.control), "%s", e);
 	if ((e = getenv("SIMVERBS_TRACE")))
 		sv_cfg.trace = atoi(e) != 0;
-	const char *colon = (e = getenv("SIMVERBS_FAIL")) ? strrchr(e, ':') : NULL;
-	if (colon && (size_t)(colon - e) < sizeof(sv_cfg.fail_verb)) {
-		memcpy(sv_cfg.fail_verb, e, (size_t)(colon - e));
-		sv_cfg.fail_at = strtoul(colon + 1, NULL, 10);
-	}
+	if ((e = getenv("SIMVERBS_FAIL")) && *e)
+		set_fail(e);
 	if ((e = getenv("SIMVERBS_NETDEV")) && *e)
 		for (int d = 0; d < sv_cfg.ndev; d++)
 			for (int p = 0; p < SV_MAX_PORT; p++)
