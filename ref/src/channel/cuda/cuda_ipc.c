@@ -195,12 +195,13 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * good if the process died first: its event stays recorded and never
  * completes. So such a copy is queued only once the event is seen
  * complete (cuEventQuery), and the channels are woken to look again: on
- * each pass of the loop for the first CI_SPIN_NS of a wait (a copy on a
- * GPU that is not busy ends within that), then every poll_ms (1 ms, then
+ * each pass of the loop for the first CI_SPIN_NS of a wait (the bound the
+ * transports busy-poll for, TW_LOOP_BUSY_DEFAULT_US: a copy on a GPU that
+ * is not busy ends within that), then every poll_ms (1 ms, then
  * 2 ms while nothing became ready: a tensor whose producer still runs on
  * the writer's GPU arrives at most 2 ms late) until then. */
 #define CI_POLL_MAX_MS 2
-#define CI_SPIN_NS 200000
+#define CI_SPIN_NS ((uint64_t)TW_LOOP_BUSY_DEFAULT_US * 1000)
 
 /* How long, by default, a slot's event may stay incomplete after the slot
  * came back before the slot counts as lost (see ci_outbox), and a channel
