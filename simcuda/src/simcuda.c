@@ -352,6 +352,10 @@ static void sc_configure(void)
 				g.copy_delay_us = (unsigned)strtoul(s + 13, NULL, 10);
 			} else if (strncmp(s, "copy_us_per_mib", 15) == 0) {
 				g.copy_us_per_mib = (unsigned)strtoul(s + 15, NULL, 10);
+			} else if (*s) {
+				/* a typo must not pass for a host without a GPU */
+				sc_log("SIMCUDA_CONFIG %s: line '%.80s' is none of device, mode, "
+				       "copy_delay_us, copy_us_per_mib; ignored", path, s);
 			}
 		}
 		fclose(f);
