@@ -1520,10 +1520,11 @@ static void case_ipc_receiver_died(void)
 
 /* Receivers that die one after another, each holding every slot of the
  * area it was lent: the sender makes a new area after each, up to four
- * (a bound on its device memory), then new pipes (to a fifth receiver,
- * and to a healthy one) share the last and fail their write once
- * slot_wait_ms passed, naming the option. simcuda's live events show the
- * areas kept (four events each). */
+ * (a bound on its device memory); then new pipes share one whose slots
+ * are all lost: the write to a fifth receiver fails as soon as that
+ * receiver dies (it waited for a slot, with no read of its own queued),
+ * one to a healthy receiver once slot_wait_ms passed, naming the option.
+ * simcuda's live events show the areas kept (four events each). */
 static void case_ipc_receivers_died(void)
 {
 	int none[2];
@@ -1540,9 +1541,9 @@ static void case_ipc_receivers_died(void)
 	long base = events_live();
 	tw_pipe *pa[5];
 	for (int i = 0; i < 5; i++) {
-		/* the fifth shares the fourth area: its slots have been held
-		 * longer than slot_wait_ms already */
-		pa[i] = die_write_to_a(ctx, src, &a[i], i < 4 ? TW_ERR_EOF : TW_ERR_TIMEDOUT);
+		/* the fifth shares an area whose slots are all lost, waits for
+		 * one, and fails as its receiver dies (well within slot_wait_ms) */
+		pa[i] = die_write_to_a(ctx, src, &a[i], TW_ERR_EOF);
 		long areas = (events_live() - base) / 4;
 		printf("# after %d receivers died: %ld staging areas\n", i + 1, areas);
 		CHECK(areas == (i < 4 ? i + 1 : 4));

@@ -217,6 +217,11 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * importers close it is undefined in CUDA. */
 #define CI_MAX_AREAS 4
 
+/* A current area with this many lost slots is replaced for new channels:
+ * with one or two slots left, pipes sharing them would all fail (by
+ * slot_wait_ms) once the next receiver to die took those too. */
+#define CI_LOST_ROTATE 2
+
 static void ci_on_poll(uv_timer_t *t);
 
 /* Loop thread: the timer fires within `ms` (it may be due sooner). */
@@ -389,14 +394,14 @@ static void ci_outbox_unref(ci_ctx *c, ci_outbox *o)
 }
 
 /* The area the channel sends from on cuda:dev: the context's current one,
- * from the channel's first chunk on that device on. A current area whose
- * every slot is lost (receivers that died holding them, most likely) is
- * current no more: another area of the device with a slot not lost, or a
- * new one (while fewer than CI_MAX_AREAS exist), announced under an
- * identifier of its own ("<pidns>_<pid>.<n>", since stock's receivers
- * know an area by its identifier), serves new channels; channels that
- * announced the old one keep it. With no other, new channels share the
- * current one and its bound (slot_wait_ms). */
+ * from the channel's first chunk on that device on. A current area with
+ * CI_LOST_ROTATE or more lost slots (receivers that died holding them,
+ * most likely) is current no more: another area of the device with fewer
+ * lost, or a new one (while fewer than CI_MAX_AREAS exist), announced
+ * under an identifier of its own ("<pidns>_<pid>.<n>", since stock's
+ * receivers know an area by its identifier), serves new channels;
+ * channels that announced the old one keep it. At the limit, new channels
+ * take the area with the fewest lost slots, and its bound (slot_wait_ms). */
 static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char *detail,
                                 size_t detail_len)
 {
@@ -407,17 +412,24 @@ static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char 
 	}
 	ci_outbox *cur = c->out[dev], *next = cur;
 	int made = 0;
-	if (cur && ci_outbox_lost(c, cur) == TW_CUDA_IPC_SLOTS) {
+	if (cur && ci_outbox_lost(c, cur) >= CI_LOST_ROTATE) {
+		/* the area with the fewest lost slots if few enough, else a new
+		 * one, else (at the limit) the one with the fewest */
+		ci_outbox *fewest = cur;
+		int fewest_lost = ci_outbox_lost(c, cur);
 		next = NULL;
 		for (ci_outbox *o = c->areas; o; o = o->next) {
 			if (o->dev != dev)
 				continue;
 			made++;
-			if (!next && o != cur && ci_outbox_lost(c, o) < TW_CUDA_IPC_SLOTS)
-				next = o;
+			int lost = o == cur ? fewest_lost : ci_outbox_lost(c, o);
+			if (lost < fewest_lost) {
+				fewest = o;
+				fewest_lost = lost;
+			}
 		}
-		if (!next && made >= CI_MAX_AREAS)
-			next = cur;
+		if (fewest_lost < CI_LOST_ROTATE || made >= CI_MAX_AREAS)
+			next = fewest;
 	}
 	if (!next) {
 		char id[sizeof(cur->process)];
@@ -832,7 +844,16 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		 * slot_wait_ms the channel gives up (it cannot announce
 		 * another area: stock's receivers take one per channel). */
 		uint64_t now = uv_now(&c->cc.base.env->loop->uv);
-		if (pending == TW_CUDA_IPC_SLOTS && now - since >= c->slot_wait_ms) {
+		tw_conn *rc = ich->conn[1];
+		if (pending > 0 && rc && rc->ops->peer_left && rc->ops->peer_left(rc)) {
+			/* no read of ours may be queued to see it (the chunks
+			 * before this one are answered): the receiver is gone */
+			tw__detail(d, sizeof(d),
+			           "the receiver at %s ended its side while this tensor waited for a "
+			           "staging slot of cuda:%d",
+			           rc->ops->peer(rc), kc->dev);
+			tw__cuda_chan_fail(ch, TW_ERR_EOF, d);
+		} else if (pending == TW_CUDA_IPC_SLOTS && now - since >= c->slot_wait_ms) {
 			tw__detail(d, sizeof(d),
 			           "no staging slot of cuda:%d has come free: the copies out of all %d by "
 			           "the receivers they were lent to have not ended in %llu ms (those "
