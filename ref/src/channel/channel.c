@@ -62,9 +62,14 @@ tw_status_t tw__channel_peer_is(tw_conn *c, pid_t pid, char *detail, size_t deta
 	return TW_ERR_PROTO;
 }
 
+bool tw__channel_peer_left(tw_conn *c)
+{
+	return c && c->ops->peer_left && c->ops->peer_left(c);
+}
+
 bool tw__channel_writer_left(tw_conn *c, char *detail, size_t detail_len)
 {
-	if (!c || !c->ops->peer_left || !c->ops->peer_left(c))
+	if (!tw__channel_peer_left(c))
 		return false;
 	tw__detail(detail, detail_len,
 	           "the writer at %s ended its side before this tensor was copied out of its "

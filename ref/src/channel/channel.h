@@ -195,6 +195,10 @@ TW_NODISCARD tw_status_t tw__channel_peer_is(tw_conn *c, pid_t pid, char *detail
  * name), and the receive must then fail. Loop thread; one poll(). */
 bool tw__channel_writer_left(tw_conn *c, char *detail, size_t detail_len);
 
+/* Is the peer's end of c seen now (the transport's peer_left; false where
+ * c is gone or its transport cannot tell)? Loop thread; one poll(). */
+bool tw__channel_peer_left(tw_conn *c);
+
 /* The kinds built into this library (registry.c). */
 const tw_channel_ops *tw__channel_find_kind(const char *kind);
 

@@ -211,10 +211,10 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
 
 /* The most staging areas a context keeps per device (each
  * TW_CUDA_IPC_SLOTS x TW_CUDA_IPC_SLOT bytes of device memory): a new one
- * is made only when every slot of the others is lost. Areas live until the
- * context shuts down, as stock's: a peer may keep one mapped as long as
- * its own context lives, and freeing exported memory before its
- * importers close it is undefined in CUDA. */
+ * is made only when each of the others has CI_LOST_ROTATE lost slots.
+ * Areas live until the context shuts down, as stock's: a peer may keep
+ * one mapped as long as its own context lives, and freeing exported
+ * memory before its importers close it is undefined in CUDA. */
 #define CI_MAX_AREAS 4
 
 /* A current area with this many lost slots is replaced for new channels:
@@ -222,23 +222,6 @@ static tw_status_t ci_cu_fail(ci_ctx *c, const char *call, CUresult r, char *det
  * slot_wait_ms) once the next receiver to die took those too. */
 #define CI_LOST_ROTATE 2
 
-static void ci_on_poll(uv_timer_t *t);
-
-/* Loop thread: the timer fires within `ms` (it may be due sooner). */
-static void ci_timer_within(ci_ctx *c, uint64_t ms)
-{
-	if (c->shut)
-		return;
-	if (!c->poll_init) {
-		(void)uv_timer_init(&c->cc.base.env->loop->uv, &c->poll); /* cannot fail */
-		c->poll.data = c;
-		c->poll_init = true;
-	}
-	if (!uv_is_active((uv_handle_t *)&c->poll) || uv_timer_get_due_in(&c->poll) > ms)
-		uv_timer_start(&c->poll, ci_on_poll, ms, 0);
-}
-
-/* Loop thread: the channels look again soon. */
 static void ci_on_spin(void *arg)
 {
 	ci_ctx *c = arg;
@@ -246,6 +229,16 @@ static void ci_on_spin(void *arg)
 	tw__cuda_chan_wake(&c->cc);
 }
 
+static void ci_on_poll(uv_timer_t *t)
+{
+	ci_ctx *c = t->data;
+	if (c->poll_ms < CI_POLL_MAX_MS)
+		c->poll_ms *= 2;
+	tw__cuda_chan_wake(&c->cc);
+}
+
+/* Loop thread: the channels look again soon (on the loop's next pass, or
+ * by the timer; not after ci_shutdown). */
 static void ci_poll_later(ci_ctx *c)
 {
 	if (c->shut)
@@ -260,14 +253,13 @@ static void ci_poll_later(ci_ctx *c)
 		}
 		return;
 	}
-	ci_timer_within(c, c->poll_ms ? c->poll_ms : 1);
-}
-
-static void ci_on_poll(uv_timer_t *t)
-{
-	ci_ctx *c = t->data;
-	c->poll_ms = c->poll_ms < 1 ? 2 : c->poll_ms < CI_POLL_MAX_MS ? 2 * c->poll_ms : c->poll_ms;
-	tw__cuda_chan_wake(&c->cc);
+	if (!c->poll_init) {
+		(void)uv_timer_init(&c->cc.base.env->loop->uv, &c->poll); /* cannot fail */
+		c->poll.data = c;
+		c->poll_init = true;
+	}
+	if (!uv_is_active((uv_handle_t *)&c->poll))
+		uv_timer_start(&c->poll, ci_on_poll, c->poll_ms, 0);
 }
 
 /* A wait is over (what a chunk waited for was seen): the next one starts
@@ -290,13 +282,7 @@ static tw_status_t ci_event_done(ci_ctx *c, int dev, CUevent ev, bool *ready, ch
 	*ready = r == TW_CUDA_SUCCESS;
 	if (r == TW_CUDA_SUCCESS || r == TW_CUDA_ERROR_NOT_READY)
 		return TW_OK;
-	st = ci_cu_fail(c, "cuEventQuery of a staging slot's event", r, detail, detail_len);
-	return st == TW_ERR_NOMEM ? st : TW_ERR_SYS;
-}
-
-static void ci_on_poll_closed(uv_handle_t *h)
-{
-	(void)h;
+	return ci_cu_fail(c, "cuEventQuery of a staging slot's event", r, detail, detail_len);
 }
 
 /* ---- staging areas ---------------------------------------------------------------------- */
@@ -386,9 +372,8 @@ static int ci_outbox_lost(ci_ctx *c, ci_outbox *o)
 
 /* A channel (or the context, for its current area) lets go of o: the
  * struct goes with the last reference once ci_shutdown closed it. */
-static void ci_outbox_unref(ci_ctx *c, ci_outbox *o)
+static void ci_outbox_unref(ci_outbox *o)
 {
-	(void)c;
 	if (--o->refs == 0 && o->closed)
 		tw__free(o);
 }
@@ -412,11 +397,11 @@ static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char 
 	}
 	ci_outbox *cur = c->out[dev], *next = cur;
 	int made = 0;
-	if (cur && ci_outbox_lost(c, cur) >= CI_LOST_ROTATE) {
+	int fewest_lost = cur ? ci_outbox_lost(c, cur) : 0;
+	if (fewest_lost >= CI_LOST_ROTATE) {
 		/* the area with the fewest lost slots if few enough, else a new
 		 * one, else (at the limit) the one with the fewest */
 		ci_outbox *fewest = cur;
-		int fewest_lost = ci_outbox_lost(c, cur);
 		next = NULL;
 		for (ci_outbox *o = c->areas; o; o = o->next) {
 			if (o->dev != dev)
@@ -450,7 +435,7 @@ static tw_status_t ci_outbox_of(ci_channel *ich, int dev, ci_outbox **out, char 
 		next->refs++;
 		c->out[dev] = next;
 		if (cur)
-			ci_outbox_unref(c, cur);
+			ci_outbox_unref(cur);
 	}
 	ich->area[dev] = next;
 	next->refs++;
@@ -844,14 +829,13 @@ static bool ci_send_step(ci_channel *ich, ci_chunk *k)
 		 * slot_wait_ms the channel gives up (it cannot announce
 		 * another area: stock's receivers take one per channel). */
 		uint64_t now = uv_now(&c->cc.base.env->loop->uv);
-		tw_conn *rc = ich->conn[1];
-		if (pending > 0 && rc && rc->ops->peer_left && rc->ops->peer_left(rc)) {
+		if (pending > 0 && tw__channel_peer_left(ich->conn[1])) {
 			/* no read of ours may be queued to see it (the chunks
 			 * before this one are answered): the receiver is gone */
 			tw__detail(d, sizeof(d),
 			           "the receiver at %s ended its side while this tensor waited for a "
 			           "staging slot of cuda:%d",
-			           rc->ops->peer(rc), kc->dev);
+			           ich->conn[1]->ops->peer(ich->conn[1]), kc->dev);
 			tw__cuda_chan_fail(ch, TW_ERR_EOF, d);
 		} else if (pending == TW_CUDA_IPC_SLOTS && now - since >= c->slot_wait_ms) {
 			tw__detail(d, sizeof(d),
@@ -1179,7 +1163,7 @@ static void ci_free(tw_cuda_chan *ch)
 	}
 	for (int i = 0; i < TW_CUDA_CTX_MAX_DEVICES; i++)
 		if (ich->area[i])
-			ci_outbox_unref(CI_CTX(ich), ich->area[i]);
+			ci_outbox_unref(ich->area[i]);
 	tw__free(ich);
 }
 
@@ -1305,7 +1289,7 @@ static void ci_shutdown(tw_channel_ctx *base)
 	c->shut = true;
 	if (c->poll_init) {
 		uv_timer_stop(&c->poll);
-		uv_close((uv_handle_t *)&c->poll, ci_on_poll_closed);
+		uv_close((uv_handle_t *)&c->poll, NULL);
 		c->poll_init = false;
 	}
 	tw__cuda_ctx_drain(&c->cc);
@@ -1399,6 +1383,7 @@ static tw_status_t ci_create(const tw_channel_env *env, const char *options, tw_
 	}
 	snprintf(c->process, sizeof(c->process), "%s_%d", pidns, (int)getpid());
 	c->slot_wait_ms = o.slot_wait_ms;
+	c->poll_ms = 1;
 	st = tw__cuda_ctx_init(&c->cc, &tw__cuda_ipc_channel_ops, env, false, detail, detail_len);
 	for (int i = 0; st == TW_OK && i < c->cc.num_cuda; i++) {
 		st = ci_descriptor(c, i, boot, &c->cc.base.devices[i], d, sizeof(d));
