@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # compare_test.sh BENCH OUT - tensorwire-bench compare (issue 16 item 4):
 # two baseline runs on this machine; a candidate equal to one of them is
-# not flagged (exit 0); a candidate whose tw-uv-basic medians are made ten times
-# larger is
-# flagged WORSE on exactly those rows (exit 1); a single baseline says that
-# its spread could not be measured.
+# not flagged (exit 0); a candidate whose tw-uv-basic medians are made ten
+# times larger is flagged WORSE on exactly those rows (exit 1); a single
+# baseline says that its spread could not be measured; a failed row is
+# MISSING and wrong bytes are WRONG (exit 1); a zero median or a float size
+# is an input error (exit 2).
 set -euo pipefail
 bench=$1 out=$2
 rm -rf "$out" && mkdir -p "$out"

@@ -162,6 +162,20 @@ static const char *adapters_missing(const twc_case_env *env, const char **scmd,
 	return NULL;
 }
 
+/* Starts the case's two adapters (client ccmd, server scmd named sname)
+ * with the spec's context and connects a pipe: 0, or -1 with s->reason. */
+static int cuda_session(twc_session *s, const cuda_spec *sp, twc_case_env *env,
+                        const char *ccmd, const char *scmd, const char *sname)
+{
+	json_t *ctx = context_for(sp, sp->unusable != NULL);
+	g_spec = sp;
+	int rc = twc_session_start(s, ccmd, scmd, env->iut_name, sname, env->wait_ms, ctx, NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = twc_session_connect(s, NULL);
+	return rc;
+}
+
 static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 {
 	const cuda_spec *sp = c->arg;
@@ -206,13 +220,8 @@ static twc_outcome_t run_cuda(const twc_case *c, twc_case_env *env)
 	snprintf(ccmd, sizeof(ccmd), "%s%s", cenv, env->iut_cmd);
 	snprintf(scmd2, sizeof(scmd2), "%s%s", senv, scmd);
 	printf("# client: %s\n# server: %s\n", ccmd, scmd2);
-	json_t *ctx = context_for(sp, sp->unusable != NULL);
-	g_spec = sp;
 	twc_session s;
-	int rc = twc_session_start(&s, ccmd, scmd2, env->iut_name, sname, env->wait_ms, ctx, NULL);
-	json_decref(ctx);
-	if (rc == 0)
-		rc = twc_session_connect(&s, NULL);
+	int rc = cuda_session(&s, sp, env, ccmd, scmd2, sname);
 	if (rc == 0 && sp->unusable) {
 		/* every CUDA channel asked for was found not viable (T08), and the
 		 * pipe still works on the CPU */
@@ -359,14 +368,8 @@ static twc_outcome_t run_gdr_killed(const twc_case *c, twc_case_env *env)
 	const char *scmd, *sname, *why;
 	if ((why = adapters_missing(env, &scmd, &sname)))
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
-	json_t *ctx = context_for(sp, false);
-	g_spec = sp;
 	twc_session s;
-	int rc = twc_session_start(&s, env->iut_cmd, scmd, env->iut_name, sname, env->wait_ms, ctx,
-	                           NULL);
-	json_decref(ctx);
-	if (rc == 0)
-		rc = twc_session_connect(&s, NULL);
+	int rc = cuda_session(&s, sp, env, env->iut_cmd, scmd, sname);
 	json_int_t w[2] = { -1, -1 };
 	for (int i = 0; rc == 0 && i < 2; i++) {
 		twc_agent_msg m;
@@ -423,13 +426,8 @@ static twc_outcome_t run_ipc_writer_killed(const twc_case *c, twc_case_env *env)
 		return twc_case_result(env, TWC_SKIP, "an adapter is not built here: %s", why);
 	static char ccmd[2 * PATH_MAX];
 	snprintf(ccmd, sizeof(ccmd), "%s%s", sp->client_env, env->iut_cmd);
-	json_t *ctx = context_for(sp, false);
-	g_spec = sp;
 	twc_session s;
-	int rc = twc_session_start(&s, ccmd, scmd, env->iut_name, sname, env->wait_ms, ctx, NULL);
-	json_decref(ctx);
-	if (rc == 0)
-		rc = twc_session_connect(&s, NULL);
+	int rc = cuda_session(&s, sp, env, ccmd, scmd, sname);
 	twc_agent_msg m;
 	memset(&m, 0, sizeof(m));
 	if (rc == 0 && shape_cuda(0, &m))
