@@ -1448,20 +1448,28 @@ static void die_start(die_peer *p, void (*fn)(int *, int *), int *other)
 
 /* Writes a slow_receiver a small tensor and one of DIE_BIG from src over
  * a new pipe of ctx; the write fails as `want` says. Returns the pipe. */
+/* Writes p one message of n cuda:0 tensors of lens[i] bytes from src; the
+ * write must fail as `want` says (die_expect). w records its callback. */
+static void die_write_fails(tw_pipe *p, void *src, const size_t *lens, size_t n, const char *what,
+                            tw_status_t want, tu_rec *w)
+{
+	tw_tensor t[2];
+	CHECK(n <= 2);
+	for (size_t i = 0; i < n; i++)
+		t[i] = (tw_tensor){ .data = src, .length = lens[i], .source_device = cuda_dev(0),
+			            .has_target_device = true, .target_device = cuda_dev(0) };
+	tw_message m = { .num_tensors = n, .tensors = t };
+	tu_rec_init(w);
+	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, w));
+	die_expect(w, what, want);
+}
+
 static tw_pipe *die_write_slow(tw_context *ctx, void *src, const char *url, const char *what,
                                tw_status_t want)
 {
 	tw_pipe *p = ipc_established(ctx, NULL, url);
-	tw_tensor t[2];
-	for (int i = 0; i < 2; i++)
-		t[i] = (tw_tensor){ .data = src, .length = i ? DIE_BIG : 1024,
-			            .source_device = cuda_dev(0), .has_target_device = true,
-			            .target_device = cuda_dev(0) };
-	tw_message m = { .num_tensors = 2, .tensors = t };
 	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
-	die_expect(&w, what, want);
+	die_write_fails(p, src, (const size_t[]){ 1024, DIE_BIG }, 2, what, want, &w);
 	tu_once(&w);
 	return p;
 }
@@ -1496,13 +1504,9 @@ static void case_ipc_receiver_died(void)
 	void *src = dev_alloc(0, DIE_BIG);
 	dev_fill(0, src, DIE_BIG, 1);
 	tw_pipe *pa = die_write_to_a(ctx, src, &a, TW_ERR_EOF);
-	tw_tensor t = { .data = src, .length = DIE_BIG, .source_device = cuda_dev(0),
-		        .has_target_device = true, .target_device = cuda_dev(0) };
-	tw_message m = { .num_tensors = 1, .tensors = &t };
 	tu_rec wb;
-	tu_rec_init(&wb);
-	CHECK_OK(tw_pipe_write(before, &m, tu_on_status, &wb));
-	die_expect(&wb, "a write over a pipe that announced the area before", TW_ERR_TIMEDOUT);
+	die_write_fails(before, src, (const size_t[]){ DIE_BIG }, 1,
+	                "a write over a pipe that announced the area before", TW_ERR_TIMEDOUT, &wb);
 	CHECK(strstr(wb.detail, "slot_wait_ms"));
 	tw_pipe *after = ipc_established(ctx, NULL, ub);
 	ipc_write(after, (const size_t[]){ DIE_BIG }, 1, 900);
@@ -1550,13 +1554,9 @@ static void case_ipc_receivers_died(void)
 	}
 	/* so does a pipe to a receiver that is alive */
 	tw_pipe *p = ipc_established(ctx, NULL, b.url);
-	tw_tensor t = { .data = src, .length = 1 << 20, .source_device = cuda_dev(0),
-		        .has_target_device = true, .target_device = cuda_dev(0) };
-	tw_message m = { .num_tensors = 1, .tensors = &t };
 	tu_rec w;
-	tu_rec_init(&w);
-	CHECK_OK(tw_pipe_write(p, &m, tu_on_status, &w));
-	die_expect(&w, "a write once four areas are held", TW_ERR_TIMEDOUT);
+	die_write_fails(p, src, (const size_t[]){ 1 << 20 }, 1, "a write once four areas are held",
+	                TW_ERR_TIMEDOUT, &w);
 	CHECK(strstr(w.detail, "slot_wait_ms"));
 	kill(b.pid, SIGKILL);
 	int st;
