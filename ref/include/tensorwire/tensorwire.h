@@ -313,6 +313,20 @@ TW_NODISCARD tw_status_t tw_context_set_liveness_timeout(tw_context *ctx, uint64
 TW_NODISCARD tw_status_t tw_context_set_operation_timeout(tw_context *ctx,
                                                           uint64_t timeout_ms);
 
+/* Eager small tensors (spec/wire.md 8.4): on pipes between two tensorwire
+ * contexts that both enable it, and whose channels all move CPU memory to
+ * CPU memory, each CPU tensor of at most 64 KiB travels on the pipe's
+ * descriptor connection right after the message's payloads, instead of on
+ * a channel after the receiver's DescriptorReply: one hop per message
+ * instead of three when a tensor names no target device. Larger tensors,
+ * and every tensor of a pipe with a CUDA channel or a stock peer, go as
+ * before. The receiver's buffer for such a tensor must be CPU memory, as
+ * on any pipe whose channels are all CPU ones. Default: off, or
+ * TW_EAGER=1 in the environment at tw_context_create. Any thread, any
+ * time; applies to pipes connected or accepted after the call.
+ * TW_ERR_INVAL if ctx is NULL. */
+TW_NODISCARD tw_status_t tw_context_set_eager(tw_context *ctx, bool on);
+
 /* Which local interfaces a TCP listener bound to a wildcard address
  * ("uv://0.0.0.0:0", "uv://[::]:0") may advertise to clients (its
  * BrochureAnswer and tw_listener_url carry one concrete address; a remote

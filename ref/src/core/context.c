@@ -453,6 +453,15 @@ tw_status_t tw_context_set_operation_timeout(tw_context *ctx, uint64_t timeout_m
 	                      offsetof(tw_context, operation_timeout_ms), timeout_ms);
 }
 
+tw_status_t tw_context_set_eager(tw_context *ctx, bool on)
+{
+	tw__api_clear();
+	if (!ctx)
+		return tw__api_fail(TW_ERR_INVAL, "tw_context_set_eager: ctx must not be NULL");
+	__atomic_store_n(&ctx->eager, on, __ATOMIC_RELAXED);
+	return TW_OK;
+}
+
 void tw__ctx_conn_opts(tw_context *ctx, tw_conn_opts *opts)
 {
 	opts->connect_timeout_ms = __atomic_load_n(&ctx->connect_timeout_ms, __ATOMIC_RELAXED);
@@ -538,6 +547,13 @@ tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
 		                    fn, getenv("TW_SOCKET_FAMILY") ? getenv("TW_SOCKET_FAMILY") : "");
 	}
 	snprintf(ctx->socket_ifname, sizeof(ctx->socket_ifname), "%s", env_if ? env_if : "");
+	const char *env_eager = getenv("TW_EAGER");
+	if (env_eager && *env_eager && strcmp(env_eager, "0") != 0 && strcmp(env_eager, "1") != 0) {
+		tw__free(ctx->name);
+		tw__free(ctx);
+		return tw__api_fail(TW_ERR_INVAL, "%s: TW_EAGER ('%s') is not 0 or 1", fn, env_eager);
+	}
+	ctx->eager = env_eager && strcmp(env_eager, "1") == 0;
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->join_mu, NULL);
 	tw__list_init(&ctx->all_pipes);

@@ -49,6 +49,15 @@
  * for only when a registered channel speaks it. */
 #define TW_EXT_PROOF "proof"
 #define TW_EXT_PROOF_BIT UINT64_C(2)
+/* eager (spec 8.4): small CPU tensors travel on the descriptor connection
+ * right after the payloads, as payloads do, instead of on a channel after a
+ * DescriptorReply: one hop per message. Asked for and acknowledged only by
+ * contexts that enable it (tw_context_set_eager, TW_EAGER). */
+#define TW_EXT_EAGER "eager"
+#define TW_EXT_EAGER_BIT UINT64_C(4)
+/* The largest tensor that travels eagerly (spec 8.4: a fixed bound, so that
+ * both ends pick the same tensors without saying which). */
+#define TW_EAGER_MAX_BYTES 65536
 /* Bounds of the end of a pipe (spec 8.2): how long an established goodbye
  * pipe whose peer is leaving waits for the verdict (the goodbye, or R's end
  * without one) after the first end it noticed; how long a closing pipe waits
@@ -113,6 +122,7 @@ struct tw_context {
 	uint64_t connect_timeout_ms;   /* atomic; 0: unbounded */
 	uint64_t liveness_ms;          /* atomic; 0: the system's defaults */
 	uint64_t operation_timeout_ms; /* atomic; default of new pipes, 0: none */
+	bool eager;                    /* atomic; tw_context_set_eager / TW_EAGER (spec 8.4) */
 	char socket_ifname[128];       /* (mu) tw_context_set_socket_ifname / TW_SOCKET_IFNAME */
 	int socket_family;             /* (mu) 0, AF_INET, AF_INET6 */
 
@@ -434,6 +444,11 @@ struct tw_pipe {
 	 * read pending and a local close writes a goodbye on it first */
 	bool ext_goodbye;
 	bool ext_proof;             /* spec 8.3: channel instances open with TW_CHANNEL_PROOF */
+	bool eager_asked;           /* client: its Brochure asked for eager (spec 8.4) */
+	bool eager_acked;           /* both ends asked for it / acknowledged it */
+	/* spec 8.4: eager agreed and every device pair of the pipe is CPU to
+	 * CPU; then tw__pipe_eager says which tensors go on D */
+	bool ext_eager;
 	tw_conn *r_goodbye;         /* R after a local close, until the goodbye is written */
 	/* The end of an established pipe (spec 5.6): the first connection that
 	 * ends (EOF or reset) starts it. Once the verdict is known (goodbye
@@ -512,7 +527,7 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn);
 void tw__pipe_close_internal(tw_pipe *p, tw_status_t status, const char *detail);
 /* Loop thread: selection and answer helpers (negotiate.c). */
-tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w);
+tw_status_t tw__negotiate_brochure(tw_context *ctx, bool eager, tw_nop_writer *w);
 tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_writer *answer,
                                  char *detail, size_t detail_len);
 tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a,

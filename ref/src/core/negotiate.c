@@ -58,9 +58,21 @@ static bool tw__ext_we_ask_proof(const tw_context *ctx)
 	return false;
 }
 
+/* eager (spec 8.4) holds on a pipe whose every device pair is CPU to CPU:
+ * then a tensor's receiver can only choose a CPU buffer, and both ends,
+ * which hold the same pairs, pick the same tensors. */
+static bool tw__pairs_cpu_only(const tw_pipe *p)
+{
+	for (size_t i = 0; i < p->num_pairs; i++)
+		if (strcmp(p->pairs[i].local.type, "cpu") != 0 ||
+		    strcmp(p->pairs[i].remote.type, "cpu") != 0)
+			return false;
+	return true;
+}
+
 /* ---- Brochure (client) ------------------------------------------------------ */
 
-tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w)
+tw_status_t tw__negotiate_brochure(tw_context *ctx, bool eager, tw_nop_writer *w)
 {
 	tw_wire_brochure b;
 	memset(&b, 0, sizeof(b));
@@ -79,9 +91,10 @@ tw_status_t tw__negotiate_brochure(tw_context *ctx, tw_nop_writer *w)
 	/* The extensions we ask for (spec 8.1): last, after every transport. */
 	kv[ctx->num_transports].key.s = (char *)TW_EXT_BROCHURE_NAME;
 	kv[ctx->num_transports].key.n = strlen(TW_EXT_BROCHURE_NAME);
-	const char *asked = tw__ext_we_ask_proof(ctx) ? TW_EXT_GOODBYE "," TW_EXT_PROOF
-	                                              : TW_EXT_GOODBYE;
-	kv[ctx->num_transports].value.s = (char *)asked;
+	char asked[64];
+	snprintf(asked, sizeof(asked), "%s%s%s", TW_EXT_GOODBYE,
+	         tw__ext_we_ask_proof(ctx) ? "," TW_EXT_PROOF : "", eager ? "," TW_EXT_EAGER : "");
+	kv[ctx->num_transports].value.s = asked;
 	kv[ctx->num_transports].value.n = strlen(asked);
 	b.num_transports = ctx->num_transports + 1;
 	b.transports = kv;
@@ -251,7 +264,8 @@ static uint64_t tw__ext_asked(const tw_wire_brochure *b)
 		if (tw__wire_str_eq(&b->transports[i].key, TW_EXT_BROCHURE_NAME, n))
 			return (tw__ext_list_has(&b->transports[i].value, TW_EXT_GOODBYE) ? TW_EXT_GOODBYE_BIT
 			                                                                   : 0) |
-			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_PROOF) ? TW_EXT_PROOF_BIT : 0);
+			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_PROOF) ? TW_EXT_PROOF_BIT : 0) |
+			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_EAGER) ? TW_EXT_EAGER_BIT : 0);
 	}
 	return 0;
 }
@@ -358,7 +372,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	/* Acknowledge what the client asked for and we support (spec 8.1.c);
 	 * a client that asked for nothing (any stock client) gets no key. */
 	uint64_t acked = tw__ext_asked(b) &
-	                 (TW_EXT_GOODBYE_BIT | (tw__ext_we_ask_proof(ctx) ? TW_EXT_PROOF_BIT : 0));
+	                 (TW_EXT_GOODBYE_BIT | (tw__ext_we_ask_proof(ctx) ? TW_EXT_PROOF_BIT : 0) |
+	                  (__atomic_load_n(&ctx->eager, __ATOMIC_RELAXED) ? TW_EXT_EAGER_BIT : 0));
 	if (TW_MUTANT("ext_acked_unasked"))
 		acked |= TW_EXT_PROOF_BIT;
 	if (acked) {
@@ -368,6 +383,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	}
 	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
 	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0;
+	p->eager_acked = (acked & TW_EXT_EAGER_BIT) != 0;
+	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
 	a.transport_ids = ids;
 	a.transport_domain_descriptor.s = (char *)tdesc;
 	a.transport_domain_descriptor.n = strlen(tdesc);
@@ -467,6 +484,7 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 	/* Only what we asked for counts (spec 8.1.d); stock never sends the key. */
 	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
 	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0 && tw__ext_we_ask_proof(ctx);
+	p->eager_acked = (acked & TW_EXT_EAGER_BIT) != 0 && p->eager_asked;
 	if (!have_r) {
 		tw__detail(detail, detail_len,
 		           "BrochureAnswer has no registration id for the descriptor-reply connection (key 1)");
@@ -541,5 +559,6 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 			return TW_ERR_PROTO;
 		}
 	}
+	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
 	return TW_OK;
 }

@@ -228,6 +228,17 @@ uint64_t tw__pipe_op_timeout(tw_pipe *p)
 	return __atomic_load_n(&p->op_timeout_ms, __ATOMIC_RELAXED);
 }
 
+/* Spec 8.4: on an eager pipe, a CPU tensor of at most TW_EAGER_MAX_BYTES
+ * bound for a CPU device (or for none: the pipe's pairs are all CPU) goes
+ * on D after the payloads. The sender decides from its tensor, the
+ * receiver from the Descriptor: the same fields. */
+bool tw__pipe_eager(const tw_pipe *p, const tw_tensor *t)
+{
+	return p->ext_eager && t->length <= TW_EAGER_MAX_BYTES &&
+	       strcmp(t->source_device.type, "cpu") == 0 &&
+	       (!t->has_target_device || strcmp(t->target_device.type, "cpu") == 0);
+}
+
 /* Sets an operation's deadline from the operation timeout it was called
  * with, ms (loop thread, when the operation starts), and arms the timer
  * for it. */
@@ -397,6 +408,16 @@ static void tw__verdicts_build(void *arg)
 			pc->ch->ops->describe(pc->ch, how, sizeof(how));
 		tw__verdicts_add(v, "channel %s: selected%s%s\n", c->name, how[0] ? ": " : "", how);
 	}
+	if (p->ext_eager)
+		tw__verdicts_add(v, "extension eager: used: CPU tensors of at most %d bytes travel on "
+		                    "the descriptor connection (spec 8.4)\n",
+		                 TW_EAGER_MAX_BYTES);
+	else if (p->eager_acked)
+		tw__verdicts_add(v, "extension eager: not used: a channel of the pipe moves memory "
+		                    "other than CPU to CPU (spec 8.4)\n");
+	else if (p->eager_asked)
+		tw__verdicts_add(v, "extension eager: not used: the server did not acknowledge it (a "
+		                    "stock peer, or eager off there)\n");
 	pthread_mutex_lock(&ctx->mu);
 	tw__verdicts_add(v, "%s", ctx->refused);
 	pthread_mutex_unlock(&ctx->mu);

@@ -124,13 +124,25 @@ static void tw__pipe_in_op_done(tw_in_msg *m, tw_conn *c, bool write, tw_status_
 	tw__pipe_release(p);
 }
 
+/* A frame that follows a Descriptor on D: a payload, or an eager tensor. */
+static void tw__pipe_on_d_frame(tw_in_msg *m, tw_conn *c, tw_status_t status, const char *detail,
+                                const char *what)
+{
+	if (status == TW_OK)
+		m->pipe->d_frames++;
+	tw__pipe_in_op_done(m, c, false, status, what, detail);
+}
+
 static void tw__pipe_on_payload(tw_conn *c, tw_status_t status, const char *detail, void *buf,
                                 uint64_t len, void *arg)
 {
-	tw_in_msg *m = arg;
-	if (status == TW_OK)
-		m->pipe->d_frames++;
-	tw__pipe_in_op_done(m, c, false, status, "reading a payload", detail);
+	tw__pipe_on_d_frame(arg, c, status, detail, "reading a payload");
+}
+
+static void tw__pipe_on_eager(tw_conn *c, tw_status_t status, const char *detail, void *buf,
+                              uint64_t len, void *arg)
+{
+	tw__pipe_on_d_frame(arg, c, status, detail, "reading an eager tensor (spec 8.4)");
 }
 
 static void tw__pipe_on_reply_written(tw_conn *c, tw_status_t status, const char *detail, void *arg)
@@ -279,10 +291,22 @@ static void tw__pipe_do_read(void *arg)
 			p->inflight++;
 		}
 	}
-	/* The DescriptorReply names the device of each tensor that had none. */
+	/* Eager tensors follow them, a frame each (spec 8.4). */
+	for (size_t i = 0; i < m->view.num_tensors && st == TW_OK; i++) {
+		if (!tw__pipe_eager(p, &m->view.tensors[i]))
+			continue;
+		st = p->d->ops->read_into(p->d, m->ten_allocs[i].data, m->view.tensors[i].length,
+		                          tw__pipe_on_eager, m);
+		if (st == TW_OK) {
+			m->pending++;
+			p->inflight++;
+		}
+	}
+	/* The DescriptorReply names the device of each other tensor that had none. */
 	size_t untargeted = 0;
 	for (size_t i = 0; i < m->view.num_tensors; i++)
-		untargeted += !m->view.tensors[i].has_target_device;
+		untargeted += !m->view.tensors[i].has_target_device &&
+		              !tw__pipe_eager(p, &m->view.tensors[i]);
 	if (st == TW_OK && untargeted > 0) {
 		tw_wire_device *devs = tw__calloc(untargeted, sizeof(*devs));
 		if (!devs) {
@@ -290,7 +314,8 @@ static void tw__pipe_do_read(void *arg)
 		} else {
 			size_t k = 0;
 			for (size_t i = 0; i < m->view.num_tensors; i++) {
-				if (m->view.tensors[i].has_target_device)
+				if (m->view.tensors[i].has_target_device ||
+				    tw__pipe_eager(p, &m->view.tensors[i]))
 					continue;
 				devs[k].type.s = m->ten_allocs[i].device.type;
 				devs[k].type.n = strnlen(m->ten_allocs[i].device.type, TW_DEVICE_TYPE_MAX);
@@ -313,7 +338,7 @@ static void tw__pipe_do_read(void *arg)
 	}
 	for (size_t i = 0; i < m->view.num_tensors && st == TW_OK; i++) {
 		const tw_tensor *t = &m->view.tensors[i];
-		if (t->length == 0)
+		if (t->length == 0 || tw__pipe_eager(p, t))
 			continue;
 		const tw_pipe_pair *pp = tw__pipe_find_pair(p, &m->ten_allocs[i].device, &t->source_device);
 		tw_buffer b = { m->ten_allocs[i].data, t->length, m->ten_allocs[i].device,

@@ -174,7 +174,7 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
-		if (m->tensors[i].has_target_device)
+		if (m->tensors[i].has_target_device || tw__pipe_eager(p, &m->tensors[i]))
 			continue;
 		if (TW_MUTANT("descriptor_reply_unchecked") && k >= r.num_target_devices) {
 			m->targets[i] = m->tensors[i].source_device;
@@ -382,6 +382,22 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 		m->pending++;
 		p->inflight++;
 	}
+	/* Eager tensors (spec 8.4): a frame each, after the payloads; a
+	 * DescriptorReply is due only for the other tensors without a target. */
+	m->num_untargeted = 0;
+	for (size_t i = 0; i < m->msg.num_tensors; i++) {
+		const tw_tensor *t = &m->tensors[i];
+		if (!tw__pipe_eager(p, t)) {
+			m->num_untargeted += !t->has_target_device;
+			continue;
+		}
+		tw_iov tiov = { t->data, t->length };
+		st = p->d->ops->write(p->d, &tiov, 1, 0, tw__pipe_on_out_written, m);
+		if (st != TW_OK)
+			return st;
+		m->pending++;
+		p->inflight++;
+	}
 	if (m->num_untargeted > 0 && p->ext_goodbye) {
 		m->state = TW_OUT_WAIT_REPLY; /* R's standing read brings the reply */
 	} else if (m->num_untargeted > 0) {
@@ -416,6 +432,8 @@ static tw_status_t tw__pipe_send_tensors(tw_pipe *p, tw_out_msg *m)
 		const tw_tensor *t = &m->tensors[i];
 		if (t->length == 0 && !TW_MUTANT("zero_length_tensor_framed"))
 			continue; /* no channel traffic at all (spec 3.10) */
+		if (tw__pipe_eager(p, t))
+			continue; /* on D already (spec 8.4) */
 		const tw_pipe_pair *pp = tw__pipe_find_pair(p, &t->source_device, &m->targets[i]);
 		if (!pp) {
 			tw__pipe_fail(p, TW_ERR_PROTO,
