@@ -32,8 +32,10 @@ static void destroy_pair(tu_pair *p)
 }
 
 /* A message whose write cannot complete while the peer does not read: a
- * tensor without a target device needs the peer's DescriptorReply. */
-static uint8_t small[64];
+ * tensor without a target device needs the peer's DescriptorReply. 128 KiB:
+ * above spec 8.4's eager bound (64 KiB), so also with TW_EAGER=1, where a
+ * smaller one goes on the descriptor connection and needs no reply. */
+static uint8_t small[128 << 10];
 static tw_tensor untargeted_tensor = { small, sizeof(small), { "cpu", 0 }, false, { "cpu", 0 }, NULL, 0, NULL };
 static const tw_message waits_for_reply = { NULL, 0, 0, NULL, 1, &untargeted_tensor };
 

@@ -434,6 +434,16 @@ static void check_info(tw_pipe *p, bool is_server)
 	char ch[32];
 	CHECK_OK(tw_pipe_channel_for(p, &cpu, &cpu, ch, sizeof(ch)));
 	CHECK(strcmp(ch, tu_combo_get()->channel) == 0);
+	/* Both ends run with TW_EAGER=1 or neither (spec 8.4): the verdicts
+	 * say the extension is used, or say nothing of it. */
+	char v[2048];
+	CHECK_OK(tw_pipe_get_verdicts(p, v, sizeof(v)));
+	const char *eager = getenv("TW_EAGER");
+	bool want = eager && !strcmp(eager, "1");
+	if (!want != !strstr(v, "extension eager: used:") || (!want && strstr(v, "extension eager")))
+		fprintf(stderr, "verdicts (TW_EAGER=%s):\n%s", eager ? eager : "", v);
+	CHECK(want == (strstr(v, "extension eager: used:") != NULL));
+	CHECK(want || !strstr(v, "extension eager"));
 }
 
 static void on_est(tw_pipe *p, tw_status_t st, const char *detail, void *arg)
