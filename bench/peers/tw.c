@@ -136,16 +136,18 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	 * (option busy_poll_us), as stock's shm and ibv poll all the time;
 	 * -sleep asks it not to poll at all (busy_poll_us=0: shm and ibv
 	 * otherwise poll for 1 ms after activity);
-	 * -td: every tensor names its target device (twd_target) */
+	 * -td: every tensor names its target device (twd_target);
+	 * -eager: small CPU tensors on the descriptor connection (spec 8.4) */
 	char sys[64], channel[32];
 	snprintf(sys, sizeof(sys), "%s", a->system);
+	bool eager = twd_strip(sys, "-eager");
 	twd_target = twd_strip(sys, "-td");
 	bool spin = twd_strip(sys, "-spin");
 	bool nopoll = !spin && twd_strip(sys, "-sleep");
 	const char *dash = strchr(sys, '-');
 	if (!dash || (size_t)(dash - sys) >= tlen || !dash[1] || strlen(dash + 1) >= sizeof(channel))
 		twb_die(2,
-		        "bad --system '%s' (want <transport>-<channel>[-spin|-sleep][-td], e.g. "
+		        "bad --system '%s' (want <transport>-<channel>[-spin|-sleep][-td][-eager], e.g. "
 		        "uv-basic)",
 		        a->system);
 	memcpy(transport, sys, (size_t)(dash - sys));
@@ -162,6 +164,8 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	}
 	twd_check(tw_context_create(a->role == TWB_ROLE_SERVER ? "twb-server" : "twb-client", &ctx),
 	          "tw_context_create");
+	if (eager)
+		twd_check(tw_context_set_eager(ctx, true), "tw_context_set_eager");
 	twd_check(tw_context_register_transport(ctx, transport, NULL, 0,
 	                                        spin     ? "busy_poll_us=100000"
 	                                        : nopoll ? "busy_poll_us=0"
