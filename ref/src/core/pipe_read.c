@@ -60,10 +60,12 @@ static void tw__pipe_in_take_error(tw_in_msg *m)
 	}
 }
 
-static void tw__pipe_in_check(tw_in_msg *m)
+/* `earlier`: an earlier message's Descriptor callback is still due
+ * (its read is in flight): descriptor callbacks run in order too. */
+static void tw__pipe_in_check(tw_in_msg *m, bool earlier)
 {
 	tw_pipe *p = m->pipe;
-	if (m->pending > 0)
+	if (m->pending > 0 || earlier)
 		return;
 	/* A descriptor that will never come. */
 	if (!m->desc_cb_fired && p->state == TW_PIPE_FAILED &&
@@ -101,9 +103,12 @@ static void tw__pipe_deliver_reads(tw_pipe *p)
 void tw__pipe_in_check_all(tw_pipe *p)
 {
 	tw_list *it, *tmp;
+	bool earlier = false;
 	TW_LIST_FOREACH_SAFE(it, tmp, &p->in_msgs)
 	{
-		tw__pipe_in_check(TW_CONTAINER_OF(it, tw_in_msg, link));
+		tw_in_msg *m = TW_CONTAINER_OF(it, tw_in_msg, link);
+		tw__pipe_in_check(m, earlier);
+		earlier = earlier || !m->desc_cb_fired;
 	}
 	tw__pipe_deliver_reads(p);
 }
