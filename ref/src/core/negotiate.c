@@ -124,12 +124,14 @@ out:
 
 /* ---- channel selection (both sides, spec 3.5 and 3.7 step 5) ----------------- */
 
-static bool tw__pipe_has_pair(tw_pipe *p, const tw_device *l, const tw_device *r)
+/* The channel that took the pair (l, r) already ("" for the one being
+ * selected, which has no entry yet), or NULL. */
+static const char *tw__pipe_pair_taken(tw_pipe *p, const tw_device *l, const tw_device *r)
 {
 	for (size_t i = 0; i < p->num_pairs; i++)
 		if (tw__device_eq(&p->pairs[i].local, l) && tw__device_eq(&p->pairs[i].remote, r))
-			return true;
-	return false;
+			return p->pairs[i].chan < p->num_chans ? p->chans[p->pairs[i].chan].reg->name : "";
+	return NULL;
 }
 
 /* The most devices a peer may offer over all its channels (spec 3.5.e). */
@@ -170,11 +172,18 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 			if (tw__wire_str_eq(&remote[k].channel, creg->name, creg->name_len))
 				rc = &remote[k];
 		if (!rc) {
-			tw__detail(p->chan_why[i], TW_WHY_MAX, "the peer does not offer %s", creg->name);
+			/* A client sees only what the server selected. */
+			tw__detail(p->chan_why[i], TW_WHY_MAX,
+			           p->is_server ? "the peer does not offer %s"
+			                        : "the server did not select %s (the server does not offer "
+			                          "it, or its device pairs went to a channel of higher "
+			                          "priority there)",
+			           creg->name);
 			continue;
 		}
 		size_t idx = p->num_chans;
 		bool won = false;
+		const char *taken_by = NULL; /* a channel of higher priority */
 		const char **od = tw__calloc(rc->num_devices + 1, sizeof(*od));
 		size_t *ol = tw__calloc(rc->num_devices + 1, sizeof(*ol));
 		if (!od || !ol) {
@@ -196,8 +205,11 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 				    rc->devices[b].device.type.n >= TW_DEVICE_TYPE_MAX)
 					continue; /* a device we could not name cannot match ours */
 				tw__device_from_wire(&rd, &rc->devices[b].device);
-				if (tw__pipe_has_pair(p, &ld->device, &rd))
+				const char *taken = tw__pipe_pair_taken(p, &ld->device, &rd);
+				if (taken) {
+					taken_by = *taken ? taken : taken_by;
 					continue;
+				}
 				if (!tw__channel_accepts(creg, ld, &rc->devices[b].descriptor, &offer))
 					continue;
 				tw_pipe_pair *pp = &p->pairs[p->num_pairs++];
@@ -209,6 +221,11 @@ static tw_status_t tw__select_channels(tw_pipe *p, const tw_wire_channel_devices
 		}
 		tw__free(od);
 		tw__free(ol);
+		if (!won && taken_by) {
+			tw__detail(p->chan_why[i], TW_WHY_MAX,
+			           "its device pairs went to channel %s, of higher priority", taken_by);
+			continue;
+		}
 		if (!won) {
 			const tw_wire_str *rd = rc->num_devices ? &rc->devices[0].descriptor : NULL;
 			tw__detail(p->chan_why[i], TW_WHY_MAX,
