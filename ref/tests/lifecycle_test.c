@@ -84,6 +84,62 @@ static void case_close_pending(void)
 	free(big);
 }
 
+/* Descriptor callbacks keep their order when the pipe fails under them:
+ * the first read's Descriptor read is in flight on the connection, the
+ * later ones wait for their turn; a local close (or an operation timeout)
+ * fails them all, first to last. */
+typedef struct order_rec {
+	tu_rec r;
+	int *next;
+	int pos;
+} order_rec;
+
+static void on_desc_order(tw_pipe *p, tw_status_t st, const char *detail, const tw_message *d,
+                          void *arg)
+{
+	order_rec *o = arg;
+	o->pos = __atomic_fetch_add(o->next, 1, __ATOMIC_SEQ_CST);
+	tu_on_desc(p, st, detail, d, &o->r);
+}
+
+static void desc_order(bool by_timeout)
+{
+	tu_pair p = { 0 };
+	tu_pair_open(&p, NULL);
+	int next = 0;
+	order_rec o[3];
+	if (by_timeout)
+		CHECK_OK(tw_pipe_set_operation_timeout(p.c, 200));
+	for (int i = 0; i < 3; i++) {
+		memset(&o[i], 0, sizeof(o[i]));
+		tu_rec_init(&o[i].r);
+		o[i].next = &next;
+		o[i].pos = -1;
+		CHECK_OK(tw_pipe_read_descriptor(p.c, on_desc_order, &o[i]));
+	}
+	if (!by_timeout)
+		tw_pipe_close(p.c);
+	for (int i = 0; i < 3; i++) {
+		tu_expect(&o[i].r, by_timeout ? TW_ERR_TIMEDOUT : TW_ERR_CLOSED, NULL);
+		printf("   descriptor read %d called back %d-th\n", i, o[i].pos);
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK(o[i].pos == i);
+	destroy_pair(&p);
+	for (int i = 0; i < 3; i++)
+		tu_once(&o[i].r);
+}
+
+static void case_desc_order_close(void)
+{
+	desc_order(false);
+}
+
+static void case_desc_order_timeout(void)
+{
+	desc_order(true);
+}
+
 static void case_peer_close_eof(void)
 {
 	tu_pair p = { 0 };
@@ -717,12 +773,42 @@ static void case_verdicts_exact(void)
 	tu_pair_close(&p);
 }
 
+/* A channel that loses every device pair to one of higher priority says
+ * so, on both ends: not that the peer's descriptor differs (it does not),
+ * nor that the peer does not offer it (it does). */
+static void case_verdicts_priority(void)
+{
+	tu_pair p = { 0 };
+	tw_context **ctxs[2] = { &p.sctx, &p.cctx };
+	for (int i = 0; i < 2; i++) {
+		CHECK_OK(tw_context_create(i ? "client" : "server", ctxs[i]));
+		CHECK_OK(tw_context_register_transport(*ctxs[i], "uv", NULL, 0, NULL));
+		CHECK_OK(tw_context_register_channel(*ctxs[i], "mpt", NULL, 200, NULL));
+		CHECK_OK(tw_context_register_channel(*ctxs[i], "basic", NULL, 100, NULL));
+	}
+	tu_pair_open(&p, "uv://127.0.0.1:0");
+	char s[4096], c[4096];
+	CHECK_OK(tw_pipe_get_verdicts(p.s, s, sizeof(s)));
+	CHECK_OK(tw_pipe_get_verdicts(p.c, c, sizeof(c)));
+	printf("server:\n%sclient:\n%s", s, c);
+	CHECK(strstr(s, "channel mpt: selected"));
+	CHECK(strstr(s, "channel basic: not selected: its device pairs went to channel mpt, of "
+	                "higher priority\n"));
+	CHECK(strstr(c, "channel basic: not selected: the server did not select basic (the server "
+	                "does not offer it, or its device pairs went to a channel of higher priority "
+	                "there)\n"));
+	tu_pair_close(&p);
+}
+
 static const tu_case cases[] = {
 	{ "bounds_at_call", case_bounds_at_call },
+	{ "verdicts_priority", case_verdicts_priority },
 	{ "verdicts_exact", case_verdicts_exact },
 	{ "huge_bounds", case_huge_bounds },
 	{ "fork_child", case_fork_child },
 	{ "close_pending", case_close_pending },
+	{ "desc_order_close", case_desc_order_close },
+	{ "desc_order_timeout", case_desc_order_timeout },
 	{ "peer_close_eof", case_peer_close_eof },
 	{ "peer_close_clean_eof", case_peer_close_clean_eof },
 	{ "context_close_pending", case_context_close_pending },

@@ -77,7 +77,7 @@ static void case_api(void)
 	CHECK_OK(tw_context_select(c, "^uv", NULL));
 	CHECK_STATUS(tw_context_register_transport(c, "uv", NULL, 0, NULL), TW_ERR_UNSUPPORTED);
 	CHECK(strstr(tw_last_error(), "tw_context_select(transports='^uv') leaves uv out"));
-	CHECK_OK(tw_context_select(c, "", "basic")); /* "" chooses nothing: uv again */
+	CHECK_OK(tw_context_select(c, "", "basic")); /* "": no restriction, uv again */
 	CHECK_OK(tw_context_register_transport(c, "uv", NULL, 0, NULL));
 	CHECK_OK(tw_context_register_channel(c, "basic", NULL, 0, NULL));
 	CHECK_STATUS(tw_context_select(NULL, NULL, NULL), TW_ERR_INVAL);

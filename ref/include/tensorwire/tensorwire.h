@@ -233,7 +233,9 @@ TW_NODISCARD tw_status_t tw_context_register_transport(tw_context *ctx, const ch
  * environment's TW_TRANSPORTS / TW_CHANNELS: each a comma list of kinds,
  * either "shm,uv" (only these; the order is their priority, first highest,
  * whatever the registration says) or "^cma,^xth" (all but these). NULL
- * keeps the environment's; "" chooses nothing. Registering a kind the
+ * keeps the environment's (an empty variable counts as unset); "" sets no
+ * restriction: every kind, whatever the environment says. Registering a
+ * kind the
  * choice leaves out fails with TW_ERR_UNSUPPORTED naming the choice. A
  * malformed list, or one naming a kind stock TensorPipe does not have (uv,
  * shm, ibv; basic, mpt, cma, xth, cuda_basic, cuda_ipc, cuda_gdr,
