@@ -549,23 +549,9 @@ static void client_vs_raw_server(bool ack)
 	tw__nop_writer_init(&w);
 	tw__wire_encode_brochure_answer(&w, &a);
 	encode_send(boot, &w);
-	int r = -1, basic = -1;
-	for (int k = 0; k < 2; k++) {
-		int fd = raw_accept(lfd);
-		f = raw_recv_frame(fd, &n);
-		tw_wire_packet pkt;
-		size_t used;
-		char detail[128];
-		CHECK(tw__wire_decode_packet(f, n, &pkt, &used, detail, sizeof(detail)) == TW_OK);
-		free(f);
-		CHECK(pkt.kind == TW_PACKET_REQUESTED);
-		if (pkt.registration_id == 100)
-			r = fd;
-		else if (pkt.registration_id == 101)
-			basic = fd;
-		tw__wire_packet_free(&pkt);
-	}
-	CHECK(r >= 0 && basic >= 0);
+	int fds[2];
+	raw_accept_requested(lfd, 2, (const uint64_t[]){ 100, 101 }, fds);
+	int r = fds[0], basic = fds[1];
 	/* A message goes through as usual. */
 	out_msg o;
 	out_msg_make(&o, 500, true);

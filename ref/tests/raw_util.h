@@ -177,4 +177,29 @@ static inline int raw_accept(int lfd)
 	return fd;
 }
 
+/* A raw server's side of the registered connections: accepts n on lfd,
+ * reads each one's RequestedConnection, and puts the connection that
+ * registered ids[i] into fds[i]; every id must come. */
+static inline void raw_accept_requested(int lfd, size_t n, const uint64_t *ids, int *fds)
+{
+	for (size_t i = 0; i < n; i++)
+		fds[i] = -1;
+	for (size_t k = 0; k < n; k++) {
+		int fd = raw_accept(lfd);
+		size_t len, used;
+		char detail[128];
+		uint8_t *f = raw_recv_frame(fd, &len);
+		tw_wire_packet pkt;
+		CHECK(tw__wire_decode_packet(f, len, &pkt, &used, detail, sizeof(detail)) == TW_OK);
+		free(f);
+		CHECK(pkt.kind == TW_PACKET_REQUESTED);
+		for (size_t i = 0; i < n; i++)
+			if (pkt.registration_id == ids[i])
+				fds[i] = fd;
+		tw__wire_packet_free(&pkt);
+	}
+	for (size_t i = 0; i < n; i++)
+		CHECK(fds[i] >= 0);
+}
+
 #endif /* TW_TESTS_RAW_UTIL_H */
