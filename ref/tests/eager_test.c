@@ -35,23 +35,6 @@ enum { PAY_LEN = 3000, A_LEN = 1000 };
 static const uint8_t reply_cpu0[] = { 0xb9, 0x01, 0xba, 0x01, 0xb9, 0x02,
 	                              0xbd, 0x03, 0x63, 0x70, 0x75, 0x00 };
 
-static tw_wire_str wstr(const char *s)
-{
-	return (tw_wire_str){ (char *)s, strlen(s) };
-}
-
-/* A Brochure {uv, tensorwire.ext: exts} with channel basic on cpu:0. */
-static void send_brochure(int fd, const char *exts)
-{
-	tw_wire_kv kv[2] = { { wstr("uv"), wstr("uv:*") }, { wstr("tensorwire.ext"), wstr(exts) } };
-	tw_wire_device_desc dd = { { wstr("cpu"), 0 }, wstr("any") };
-	tw_wire_channel_devices ch = { wstr("basic"), 1, &dd };
-	tw_wire_brochure b = { 2, kv, 1, &ch };
-	tw_nop_writer w;
-	tw__nop_writer_init(&w);
-	tw__wire_encode_brochure(&w, &b);
-	encode_send(fd, &w);
-}
 
 /* True if fd has bytes (or its end) to read within ms. */
 static bool readable(int fd, int ms)
@@ -86,7 +69,7 @@ static void raw_client_open(raw_client *rc, bool eager)
 	CHECK_OK(tw_listener_accept(rc->l, tu_on_accept, &acc));
 	rc->d = raw_connect(rc->port);
 	raw_send_frame(rc->d, raw_hello_empty, sizeof(raw_hello_empty));
-	send_brochure(rc->d, "goodbye,eager");
+	raw_send_brochure(rc->d, "goodbye,eager", "basic", "any");
 	tw_wire_brochure_answer a;
 	raw_recv_answer(rc->d, &a);
 	uint64_t id_r = 0, id_basic = 0;
@@ -123,17 +106,17 @@ static void raw_client_close(raw_client *rc)
  * tensors of the given lengths (targeted[i]: with target device cpu:0). */
 static void send_descriptor(int d, size_t n, const uint64_t *lens, const bool *targeted)
 {
-	tw_wire_payload_desc pd = { PAY_LEN, wstr("") };
+	tw_wire_payload_desc pd = { PAY_LEN, raw_str("") };
 	tw_wire_tensor_desc td[4];
 	CHECK(n <= 4);
 	memset(td, 0, sizeof(td));
 	for (size_t i = 0; i < n; i++) {
 		td[i].length = lens[i];
-		td[i].source_device.type = wstr("cpu");
+		td[i].source_device.type = raw_str("cpu");
 		td[i].has_target_device = targeted[i];
 		td[i].target_device = td[i].source_device;
 	}
-	tw_wire_descriptor desc = { wstr("m"), 1, &pd, n, td };
+	tw_wire_descriptor desc = { raw_str("m"), 1, &pd, n, td };
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
 	tw__wire_encode_descriptor(&w, &desc);
@@ -281,11 +264,11 @@ static void client_vs_raw_server(uint64_t mask)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	tw_wire_id_entry ids[2] = { { 1, 100 }, { EXT_ANSWER_KEY, mask } };
 	uint64_t basic_id = 101;
-	tw_wire_channel_ids cids = { wstr("basic"), 1, &basic_id };
-	tw_wire_device_desc dd = { { wstr("cpu"), 0 }, wstr("any") };
-	tw_wire_channel_devices cdev = { wstr("basic"), 1, &dd };
-	tw_wire_device_pair pair = { { wstr("cpu"), 0 }, { wstr("cpu"), 0 }, wstr("basic") };
-	tw_wire_brochure_answer a = { wstr("uv"), { addr, strlen(addr) }, 2, ids, wstr("uv:*"),
+	tw_wire_channel_ids cids = { raw_str("basic"), 1, &basic_id };
+	tw_wire_device_desc dd = { { raw_str("cpu"), 0 }, raw_str("any") };
+	tw_wire_channel_devices cdev = { raw_str("basic"), 1, &dd };
+	tw_wire_device_pair pair = { { raw_str("cpu"), 0 }, { raw_str("cpu"), 0 }, raw_str("basic") };
+	tw_wire_brochure_answer a = { raw_str("uv"), { addr, strlen(addr) }, 2, ids, raw_str("uv:*"),
 		                      1, &cids, 1, &cdev, 1, &pair };
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);

@@ -177,6 +177,27 @@ static inline int raw_accept(int lfd)
 	return fd;
 }
 
+static inline tw_wire_str raw_str(const char *s)
+{
+	return (tw_wire_str){ (char *)s, strlen(s) };
+}
+
+/* A Brochure {uv: "uv:*", and "tensorwire.ext": exts unless NULL} offering
+ * one channel on cpu:0 with the given device descriptor. */
+static inline void raw_send_brochure(int fd, const char *exts, const char *channel,
+                                     const char *descriptor)
+{
+	tw_wire_kv kv[2] = { { raw_str("uv"), raw_str("uv:*") },
+		             { raw_str("tensorwire.ext"), raw_str(exts ? exts : "") } };
+	tw_wire_device_desc dd = { { raw_str("cpu"), 0 }, raw_str(descriptor) };
+	tw_wire_channel_devices ch = { raw_str(channel), 1, &dd };
+	tw_wire_brochure b = { exts ? 2 : 1, kv, 1, &ch };
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_brochure(&w, &b);
+	encode_send(fd, &w);
+}
+
 /* A raw server's side of the registered connections: accepts n on lfd,
  * reads each one's RequestedConnection, and puts the connection that
  * registered ids[i] into fds[i]; every id must come. */
