@@ -16,6 +16,12 @@
  *              context's liveness bound, so a tensor write fails with
  *              TW_ERR_TIMEDOUT within it (the lanes had no bound before,
  *              and the write waited forever)
+ *   peer_left_before_lanes  a raw client gets the server's mpt instance
+ *              set up (the control connection, the ServerHello), sends a
+ *              message whose tensor goes on mpt, and leaves without
+ *              connecting a lane: the server's read fails within the lanes'
+ *              grace (1 s) with the end of file the pipe saw (before, it
+ *              waited for lanes for good: the read never called back)
  *   netns_lanes  two hosts (network namespaces, netns_pair.sh): the
  *              server's host also has an interface the client cannot reach,
  *              listed first; its lane listeners (a wildcard) are advertised
@@ -34,6 +40,7 @@
 
 #include "pair_util.h"
 #include "proc_util.h"
+#include "raw_util.h"
 
 static void mpt_ctx(tw_context **c, const char *name, const char *options)
 {
@@ -297,7 +304,67 @@ static void case_netns_lanes(void)
 	tw_context_destroy(c);
 }
 
+static void case_peer_left_before_lanes(void)
+{
+	tw_context *s;
+	mpt_ctx(&s, "server", "lanes=2,listen=127.0.0.1:0");
+	char url[128];
+	tw_listener *l = tu_listen(s, "uv://127.0.0.1:0", url, sizeof(url));
+	int port = atoi(strrchr(url, ':') + 1);
+	tu_rec acc, est, d, r;
+	tu_rec_init(&acc), tu_rec_init(&est), tu_rec_init(&d), tu_rec_init(&r);
+	CHECK_OK(tw_listener_accept(l, tu_on_accept, &acc));
+	/* The raw client: uv and mpt with 2 lanes (descriptor "2:uv:*:uv:*"). */
+	int boot = raw_connect(port);
+	raw_send_frame(boot, raw_hello_empty, sizeof(raw_hello_empty));
+	raw_send_brochure(boot, NULL, "mpt", "2:uv:*:uv:*");
+	tw_wire_brochure_answer a;
+	raw_recv_answer(boot, &a);
+	CHECK(a.num_transport_ids == 1 && a.transport_ids[0].key == 1);
+	CHECK(a.num_channel_ids == 1 && a.channel_ids[0].num_ids == 1);
+	int rfd = raw_connect(port), control = raw_connect(port);
+	send_requested(rfd, a.transport_ids[0].id);
+	send_requested(control, a.channel_ids[0].ids[0]);
+	tw__wire_brochure_answer_free(&a);
+	tu_expect(&acc, TW_OK, NULL);
+	CHECK_OK(tw_pipe_on_established(acc.pipe, tu_on_status, &est));
+	tu_expect(&est, TW_OK, NULL);
+	size_t n;
+	free(raw_recv_frame(control, &n)); /* the ServerHello */
+	/* A message with a 1 MiB tensor for cpu:0: it goes on mpt's lanes. */
+	tw_wire_tensor_desc td;
+	memset(&td, 0, sizeof(td));
+	td.length = 1 << 20;
+	td.source_device.type = raw_str("cpu");
+	td.has_target_device = true;
+	td.target_device = td.source_device;
+	tw_wire_descriptor desc = { raw_str(""), 0, NULL, 1, &td };
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_descriptor(&w, &desc);
+	encode_send(boot, &w);
+	CHECK_OK(tw_pipe_read_descriptor(acc.pipe, tu_on_desc, &d));
+	tu_expect(&d, TW_OK, NULL);
+	uint8_t *buf = malloc(1 << 20);
+	CHECK(buf);
+	tw_tensor_allocation ta = { buf, tw_device_cpu(), NULL };
+	tw_allocation al = { 0, NULL, 1, &ta };
+	CHECK_OK(tw_pipe_read(acc.pipe, &al, tu_on_status, &r));
+	/* The client leaves without a lane. */
+	close(boot), close(rfd), close(control);
+	tu_wait(&r.w, 1);
+	printf("   read: %s: %s\n", tw_status_name(r.status), r.detail);
+	CHECK(r.status == TW_ERR_EOF || r.status == TW_ERR_CONNRESET);
+	tw_pipe_destroy(acc.pipe);
+	tw_listener_destroy(l);
+	CHECK_OK(tw_context_join(s));
+	tw_context_destroy(s);
+	free(buf);
+	tu_once(&acc), tu_once(&est), tu_once(&d), tu_once(&r);
+}
+
 static const tu_case cases[] = {
+	{ "peer_left_before_lanes", case_peer_left_before_lanes },
 	{ "netns_lanes", case_netns_lanes },
 	{ "fixed_ports", case_fixed_ports },
 	{ "stalled_lanes", case_stalled_lanes },

@@ -52,6 +52,10 @@
 #define MPT_WHO "mpt channel"
 #define MPT_MAX_LANES 64
 #define MPT_HELLO_MAX ((uint64_t)1 << 20)
+/* How long a listen end still waits for lanes once the peer's end of the
+ * control connection is seen: lanes it connected before it left are in
+ * the lane listeners' accept queues and come within a loop pass or two. */
+#define MPT_LANE_GRACE_MS 1000
 
 typedef struct mpt_ctx mpt_ctx;
 typedef struct mpt_channel mpt_channel;
@@ -115,6 +119,13 @@ struct mpt_channel {
 	tw_status_t sends_failed;
 	char sends_detail[TW_DETAIL_MAX];
 	uint8_t *hello_owned; /* the encoded ServerHello, kept until freed with us */
+	/* Listen end: the peer's control connection ended before its lanes
+	 * connected (the peer left): its lanes get MPT_LANE_GRACE_MS, then
+	 * the instance fails with what ended the control connection. */
+	uv_timer_t lane_wait;
+	bool lane_wait_on;
+	tw_status_t control_end;
+	char control_detail[TW_DETAIL_MAX];
 	uint8_t client_hello[MPT_MAX_LANES][16];
 	size_t client_hello_len[MPT_MAX_LANES];
 	unsigned refs; /* 1 while open + every op and control operation pending */
@@ -168,11 +179,25 @@ static void mpt_stop_waiting(mpt_channel *ch)
 		mpt_flush_limbo(ch->ctx);
 }
 
+static void mpt_on_lane_wait_closed(uv_handle_t *h)
+{
+	mpt_unref(h->data);
+}
+
+static void mpt_lane_wait_stop(mpt_channel *ch)
+{
+	if (!ch->lane_wait_on)
+		return;
+	ch->lane_wait_on = false;
+	uv_close((uv_handle_t *)&ch->lane_wait, mpt_on_lane_wait_closed);
+}
+
 /* The instance fails: the first error is kept for every operation. */
 static void mpt_fail(mpt_channel *ch, tw_status_t st, const char *detail)
 {
 	if (ch->failed != TW_OK || ch->closed)
 		return;
+	mpt_lane_wait_stop(ch);
 	mpt_stop_waiting(ch); /* its ids must not claim lanes any more */
 	ch->failed = st;
 	snprintf(ch->failed_detail, sizeof(ch->failed_detail), "%s", detail);
@@ -265,6 +290,7 @@ static void mpt_issue(mpt_op *op)
 static void mpt_lanes_up(mpt_channel *ch)
 {
 	ch->ready = true;
+	mpt_lane_wait_stop(ch);
 	while (!tw__list_empty(&ch->queued)) {
 		mpt_op *op = TW_CONTAINER_OF(ch->queued.next, mpt_op, link);
 		tw__list_remove(&op->link);
@@ -331,6 +357,7 @@ static void mpt_flush_limbo(mpt_ctx *ctx)
 static void mpt_close(tw_channel *base)
 {
 	mpt_channel *ch = (mpt_channel *)base;
+	mpt_lane_wait_stop(ch);
 	mpt_stop_waiting(ch);
 	ch->closed = true;
 	mpt_close_lanes(ch);
@@ -527,6 +554,57 @@ static void mpt_lane_advertised(const mpt_ctx *ctx, size_t i,
 	tw__tcp_addr_format((struct sockaddr *)&at, out, out_len);
 }
 
+static void mpt_on_lane_wait(uv_timer_t *t)
+{
+	mpt_channel *ch = t->data;
+	if (!ch->ready)
+		mpt_fail(ch, ch->control_end, ch->control_detail);
+	mpt_lane_wait_stop(ch);
+}
+
+static tw_status_t mpt_watch_control(mpt_channel *ch);
+
+/* Listen end: the control connection carries nothing after the
+ * ServerHello (stock's connect end never writes on it), so its read ends
+ * only when the peer's end does. Before the lanes are up that is the only
+ * sign that the peer left: operations queued for the lanes would wait
+ * for good. Once they are up, the lanes' own ends take over. */
+static void mpt_on_control(tw_conn *c, tw_status_t st, const char *detail, void *buf,
+                           uint64_t len, void *arg)
+{
+	(void)c;
+	(void)len;
+	mpt_channel *ch = arg;
+	tw__free(buf);
+	bool live = !ch->closed && ch->failed == TW_OK;
+	if (st == TW_OK && live && mpt_watch_control(ch) == TW_OK) {
+		mpt_unref(ch); /* a frame stock never sends: ignored, watched again */
+		return;
+	}
+	if (st != TW_OK && st != TW_ERR_CLOSED && live && !ch->ready && !ch->lane_wait_on) {
+		ch->control_end = st;
+		tw__detail(ch->control_detail, sizeof(ch->control_detail),
+		           MPT_WHO ": the peer's control connection ended and its lanes did not "
+		                   "connect within %d ms: %s",
+		           MPT_LANE_GRACE_MS, detail);
+		(void)uv_timer_init(&ch->ctx->base.env->loop->uv, &ch->lane_wait); /* cannot fail */
+		ch->lane_wait.data = ch;
+		ch->lane_wait_on = true;
+		ch->refs++; /* the timer's, until closed */
+		uv_timer_start(&ch->lane_wait, mpt_on_lane_wait, MPT_LANE_GRACE_MS, 0);
+	}
+	mpt_unref(ch);
+}
+
+static tw_status_t mpt_watch_control(mpt_channel *ch)
+{
+	ch->refs++;
+	tw_status_t st = ch->control->ops->read_alloc(ch->control, MPT_HELLO_MAX, mpt_on_control, ch);
+	if (st != TW_OK)
+		ch->refs--;
+	return st;
+}
+
 static tw_status_t mpt_server_hello(mpt_channel *ch, char *detail, size_t detail_len)
 {
 	mpt_ctx *ctx = ch->ctx;
@@ -562,6 +640,10 @@ static tw_status_t mpt_server_hello(mpt_channel *ch, char *detail, size_t detail
 		return st;
 	}
 	ch->hello_owned = w.buf; /* outlives the write: freed with the channel */
+	if (mpt_watch_control(ch) != TW_OK) {
+		tw__detail(detail, detail_len, MPT_WHO ": watching the control connection: out of memory");
+		return TW_ERR_NOMEM;
+	}
 	tw__list_push_back(&ctx->waiting, &ch->wait_link);
 	return TW_OK;
 }
