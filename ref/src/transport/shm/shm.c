@@ -590,9 +590,20 @@ static void shm_on_poll(uv_poll_t *h, int status, int events)
 	shm_conn *c = h->data;
 	(void)events;
 	if (status < 0) {
+		/* libuv reports POLLERR as UV_EBADF: the socket's pending error
+		 * says what happened (as tcp.c) */
 		c->poll_events = 0;
-		shm_fail(c, TW_ERR_SYS, SHM_WHO ": poll on connection to %s: %s", c->core.peer,
-		         uv_strerror(status));
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (tw__sys_getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+			char eb[128];
+			shm_fail(c, err == ECONNRESET || err == EPIPE ? TW_ERR_CONNRESET : TW_ERR_SYS,
+			         SHM_WHO ": connection to %s (its socket): %s", c->core.peer,
+			         tw__strerror(err, eb, sizeof(eb)));
+		} else {
+			shm_fail(c, TW_ERR_SYS, SHM_WHO ": poll on connection to %s: %s", c->core.peer,
+			         uv_strerror(status));
+		}
 		return;
 	}
 	if (c->core.phase == TW_CONN_OPEN)
