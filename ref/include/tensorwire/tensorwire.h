@@ -415,7 +415,10 @@ typedef void (*tw_listener_error_cb)(tw_listener *listener, tw_status_t status,
 TW_NODISCARD tw_status_t tw_listener_on_error(tw_listener *listener, tw_listener_error_cb cb,
                                               void *arg);
 
-/* Stops listening; pending accept callbacks fire with TW_ERR_CLOSED. Server
+/* Stops listening; pending accept callbacks fire with TW_ERR_CLOSED (an
+ * accept already matched with a pipe before the close, whose callback is
+ * on its way, still reports TW_OK with that pipe, which then fails as
+ * below unless established). Server
  * pipes still waiting for their requested connections (spec 3.8) fail with
  * TW_ERR_CLOSED too (as in stock): keep the listener open until the pipes
  * you accepted are established (tw_pipe_on_established). */
