@@ -367,8 +367,21 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 	}
 	if (!tw__pipe_message_fits(p, m))
 		return TW_OK; /* the same */
+	/* Eager tensors (spec 8.4) go on D too; a DescriptorReply is due only
+	 * for the other tensors without a target device. */
+	size_t after = m->msg.num_payloads; /* frames behind the Descriptor */
+	m->num_untargeted = 0;
+	for (size_t i = 0; i < m->msg.num_tensors; i++) {
+		if (tw__pipe_eager(p, &m->tensors[i]))
+			after++;
+		else
+			m->num_untargeted += !m->tensors[i].has_target_device;
+	}
+	/* Every frame but the last says more follow: one system call for the
+	 * message where the transport can (TW_WRITE_MORE). */
 	tw_iov iov = { m->desc.buf, m->desc.len };
-	tw_status_t st = p->d->ops->write(p->d, &iov, 1, TW_WRITE_OBJECT, tw__pipe_on_out_written, m);
+	tw_status_t st = p->d->ops->write(p->d, &iov, 1, TW_WRITE_OBJECT | (after ? TW_WRITE_MORE : 0),
+	                                  tw__pipe_on_out_written, m);
 	if (st != TW_OK)
 		return st;
 	m->pending++;
@@ -376,23 +389,20 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 	for (size_t j = 0; j < m->msg.num_payloads; j++) {
 		size_t i = TW_MUTANT("payloads_reordered") ? m->msg.num_payloads - 1 - j : j;
 		tw_iov piov = { m->payloads[i].data, m->payloads[i].length };
-		st = p->d->ops->write(p->d, &piov, 1, 0, tw__pipe_on_out_written, m);
+		st = p->d->ops->write(p->d, &piov, 1, --after ? TW_WRITE_MORE : 0,
+		                      tw__pipe_on_out_written, m);
 		if (st != TW_OK)
 			return st;
 		m->pending++;
 		p->inflight++;
 	}
-	/* Eager tensors (spec 8.4): a frame each, after the payloads; a
-	 * DescriptorReply is due only for the other tensors without a target. */
-	m->num_untargeted = 0;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		const tw_tensor *t = &m->tensors[i];
-		if (!tw__pipe_eager(p, t)) {
-			m->num_untargeted += !t->has_target_device;
+		if (!tw__pipe_eager(p, t))
 			continue;
-		}
 		tw_iov tiov = { t->data, t->length };
-		st = p->d->ops->write(p->d, &tiov, 1, 0, tw__pipe_on_out_written, m);
+		st = p->d->ops->write(p->d, &tiov, 1, --after ? TW_WRITE_MORE : 0,
+		                      tw__pipe_on_out_written, m);
 		if (st != TW_OK)
 			return st;
 		m->pending++;

@@ -56,6 +56,13 @@
  *     not yet connected is not waited for); ibv needs no flag: a closed
  *     connection with frames in its outbox lingers until they land
  *     (spec 2.4.4.b).
+ *   - TW_WRITE_MORE says the caller writes another frame on this
+ *     connection right after this one, in the same loop pass (a Descriptor
+ *     and the frames that follow it, spec 3.10): a stream transport may hold
+ *     this frame back until a write without the flag, and put them out with
+ *     one system call, so the peer is woken once. The caller must follow
+ *     with a write without the flag (or fail the connection, or close it);
+ *     a transport may ignore the flag.
  *   - Several connections to the same peer are independent: the core opens
  *     one per descriptor, reply and channel connection (spec 3.1), and a
  *     channel with lanes (mpt) opens more through its own transport instances.
@@ -108,7 +115,7 @@ typedef struct tw_iov {
 	uint64_t len;
 } tw_iov;
 
-enum { TW_WRITE_OBJECT = 1u << 0, TW_WRITE_HELLO = 1u << 1 };
+enum { TW_WRITE_OBJECT = 1u << 0, TW_WRITE_HELLO = 1u << 1, TW_WRITE_MORE = 1u << 2 };
 
 /* How long a closed connection may linger to get its hello out (above). */
 #define TW_HELLO_LINGER_MS 1000

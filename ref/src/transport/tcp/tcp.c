@@ -489,7 +489,8 @@ static tw_status_t tcp_conn_write(tw_conn *base, const tw_iov *iov, size_t num_i
 	op->hello = (flags & TW_WRITE_HELLO) != 0;
 	op->op.wcb = cb;
 	op->op.arg = arg;
-	if (tw__conn_queue(&c->core, &op->op, true))
+	/* more to come at once: one writev for all (transport.h) */
+	if (tw__conn_queue(&c->core, &op->op, true) && !(flags & TW_WRITE_MORE))
 		tcp_drive(c);
 	return TW_OK;
 }
