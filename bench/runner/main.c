@@ -67,6 +67,8 @@ const twr_system twr_systems[] = {
 	 "shm-cma-spin", false, false, false, "tp-shm-cma", "cma-flag"},
 	{"tw-shm-basic-eager", "tensorwire shm+basic, eager tensors (spec 8.4, TW_EAGER=1)", G_TW,
 	 "twb-tw", "shm-basic-eager", false, false, false, "tp-shm-basic", "shm-flag"},
+	{"tw-shm-cma-eager", "tensorwire shm+cma, eager tensors (spec 8.4, TW_EAGER=1)", G_TW,
+	 "twb-tw", "shm-cma-eager", false, false, false, "tp-shm-cma", "cma-flag"},
 	{"tw-shm-basic-sleep", "tensorwire shm+basic, busy_poll_us=0 (wake-ups only)", G_TW,
 	 "twb-tw", "shm-basic-sleep", false, false, false, "tp-shm-basic", "shm-flag"},
 	{"tp-ibv-basic", "TP ibv+basic (simverbs or a device)", G_TP, "twb-tp", "ibv-basic", false,

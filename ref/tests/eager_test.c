@@ -9,6 +9,8 @@
  *     after a reply; an eager frame of the wrong length fails the pipe with
  *     a protocol error;
  *   - server_off: ours accepts with eager off: only goodbye is acknowledged;
+ *     with eager on and a client that does not ask, the server's verdicts
+ *     say so;
  *   - client: ours connects with eager on to a raw server that acknowledges
  *     it: the tensor comes on D right after the payload, and the write
  *     completes with no reply; client_unacked: the raw server acknowledges
@@ -56,7 +58,7 @@ typedef struct raw_client {
 
 /* Our listener (eager as asked), a raw client that asks for goodbye and
  * eager, and the accepted, established pipe. */
-static void raw_client_open(raw_client *rc, bool eager)
+static void raw_client_open_asking(raw_client *rc, bool eager, const char *exts)
 {
 	memset(rc, 0, sizeof(*rc));
 	tu_ctx(&rc->ctx, "server");
@@ -69,7 +71,7 @@ static void raw_client_open(raw_client *rc, bool eager)
 	CHECK_OK(tw_listener_accept(rc->l, tu_on_accept, &acc));
 	rc->d = raw_connect(rc->port);
 	raw_send_frame(rc->d, raw_hello_empty, sizeof(raw_hello_empty));
-	raw_send_brochure(rc->d, "goodbye,eager", "basic", "any");
+	raw_send_brochure(rc->d, exts, "basic", "any");
 	tw_wire_brochure_answer a;
 	raw_recv_answer(rc->d, &a);
 	uint64_t id_r = 0, id_basic = 0;
@@ -91,6 +93,11 @@ static void raw_client_open(raw_client *rc, bool eager)
 	CHECK_OK(tw_pipe_on_established(rc->p, tu_on_status, &est));
 	tu_expect(&est, TW_OK, NULL);
 	tu_once(&acc), tu_once(&est);
+}
+
+static void raw_client_open(raw_client *rc, bool eager)
+{
+	raw_client_open_asking(rc, eager, "goodbye,eager");
 }
 
 static void raw_client_close(raw_client *rc)
@@ -227,6 +234,17 @@ static void case_server_off(void)
 	raw_client_open(&rc, false);
 	/* Asked for but not enabled here: goodbye only (spec 8.1.c). */
 	CHECK(rc.mask == EXT_GOODBYE_BIT);
+	char v[2048];
+	CHECK_OK(tw_pipe_get_verdicts(rc.p, v, sizeof(v)));
+	CHECK(!strstr(v, "extension eager"));
+	raw_client_close(&rc);
+	/* Enabled here, not asked for: not acknowledged, and the server's
+	 * verdicts say why. */
+	raw_client_open_asking(&rc, true, "goodbye");
+	CHECK(rc.mask == EXT_GOODBYE_BIT);
+	CHECK_OK(tw_pipe_get_verdicts(rc.p, v, sizeof(v)));
+	printf("%s", v);
+	CHECK(strstr(v, "extension eager: not used: the client did not ask for it"));
 	raw_client_close(&rc);
 }
 

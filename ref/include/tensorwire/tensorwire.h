@@ -323,8 +323,12 @@ TW_NODISCARD tw_status_t tw_context_set_operation_timeout(tw_context *ctx,
  * instead of three when a tensor names no target device. Larger tensors,
  * and every tensor of a pipe with a CUDA channel or a stock peer, go as
  * before. The receiver's buffer for such a tensor must be CPU memory, as
- * on any pipe whose channels are all CPU ones. Default: off, or
- * TW_EAGER=1 in the environment at tw_context_create. Any thread, any
+ * on any pipe whose channels are all CPU ones. The write of a message
+ * whose tensors are all eager completes once its bytes are handed to the
+ * transport, as a message of payloads does, without waiting for the
+ * receiver's buffers. Default: off, or TW_EAGER=1 in the environment at
+ * tw_context_create (0 or empty: off; any other value makes
+ * tw_context_create fail with TW_ERR_INVAL naming it). Any thread, any
  * time; applies to pipes connected or accepted after the call.
  * TW_ERR_INVAL if ctx is NULL. */
 TW_NODISCARD tw_status_t tw_context_set_eager(tw_context *ctx, bool on);

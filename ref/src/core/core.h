@@ -444,7 +444,7 @@ struct tw_pipe {
 	 * read pending and a local close writes a goodbye on it first */
 	bool ext_goodbye;
 	bool ext_proof;             /* spec 8.3: channel instances open with TW_CHANNEL_PROOF */
-	bool eager_asked;           /* client: its Brochure asked for eager (spec 8.4) */
+	bool eager_asked;           /* this end wanted eager (spec 8.4): a client asked for it */
 	bool eager_acked;           /* both ends asked for it / acknowledged it */
 	/* spec 8.4: eager agreed and every device pair of the pipe is CPU to
 	 * CPU; then tw__pipe_eager says which tensors go on D */

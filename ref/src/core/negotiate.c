@@ -400,6 +400,7 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	}
 	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
 	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0;
+	p->eager_asked = __atomic_load_n(&ctx->eager, __ATOMIC_RELAXED);
 	p->eager_acked = (acked & TW_EXT_EAGER_BIT) != 0;
 	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
 	a.transport_ids = ids;

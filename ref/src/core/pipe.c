@@ -416,8 +416,10 @@ static void tw__verdicts_build(void *arg)
 		tw__verdicts_add(v, "extension eager: not used: a channel of the pipe moves memory "
 		                    "other than CPU to CPU (spec 8.4)\n");
 	else if (p->eager_asked)
-		tw__verdicts_add(v, "extension eager: not used: the server did not acknowledge it (a "
-		                    "stock peer, or eager off there)\n");
+		tw__verdicts_add(v, "extension eager: not used: the %s (a stock peer, or eager off "
+		                    "there)\n",
+		                 p->is_server ? "client did not ask for it"
+		                              : "server did not acknowledge it");
 	pthread_mutex_lock(&ctx->mu);
 	tw__verdicts_add(v, "%s", ctx->refused);
 	pthread_mutex_unlock(&ctx->mu);
