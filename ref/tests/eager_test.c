@@ -278,20 +278,8 @@ static void client_vs_raw_server(uint64_t mask)
 	CHECK(asked);
 	tw__wire_brochure_free(&b);
 	free(f);
-	char addr[32];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	tw_wire_id_entry ids[2] = { { 1, 100 }, { EXT_ANSWER_KEY, mask } };
-	uint64_t basic_id = 101;
-	tw_wire_channel_ids cids = { raw_str("basic"), 1, &basic_id };
-	tw_wire_device_desc dd = { { raw_str("cpu"), 0 }, raw_str("any") };
-	tw_wire_channel_devices cdev = { raw_str("basic"), 1, &dd };
-	tw_wire_device_pair pair = { { raw_str("cpu"), 0 }, { raw_str("cpu"), 0 }, raw_str("basic") };
-	tw_wire_brochure_answer a = { raw_str("uv"), { addr, strlen(addr) }, 2, ids, raw_str("uv:*"),
-		                      1, &cids, 1, &cdev, 1, &pair };
-	tw_nop_writer w;
-	tw__nop_writer_init(&w);
-	tw__wire_encode_brochure_answer(&w, &a);
-	encode_send(boot, &w);
+	raw_send_answer_uv_basic(boot, port, ids, 2);
 	int fds[2];
 	raw_accept_requested(lfd, 2, (const uint64_t[]){ 100, 101 }, fds);
 	int r = fds[0], basic = fds[1];

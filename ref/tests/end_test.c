@@ -534,21 +534,8 @@ static void client_vs_raw_server(bool ack)
 	CHECK(n == sizeof(brochure_ext) && memcmp(f, brochure_ext, n) == 0);
 	free(f);
 	/* The answer: uv, basic, ids 100 (R) and 101 (basic), maybe the ack. */
-	char addr[32];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	tw_wire_id_entry ids[2] = { { 1, 100 }, { EXT_ANSWER_KEY, EXT_GOODBYE_BIT } };
-	uint64_t basic_id = 101;
-	tw_wire_channel_ids cids = { { (char *)"basic", 5 }, 1, &basic_id };
-	tw_wire_device_desc dd = { { { (char *)"cpu", 3 }, 0 }, { (char *)"any", 3 } };
-	tw_wire_channel_devices cdev = { { (char *)"basic", 5 }, 1, &dd };
-	tw_wire_device_pair pair = { { { (char *)"cpu", 3 }, 0 }, { { (char *)"cpu", 3 }, 0 },
-		                     { (char *)"basic", 5 } };
-	tw_wire_brochure_answer a = { { (char *)"uv", 2 }, { addr, strlen(addr) }, ack ? 2u : 1u,
-		                      ids, { (char *)"uv:*", 4 }, 1, &cids, 1, &cdev, 1, &pair };
-	tw_nop_writer w;
-	tw__nop_writer_init(&w);
-	tw__wire_encode_brochure_answer(&w, &a);
-	encode_send(boot, &w);
+	raw_send_answer_uv_basic(boot, port, ids, ack ? 2u : 1u);
 	int fds[2];
 	raw_accept_requested(lfd, 2, (const uint64_t[]){ 100, 101 }, fds);
 	int r = fds[0], basic = fds[1];

@@ -198,6 +198,28 @@ static inline void raw_send_brochure(int fd, const char *exts, const char *chann
 	encode_send(fd, &w);
 }
 
+/* A raw server's BrochureAnswer on `boot`: transport uv at 127.0.0.1:port
+ * (no switch), the transport ids given (key 1: R), channel basic with
+ * registration id 101 for (cpu:0, cpu:0). */
+static inline void raw_send_answer_uv_basic(int boot, int port, const tw_wire_id_entry *ids,
+                                            size_t num_ids)
+{
+	char addr[32];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	uint64_t basic_id = 101;
+	tw_wire_channel_ids cids = { raw_str("basic"), 1, &basic_id };
+	tw_wire_device_desc dd = { { raw_str("cpu"), 0 }, raw_str("any") };
+	tw_wire_channel_devices cdev = { raw_str("basic"), 1, &dd };
+	tw_wire_device_pair pair = { { raw_str("cpu"), 0 }, { raw_str("cpu"), 0 }, raw_str("basic") };
+	tw_wire_brochure_answer a = { raw_str("uv"), { addr, strlen(addr) }, num_ids,
+		                      (tw_wire_id_entry *)ids, raw_str("uv:*"), 1, &cids, 1, &cdev, 1,
+		                      &pair };
+	tw_nop_writer w;
+	tw__nop_writer_init(&w);
+	tw__wire_encode_brochure_answer(&w, &a);
+	encode_send(boot, &w);
+}
+
 /* A raw server's side of the registered connections: accepts n on lfd,
  * reads each one's RequestedConnection, and puts the connection that
  * registered ids[i] into fds[i]; every id must come. */
