@@ -88,6 +88,8 @@ static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
  * (an ARP and a path lookup take time on a real fabric; peers that race a
  * re-listening server rely on it). */
 #define RESOLVE_DELAY_NS 2000000ull
+/* How long rdma_connect keeps trying a refused connection (rdma_connect). */
+#define REFUSED_GRACE_MS 500
 struct delayed_ev {
 	struct sv_id *id;
 	enum rdma_cm_event_type type;
@@ -720,15 +722,31 @@ EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 		return -1;
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	int r = connect(fd, &cid->route.addr.dst_addr, sizeof(struct sockaddr_in));
-	int err = r ? errno : 0;
-	if (err == EINPROGRESS) {
-		struct pollfd pf = {.fd = fd, .events = POLLOUT};
-		if (poll(&pf, 1, 5000) == 1) {
-			socklen_t sl = sizeof(err);
-			getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl);
-		} else
-			err = ETIMEDOUT;
+	/* A refused connect is tried again for up to REFUSED_GRACE_MS: on a
+	 * loaded host a client's reconnect can beat a server that is
+	 * re-creating its listener (perftest -R does both), where a real CM's
+	 * REQ, with a fabric's latencies, would not. No listener at all still
+	 * ends in REJECTED, that much later. */
+	int err = 0;
+	for (int tries = 0;; tries++) {
+		int r = connect(fd, &cid->route.addr.dst_addr, sizeof(struct sockaddr_in));
+		err = r ? errno : 0;
+		if (err == EINPROGRESS) {
+			struct pollfd pf = {.fd = fd, .events = POLLOUT};
+			if (poll(&pf, 1, 5000) == 1) {
+				socklen_t sl = sizeof(err);
+				getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl);
+			} else
+				err = ETIMEDOUT;
+		}
+		if (err != ECONNREFUSED || tries >= REFUSED_GRACE_MS / 10)
+			break;
+		close(fd); /* a socket whose connect failed cannot connect again */
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			return -1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		usleep(10000);
 	}
 	cm_trace("connect %p to port %u: %s", (void *)cid, ntohs(cid->route.addr.dst_sin.sin_port),
 		 err ? strerror(err) : "ok");
@@ -756,7 +774,7 @@ EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 	fill_msg(id, &m, M_REQ, p);
 	id->st = S_CONNECTING;
 	watch(id, fd);
-	r = send_msg(fd, &m);
+	int r = send_msg(fd, &m);
 	pthread_mutex_unlock(&cm_lock);
 	return r;
 }
