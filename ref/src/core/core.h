@@ -270,7 +270,9 @@ typedef struct tw_out_msg {
 	tw_tensor *tensors;
 	uint8_t *meta;          /* all metadata bytes, one block */
 	tw_nop_writer desc;     /* the encoded Descriptor */
-	size_t num_untargeted;  /* tensors without a target device */
+	/* tensors whose device the DescriptorReply names (tw__pipe_needs_reply),
+	 * counted when the Descriptor is posted */
+	size_t num_untargeted;
 	tw_device *targets;     /* per tensor: the device it goes to */
 	enum tw_out_state state;
 	uint64_t deadline;      /* uv_now() by which the callback is due (0: none) */
@@ -345,6 +347,8 @@ static inline size_t tw__ctx_decode_budget(const tw_context *ctx)
 void tw__in_msg_free(tw_in_msg *m);
 void tw__device_from_wire(tw_device *dst, const tw_wire_device *src);
 bool tw__device_eq(const tw_device *a, const tw_device *b);
+/* Is d a CPU device (any index)? */
+bool tw__device_is_cpu(const tw_device *d);
 /* "cpu:0" into buf. */
 const char *tw__device_str(const tw_device *d, char *buf, size_t buflen);
 /* Checks a tw_device from the application (NUL-terminated type). */
@@ -527,7 +531,8 @@ tw_pipe *tw__pipe_new_server(tw_listener *l, tw_transport_reg *reg, tw_conn *boo
 void tw__pipe_on_requested(tw_pipe *p, int slot, tw_conn *conn);
 void tw__pipe_close_internal(tw_pipe *p, tw_status_t status, const char *detail);
 /* Loop thread: selection and answer helpers (negotiate.c). */
-tw_status_t tw__negotiate_brochure(tw_context *ctx, bool eager, tw_nop_writer *w);
+/* The client's Brochure for p; records whether it asks for eager. */
+tw_status_t tw__negotiate_brochure(tw_pipe *p, tw_nop_writer *w);
 tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_writer *answer,
                                  char *detail, size_t detail_len);
 tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a,

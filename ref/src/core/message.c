@@ -24,6 +24,11 @@ bool tw__device_eq(const tw_device *a, const tw_device *b)
 	return a->index == b->index && strncmp(a->type, b->type, TW_DEVICE_TYPE_MAX) == 0;
 }
 
+bool tw__device_is_cpu(const tw_device *d)
+{
+	return strncmp(d->type, "cpu", TW_DEVICE_TYPE_MAX) == 0;
+}
+
 const char *tw__device_str(const tw_device *d, char *buf, size_t buflen)
 {
 	snprintf(buf, buflen, "%.*s:%d", TW_DEVICE_TYPE_MAX, d->type, (int)d->index);
@@ -85,7 +90,6 @@ tw_status_t tw__out_msg_new(const char *fn, const tw_message *msg, tw_out_msg **
 			return tw__api_fail(TW_ERR_INVAL, "%s: metadata sizes overflow", fn);
 		meta_total += p->metadata_length;
 	}
-	size_t untargeted = 0;
 	for (size_t i = 0; i < msg->num_tensors; i++) {
 		const tw_tensor *t = &msg->tensors[i];
 		if ((st = tw__check_bytes(fn, "tensor", i, t->data, t->length)) != TW_OK ||
@@ -98,8 +102,6 @@ tw_status_t tw__out_msg_new(const char *fn, const tw_message *msg, tw_out_msg **
 			                    "%s: tensor %zu has a device type that is empty or not "
 			                    "NUL-terminated within %d bytes",
 			                    fn, i, TW_DEVICE_TYPE_MAX);
-		if (!t->has_target_device)
-			untargeted++;
 		if (meta_total + t->metadata_length < meta_total)
 			return tw__api_fail(TW_ERR_INVAL, "%s: metadata sizes overflow", fn);
 		meta_total += t->metadata_length;
@@ -157,7 +159,6 @@ tw_status_t tw__out_msg_new(const char *fn, const tw_message *msg, tw_out_msg **
 	m->msg.payloads = m->payloads;
 	m->msg.num_tensors = msg->num_tensors;
 	m->msg.tensors = m->tensors;
-	m->num_untargeted = untargeted;
 
 	tw_wire_descriptor wd;
 	memset(&wd, 0, sizeof(wd));

@@ -64,16 +64,17 @@ static bool tw__ext_we_ask_proof(const tw_context *ctx)
 static bool tw__pairs_cpu_only(const tw_pipe *p)
 {
 	for (size_t i = 0; i < p->num_pairs; i++)
-		if (strcmp(p->pairs[i].local.type, "cpu") != 0 ||
-		    strcmp(p->pairs[i].remote.type, "cpu") != 0)
+		if (!tw__device_is_cpu(&p->pairs[i].local) || !tw__device_is_cpu(&p->pairs[i].remote))
 			return false;
 	return true;
 }
 
 /* ---- Brochure (client) ------------------------------------------------------ */
 
-tw_status_t tw__negotiate_brochure(tw_context *ctx, bool eager, tw_nop_writer *w)
+tw_status_t tw__negotiate_brochure(tw_pipe *p, tw_nop_writer *w)
 {
+	tw_context *ctx = p->ctx;
+	p->eager_asked = __atomic_load_n(&ctx->eager, __ATOMIC_RELAXED);
 	tw_wire_brochure b;
 	memset(&b, 0, sizeof(b));
 	tw_wire_kv kv[TW_REGS_MAX + 1];
@@ -93,7 +94,8 @@ tw_status_t tw__negotiate_brochure(tw_context *ctx, bool eager, tw_nop_writer *w
 	kv[ctx->num_transports].key.n = strlen(TW_EXT_BROCHURE_NAME);
 	char asked[64];
 	snprintf(asked, sizeof(asked), "%s%s%s", TW_EXT_GOODBYE,
-	         tw__ext_we_ask_proof(ctx) ? "," TW_EXT_PROOF : "", eager ? "," TW_EXT_EAGER : "");
+	         tw__ext_we_ask_proof(ctx) ? "," TW_EXT_PROOF : "",
+	         p->eager_asked ? "," TW_EXT_EAGER : "");
 	kv[ctx->num_transports].value.s = asked;
 	kv[ctx->num_transports].value.n = strlen(asked);
 	b.num_transports = ctx->num_transports + 1;

@@ -235,8 +235,15 @@ uint64_t tw__pipe_op_timeout(tw_pipe *p)
 bool tw__pipe_eager(const tw_pipe *p, const tw_tensor *t)
 {
 	return p->ext_eager && t->length <= TW_EAGER_MAX_BYTES &&
-	       strcmp(t->source_device.type, "cpu") == 0 &&
-	       (!t->has_target_device || strcmp(t->target_device.type, "cpu") == 0);
+	       tw__device_is_cpu(&t->source_device) &&
+	       (!t->has_target_device || tw__device_is_cpu(&t->target_device));
+}
+
+/* Spec 3.11 with 8.4: the DescriptorReply names the device of each tensor
+ * that has no target device and is not eager. Both ends. */
+bool tw__pipe_needs_reply(const tw_pipe *p, const tw_tensor *t)
+{
+	return !t->has_target_device && !tw__pipe_eager(p, t);
 }
 
 /* Sets an operation's deadline from the operation timeout it was called

@@ -323,8 +323,7 @@ static void tw__pipe_client_attempt(tw_pipe *p)
 		return;
 	tw_nop_writer w;
 	tw__nop_writer_init(&w);
-	p->eager_asked = __atomic_load_n(&ctx->eager, __ATOMIC_RELAXED);
-	if (tw__negotiate_brochure(ctx, p->eager_asked, &w) != TW_OK) {
+	if (tw__negotiate_brochure(p, &w) != TW_OK) {
 		tw__nop_writer_free(&w);
 		tw__pipe_fail(p, TW_ERR_NOMEM, "encoding the Brochure: out of memory");
 		return;

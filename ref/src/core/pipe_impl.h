@@ -19,6 +19,8 @@ void tw__pipe_op_deadline(tw_pipe *p, uint64_t timeout_ms, uint64_t *deadline);
 uint64_t tw__pipe_op_timeout(tw_pipe *p);
 /* Whether tensor t of a message travels on D (spec 8.4), both ends. */
 bool tw__pipe_eager(const tw_pipe *p, const tw_tensor *t);
+/* Whether the DescriptorReply names tensor t's device (spec 3.11, 8.4). */
+bool tw__pipe_needs_reply(const tw_pipe *p, const tw_tensor *t);
 
 /* pipe_end.c: timers, end watches, the verdict, goodbye */
 void tw__ptimer_start(tw_pipe *p, tw_pipe_timer *pt, uv_timer_cb cb, uint64_t ms);

@@ -296,9 +296,12 @@ static void tw__pipe_do_read(void *arg)
 			p->inflight++;
 		}
 	}
-	/* Eager tensors follow them, a frame each (spec 8.4). */
-	for (size_t i = 0; i < m->view.num_tensors && st == TW_OK; i++) {
-		if (!tw__pipe_eager(p, &m->view.tensors[i]))
+	/* Eager tensors follow them, a frame each (spec 8.4); the
+	 * DescriptorReply names the device of the others that had none. */
+	size_t untargeted = 0;
+	for (size_t i = 0; i < m->view.num_tensors; i++) {
+		untargeted += tw__pipe_needs_reply(p, &m->view.tensors[i]);
+		if (st != TW_OK || !tw__pipe_eager(p, &m->view.tensors[i]))
 			continue;
 		st = p->d->ops->read_into(p->d, m->ten_allocs[i].data, m->view.tensors[i].length,
 		                          tw__pipe_on_eager, m);
@@ -307,11 +310,6 @@ static void tw__pipe_do_read(void *arg)
 			p->inflight++;
 		}
 	}
-	/* The DescriptorReply names the device of each other tensor that had none. */
-	size_t untargeted = 0;
-	for (size_t i = 0; i < m->view.num_tensors; i++)
-		untargeted += !m->view.tensors[i].has_target_device &&
-		              !tw__pipe_eager(p, &m->view.tensors[i]);
 	if (st == TW_OK && untargeted > 0) {
 		tw_wire_device *devs = tw__calloc(untargeted, sizeof(*devs));
 		if (!devs) {
@@ -319,8 +317,7 @@ static void tw__pipe_do_read(void *arg)
 		} else {
 			size_t k = 0;
 			for (size_t i = 0; i < m->view.num_tensors; i++) {
-				if (m->view.tensors[i].has_target_device ||
-				    tw__pipe_eager(p, &m->view.tensors[i]))
+				if (!tw__pipe_needs_reply(p, &m->view.tensors[i]))
 					continue;
 				devs[k].type.s = m->ten_allocs[i].device.type;
 				devs[k].type.n = strnlen(m->ten_allocs[i].device.type, TW_DEVICE_TYPE_MAX);

@@ -174,7 +174,7 @@ static void tw__pipe_take_reply(tw_pipe *p, tw_out_msg *m, const void *buf, uint
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
-		if (m->tensors[i].has_target_device || tw__pipe_eager(p, &m->tensors[i]))
+		if (!tw__pipe_needs_reply(p, &m->tensors[i]))
 			continue;
 		if (TW_MUTANT("descriptor_reply_unchecked") && k >= r.num_target_devices) {
 			m->targets[i] = m->tensors[i].source_device;
@@ -372,10 +372,8 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 	size_t after = m->msg.num_payloads; /* frames behind the Descriptor */
 	m->num_untargeted = 0;
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
-		if (tw__pipe_eager(p, &m->tensors[i]))
-			after++;
-		else
-			m->num_untargeted += !m->tensors[i].has_target_device;
+		after += tw__pipe_eager(p, &m->tensors[i]);
+		m->num_untargeted += tw__pipe_needs_reply(p, &m->tensors[i]);
 	}
 	/* Every frame but the last says more follow: one system call for the
 	 * message where the transport can (TW_WRITE_MORE). */
