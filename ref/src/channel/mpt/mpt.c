@@ -554,12 +554,12 @@ static void mpt_lane_advertised(const mpt_ctx *ctx, size_t i,
 	tw__tcp_addr_format((struct sockaddr *)&at, out, out_len);
 }
 
+/* The lanes' grace ran out: the timer runs only while they are not up
+ * and the instance neither failed nor closed (each stops it). */
 static void mpt_on_lane_wait(uv_timer_t *t)
 {
 	mpt_channel *ch = t->data;
-	if (!ch->ready)
-		mpt_fail(ch, ch->control_end, ch->control_detail);
-	mpt_lane_wait_stop(ch);
+	mpt_fail(ch, ch->control_end, ch->control_detail); /* stops the timer */
 }
 
 static tw_status_t mpt_watch_control(mpt_channel *ch);
