@@ -717,18 +717,19 @@ static void fill_msg(struct sv_id *id, struct cm_msg *m, uint32_t type,
 EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 {
 	struct sv_id *id = (struct sv_id *)cid;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -1;
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	/* A refused connect is tried again for up to REFUSED_GRACE_MS: on a
-	 * loaded host a client's reconnect can beat a server that is
+	/* A refused connect is tried again, on a fresh socket (one whose
+	 * connect failed cannot connect again), for up to REFUSED_GRACE_MS: on
+	 * a loaded host a client's reconnect can beat a server that is
 	 * re-creating its listener (perftest -R does both), where a real CM's
 	 * REQ, with a fabric's latencies, would not. No listener at all still
 	 * ends in REJECTED, that much later. */
-	int err = 0;
+	int fd, err;
 	for (int tries = 0;; tries++) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			return -1;
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		int r = connect(fd, &cid->route.addr.dst_addr, sizeof(struct sockaddr_in));
 		err = r ? errno : 0;
 		if (err == EINPROGRESS) {
@@ -741,11 +742,7 @@ EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 		}
 		if (err != ECONNREFUSED || tries >= REFUSED_GRACE_MS / 10)
 			break;
-		close(fd); /* a socket whose connect failed cannot connect again */
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0)
-			return -1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		close(fd);
 		usleep(10000);
 	}
 	cm_trace("connect %p to port %u: %s", (void *)cid, ntohs(cid->route.addr.dst_sin.sin_port),
