@@ -254,16 +254,12 @@ static void case_server_off(void)
  * one message with a payload and an A_LEN tensor without target device. */
 static void client_vs_raw_server(uint64_t mask)
 {
-	int port;
-	int lfd = raw_listen(&port);
 	tw_context *c;
 	tu_ctx(&c, "");
 	CHECK_OK(tw_context_set_eager(c, true));
-	char url[64];
-	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", port);
+	int lfd, port;
 	tw_pipe *p;
-	CHECK_OK(tw_context_connect(c, url, &p));
-	int boot = raw_accept(lfd);
+	int boot = raw_server_for(c, &lfd, &port, &p);
 	size_t n;
 	free(raw_recv_frame(boot, &n)); /* hello */
 	uint8_t *f = raw_recv_frame(boot, &n);

@@ -517,15 +517,11 @@ static void case_raw_unexpected_reply(void)
  * answer acknowledged it, and behaves like stock otherwise. */
 static void client_vs_raw_server(bool ack)
 {
-	int port;
-	int lfd = raw_listen(&port);
 	tw_context *c;
 	tu_ctx(&c, "");
-	char url[64];
-	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", port);
+	int lfd, port;
 	tw_pipe *p;
-	CHECK_OK(tw_context_connect(c, url, &p));
-	int boot = raw_accept(lfd);
+	int boot = raw_server_for(c, &lfd, &port, &p);
 	size_t n;
 	uint8_t *f = raw_recv_frame(boot, &n);
 	CHECK(n == sizeof(raw_hello_empty) && memcmp(f, raw_hello_empty, n) == 0);

@@ -198,6 +198,18 @@ static inline void raw_send_brochure(int fd, const char *exts, const char *chann
 	encode_send(fd, &w);
 }
 
+/* A raw server on 127.0.0.1 (its listening socket in *lfd, its port in
+ * *port) that our context c connects to (*p): returns the accepted
+ * bootstrap connection. */
+static inline int raw_server_for(tw_context *c, int *lfd, int *port, tw_pipe **p)
+{
+	*lfd = raw_listen(port);
+	char url[64];
+	snprintf(url, sizeof(url), "uv://127.0.0.1:%d", *port);
+	CHECK_OK(tw_context_connect(c, url, p));
+	return raw_accept(*lfd);
+}
+
 /* A raw server's BrochureAnswer on `boot`: transport uv at 127.0.0.1:port
  * (no switch), the transport ids given (key 1: R), channel basic with
  * registration id 101 for (cpu:0, cpu:0). */
