@@ -341,6 +341,19 @@ fail:
 	return false;
 }
 
+/* One frame of message m on D (its Descriptor, a payload, an eager tensor). */
+static tw_status_t tw__pipe_d_frame(tw_pipe *p, tw_out_msg *m, const void *data, uint64_t len,
+                                    unsigned flags)
+{
+	tw_iov iov = { data, len };
+	tw_status_t st = p->d->ops->write(p->d, &iov, 1, flags, tw__pipe_on_out_written, m);
+	if (st == TW_OK) {
+		m->pending++;
+		p->inflight++;
+	}
+	return st;
+}
+
 /* Puts the Descriptor and payload frames of a queued message on D and, if
  * it needs one, queues the read of its DescriptorReply on R. */
 static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
@@ -377,35 +390,19 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 	}
 	/* Every frame but the last says more follow: one system call for the
 	 * message where the transport can (TW_WRITE_MORE). */
-	tw_iov iov = { m->desc.buf, m->desc.len };
-	tw_status_t st = p->d->ops->write(p->d, &iov, 1, TW_WRITE_OBJECT | (after ? TW_WRITE_MORE : 0),
-	                                  tw__pipe_on_out_written, m);
+	tw_status_t st = tw__pipe_d_frame(p, m, m->desc.buf, m->desc.len,
+	                                  TW_WRITE_OBJECT | (after ? TW_WRITE_MORE : 0));
+	for (size_t j = 0; j < m->msg.num_payloads && st == TW_OK; j++) {
+		size_t i = TW_MUTANT("payloads_reordered") ? m->msg.num_payloads - 1 - j : j;
+		st = tw__pipe_d_frame(p, m, m->payloads[i].data, m->payloads[i].length,
+		                      --after ? TW_WRITE_MORE : 0);
+	}
+	for (size_t i = 0; i < m->msg.num_tensors && st == TW_OK; i++)
+		if (tw__pipe_eager(p, &m->tensors[i]))
+			st = tw__pipe_d_frame(p, m, m->tensors[i].data, m->tensors[i].length,
+			                      --after ? TW_WRITE_MORE : 0);
 	if (st != TW_OK)
 		return st;
-	m->pending++;
-	p->inflight++;
-	for (size_t j = 0; j < m->msg.num_payloads; j++) {
-		size_t i = TW_MUTANT("payloads_reordered") ? m->msg.num_payloads - 1 - j : j;
-		tw_iov piov = { m->payloads[i].data, m->payloads[i].length };
-		st = p->d->ops->write(p->d, &piov, 1, --after ? TW_WRITE_MORE : 0,
-		                      tw__pipe_on_out_written, m);
-		if (st != TW_OK)
-			return st;
-		m->pending++;
-		p->inflight++;
-	}
-	for (size_t i = 0; i < m->msg.num_tensors; i++) {
-		const tw_tensor *t = &m->tensors[i];
-		if (!tw__pipe_eager(p, t))
-			continue;
-		tw_iov tiov = { t->data, t->length };
-		st = p->d->ops->write(p->d, &tiov, 1, --after ? TW_WRITE_MORE : 0,
-		                      tw__pipe_on_out_written, m);
-		if (st != TW_OK)
-			return st;
-		m->pending++;
-		p->inflight++;
-	}
 	if (m->num_untargeted > 0 && p->ext_goodbye) {
 		m->state = TW_OUT_WAIT_REPLY; /* R's standing read brings the reply */
 	} else if (m->num_untargeted > 0) {
