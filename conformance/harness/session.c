@@ -313,27 +313,56 @@ const char *twc_session_unchecked(void)
 	return g_unchecked[0] ? g_unchecked : NULL;
 }
 
+json_t *twc_session_combo_context(void)
+{
+	const twc_combo *cb = twc_combo_current(); /* the run's battery axis */
+	return json_pack("{s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "transports", "name",
+	                 cb->transport, "kind", cb->transport, "priority", 0, "channels", "name",
+	                 cb->channel, "kind", cb->channel, "priority", 0);
+}
+
+/* An extension asked on (spec/agent.md 6.2) that the IUT does not implement
+ * leaves nothing to test: the case SKIPs with the IUT's reason. */
+static int check_extensions(twc_session *s, twc_adapter *a, const json_t *asked, const json_t *r)
+{
+	size_t i;
+	const json_t *u;
+	json_array_foreach(json_object_get(r, "unhonoured"), i, u) {
+		const char *n = json_string_value(json_object_get(u, "name"));
+		if (n && json_is_true(json_object_get(asked, n))) {
+			twc_session_fail(s, "%s does not implement extension '%s' (spec/wire.md section 8): "
+			                    "%s",
+			                 twc_adapter_label(a), n,
+			                 json_string_value(json_object_get(u, "reason")) ?: "?");
+			snprintf(g_unavailable, sizeof(g_unavailable), "%s", s->reason);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int make_context(twc_session *s, twc_adapter *a, const char *name, const json_t *tmpl)
 {
-	json_t *req;
-	bool tolerate = false;
-	if (tmpl) {
-		req = json_deep_copy(tmpl);
-		json_object_set_new(req, "cmd", json_string("context"));
-		json_object_set_new(req, "name", json_string(name));
-		/* harness-only: entries the IUT finds not viable are part of the case */
-		tolerate = json_is_true(json_object_get(req, "tolerate_skipped"));
-		json_object_del(req, "tolerate_skipped");
-	} else {
-		const twc_combo *cb = twc_combo_current(); /* the run's battery axis */
-		req = json_pack("{s:s,s:s,s:[{s:s,s:s,s:i}],s:[{s:s,s:s,s:i}]}", "cmd", "context",
-		                "name", name, "transports", "name", cb->transport, "kind", cb->transport,
-		                "priority", 0, "channels", "name", cb->channel, "kind", cb->channel,
-		                "priority", 0);
+	json_t *req = tmpl ? json_deep_copy(tmpl) : twc_session_combo_context();
+	json_object_set_new(req, "cmd", json_string("context"));
+	json_object_set_new(req, "name", json_string(name));
+	/* harness-only: entries the IUT finds not viable are part of the case */
+	bool tolerate = json_is_true(json_object_get(req, "tolerate_skipped"));
+	json_object_del(req, "tolerate_skipped");
+	/* harness-only: "extensions_by_role" {"server": {...}, "client": {...}} */
+	json_t *byrole = json_object_get(req, "extensions_by_role");
+	if (byrole) {
+		json_object_set(req, "extensions", json_object_get(byrole, name));
+		json_object_del(req, "extensions_by_role");
 	}
+	json_t *asked = json_deep_copy(json_object_get(req, "extensions"));
 	json_t *r = twc_session_call(s, a, req);
-	if (!r)
+	int erc = r ? check_extensions(s, a, asked, r) : -1;
+	json_decref(asked);
+	if (erc) {
+		json_decref(r);
 		return -1;
+	}
 	const json_t *sk = json_object_get(r, "skipped");
 	if (json_array_size(sk) && tolerate) {
 		char *txt = json_dumps(sk, JSON_COMPACT);
@@ -608,6 +637,14 @@ static int check_info_side(twc_session *s, twc_adapter *a, const char *pipe, boo
 	else
 		printf("# %s: transport %s, channel %s\n", twc_adapter_label(a), t ? t : "?",
 		       ch ? ch : "?");
+	const json_t *ex = json_object_get(resp, "extensions"), *e;
+	size_t i;
+	char *xs = s->exts[server ? 0 : 1];
+	snprintf(xs, sizeof(s->exts[0]), "%s", json_is_array(ex) ? "" : "?");
+	json_array_foreach(ex, i, e) {
+		size_t off = strlen(xs);
+		snprintf(xs + off, sizeof(s->exts[0]) - off, ",%s,", json_string_value(e) ?: "?");
+	}
 	if (!server && rc == 0) {
 		snprintf(s->transport, sizeof(s->transport), "%s", t ? t : "");
 		snprintf(s->channel, sizeof(s->channel), "%s", ch ? ch : "");

@@ -33,6 +33,9 @@ typedef struct twc_session {
 	char impl[2][64], version[2][64]; /* [0] server, [1] client, from hello */
 	char transport[32], channel[32];  /* what info reported (client side) */
 	char server_skipped[256];         /* ",name," per entry the server found not viable */
+	/* [0] server, [1] client: ",name," per extension twc_session_check_info
+	 * heard the pipe uses (spec/agent.md 6.9); "?" if that side cannot tell */
+	char exts[2][128];
 } twc_session;
 
 /* Shapes message `index` (counts, lengths, devices; seeds are assigned by the
@@ -55,6 +58,16 @@ const char *twc_session_unavailable(void);
  * case named them, spec/agent.md 6.9), or NULL. The runner's child turns
  * the case's PASS into a SKIP with this reason: the check did not run. */
 const char *twc_session_unchecked(void);
+
+/* The context request (without "cmd" and "name") a session makes when
+ * given none: the run's transport and channel (combo.h), priority 0. New
+ * reference; a case adds members (e.g. "extensions") and passes it to
+ * twc_session_start. */
+json_t *twc_session_combo_context(void);
+
+/* (A member "extensions_by_role": {"server": {...}, "client": {...}} of the
+ * ctx given to twc_session_start, not sent, gives each role its own
+ * "extensions".) */
 
 /* Spawns both adapters, says hello and creates their contexts from `ctx`
  * (a "context" request without "name", borrowed; a member

@@ -478,6 +478,25 @@ static int parse_bound(const json_t *req, const char *key, bool *has, uint64_t *
 	return 0;
 }
 
+static int parse_extensions(const json_t *req, const json_t **out, char *err, size_t errlen)
+{
+	const json_t *v = json_object_get(req, "extensions");
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	const char *k;
+	const json_t *on;
+	bool ok = json_is_object(v);
+	json_object_foreach((json_t *)v, k, on)
+		ok = ok && json_is_boolean(on);
+	if (!ok) {
+		snprintf(err, errlen, "context: 'extensions' must be an object of booleans");
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
 int twc_agent_parse_context(const json_t *req, twc_agent_context_req *out, char *err,
                            size_t errlen)
 {
@@ -493,6 +512,7 @@ int twc_agent_parse_context(const json_t *req, twc_agent_context_req *out, char 
 	                &out->handshake_timeout_ms, err, errlen) ||
 	    parse_bound(req, "operation_timeout_ms", &out->has_operation_timeout,
 	                &out->operation_timeout_ms, err, errlen) ||
+	    parse_extensions(req, &out->extensions, err, errlen) ||
 	    parse_backends(json_object_get(req, "transports"), "transports", &uv, &out->transports,
 	                   &out->num_transports, err, errlen) ||
 	    parse_backends(json_object_get(req, "channels"), "channels", &basic, &out->channels,

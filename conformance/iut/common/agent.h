@@ -111,6 +111,9 @@ typedef struct twc_agent_context_req {
 	size_t num_channels;
 	bool has_handshake_timeout, has_operation_timeout;
 	uint64_t handshake_timeout_ms, operation_timeout_ms;
+	/* "extensions": spec/wire.md section 8 extensions to switch on or off,
+	 * an object of booleans (checked), or NULL when absent. */
+	const json_t *extensions;
 } twc_agent_context_req;
 
 /* Parses and checks a "context" request. On failure returns -1 with a

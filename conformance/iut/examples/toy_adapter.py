@@ -186,6 +186,9 @@ def cmd_context(rid, req):
                 return err(rid, "unsupported", "toypipe has no %s kind %r" % (key[:-1], e.get("kind")))
     unhonoured = [{"name": m, "reason": "toypipe has no such bound"}
                   for m in ("handshake_timeout_ms", "operation_timeout_ms") if m in req]
+    # spec/agent.md 6.2: an extension asked on that the IUT does not have
+    unhonoured += [{"name": x, "reason": "toypipe implements no spec section 8 extension"}
+                   for x, on in (req.get("extensions") or {}).items() if on is True]
     # "transports": [] is a context that can neither listen nor connect
     has_transport = req.get("transports") is None or len(req["transports"]) > 0
     ctx = toypipe.Context(req.get("name", ""))

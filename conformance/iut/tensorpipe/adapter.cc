@@ -347,6 +347,7 @@ void cmd_context(json_int_t id, const json_t *req)
 		ctx->registerChannel(b.priority, b.name, cctx);
 	}
 	bool hs = r.has_handshake_timeout, ot = r.has_operation_timeout;
+	const json_t *exts = r.extensions;
 	twc_agent_context_req_clear(&r);
 	g_ctx = ctx;
 	g_transports = transports;
@@ -363,6 +364,16 @@ void cmd_context(json_int_t id, const json_t *req)
 		                      json_pack("{s:s,s:s}", "name", "operation_timeout_ms", "reason",
 		                                "stock TensorPipe has no operation deadline: a pending "
 		                                "read or write waits until the pipe fails or closes"));
+	/* stock never uses an extension, so asking it to leave one off is met */
+	const char *ext;
+	json_t *on;
+	json_object_foreach(const_cast<json_t *>(exts), ext, on) {
+		if (json_is_true(on))
+			json_array_append_new(unhonoured,
+			                      json_pack("{s:s,s:s}", "name", ext, "reason",
+			                                "stock TensorPipe implements no extension of "
+			                                "spec/wire.md section 8"));
+	}
 	if (json_array_size(unhonoured) > 0)
 		json_object_set_new(resp, "unhonoured", unhonoured);
 	else
@@ -693,10 +704,10 @@ void cmd_info(json_int_t id, const json_t *req)
 		twc_agent_respond_err(id, "inval", "not_established", "info: pipe not established");
 		return;
 	}
-	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", r.transport.c_str(),
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b,s:[]}", "transport", r.transport.c_str(),
 	                                  "channel", r.channel.c_str(), "remote_name",
 	                                  pe->pipe->getRemoteName().c_str(), "is_server",
-	                                  pe->is_server));
+	                                  pe->is_server, "extensions"));
 }
 
 void cmd_close(json_int_t id, const json_t *req)

@@ -313,6 +313,21 @@ static void cmd_context(json_int_t id, const json_t *req)
 		st = tw_context_set_operation_timeout(ctx, r.operation_timeout_ms);
 		fn = "tw_context_set_operation_timeout";
 	}
+	/* spec/agent.md 6.2: eager (spec/wire.md 8.4) is the one extension a
+	 * user can switch; any other name is one this library does not have */
+	json_t *unhonoured = json_array();
+	const char *ext;
+	const json_t *on;
+	json_object_foreach((json_t *)r.extensions, ext, on) {
+		if (st == TW_OK && !strcmp(ext, "eager")) {
+			st = tw_context_set_eager(ctx, json_is_true(on));
+			fn = "tw_context_set_eager";
+		} else if (json_is_true(on)) {
+			json_array_append_new(unhonoured,
+			                      json_pack("{s:s,s:s}", "name", ext, "reason",
+			                                "tensorwire implements no extension of that name"));
+		}
+	}
 	json_t *skipped = json_array();
 	size_t transports = 0;
 	err[0] = '\0'; /* an unknown kind, said below */
@@ -348,13 +363,19 @@ static void cmd_context(json_int_t id, const json_t *req)
 		else
 			respond_status(id, st, fn);
 		json_decref(skipped);
+		json_decref(unhonoured);
 		if (ctx)
 			tw_context_destroy(ctx);
 		return;
 	}
 	g_ctx = ctx;
 	g_transports = transports;
-	twc_agent_respond_ok(id, json_pack("{s:o}", "skipped", skipped));
+	json_t *resp = json_pack("{s:o}", "skipped", skipped);
+	if (json_array_size(unhonoured) > 0)
+		json_object_set_new(resp, "unhonoured", unhonoured);
+	else
+		json_decref(unhonoured);
+	twc_agent_respond_ok(id, resp);
 }
 
 static bool need_ctx(json_int_t id)
@@ -809,9 +830,21 @@ static void cmd_info(json_int_t id, const json_t *req)
 		respond_status(id, st, "tw_pipe_get_info");
 		return;
 	}
-	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b}", "transport", info.transport, "channel",
-	                                  info.channel, "remote_name", info.remote_name, "is_server",
-	                                  info.is_server));
+	/* the extensions the pipe uses: its verdicts' "extension NAME: used" lines */
+	char v[4096];
+	json_t *exts = json_array();
+	if (tw_pipe_get_verdicts(pe->pipe, v, sizeof(v)) == TW_OK) {
+		for (char *line = v, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+			nl = strchr(line, '\n');
+			char name[32];
+			int used = 0;
+			if (sscanf(line, "extension %31[^:]: used%n", name, &used) == 1 && used > 0)
+				json_array_append_new(exts, json_string(name));
+		}
+	}
+	twc_agent_respond_ok(id, json_pack("{s:s,s:s,s:s,s:b,s:o}", "transport", info.transport,
+	                                  "channel", info.channel, "remote_name", info.remote_name,
+	                                  "is_server", info.is_server, "extensions", exts));
 }
 
 static void cmd_close(json_int_t id, const json_t *req)
