@@ -171,22 +171,22 @@ static int shape_4_5gib(int index, twc_agent_msg *m)
 
 const twc_interop_case twc_interop_cases[] = {
 	{"metadata_only", "message metadata only, no payloads or tensors", 4, false, false, 60,
-	 shape_metadata_only},
+	 shape_metadata_only, false},
 	{"payloads_only", "three payloads per message, no tensors", 4, false, false, 60,
-	 shape_payloads_only},
+	 shape_payloads_only, false},
 	{"tensors_only", "three CPU tensors per message, target device set", 3, false, false, 60,
-	 shape_tensors_only},
-	{"mixed", "metadata, two payloads and three tensors", 3, false, false, 60, shape_mixed},
+	 shape_tensors_only, false},
+	{"mixed", "metadata, two payloads and three tensors", 3, false, false, 60, shape_mixed, false},
 	{"zero_length", "zero-length tensors and payloads among non-empty ones", 2, false, false,
-	 60, shape_zero_length},
-	{"tensors_100", "100 tensors in one message", 2, false, false, 60, shape_100_tensors},
+	 60, shape_zero_length, true},
+	{"tensors_100", "100 tensors in one message", 2, false, false, 60, shape_100_tensors, false},
 	{"burst_1000", "1000 messages written before the first read", 1000, true, false, 120,
-	 shape_burst},
-	{"tensor_64mib", "one 64 MiB tensor", 1, false, false, 120, shape_64mib},
+	 shape_burst, false},
+	{"tensor_64mib", "one 64 MiB tensor", 1, false, false, 120, shape_64mib, false},
 	{"no_target_device", "tensors without a target device (DescriptorReply)", 2, false, false,
-	 60, shape_no_target},
-	{"tensor_2_5gib", "one 2.5 GiB tensor", 1, false, true, 1200, shape_2_5gib},
-	{"tensor_4_5gib", "one 4.5 GiB tensor", 1, false, true, 1200, shape_4_5gib},
+	 60, shape_no_target, true},
+	{"tensor_2_5gib", "one 2.5 GiB tensor", 1, false, true, 1200, shape_2_5gib, false},
+	{"tensor_4_5gib", "one 4.5 GiB tensor", 1, false, true, 1200, shape_4_5gib, false},
 };
 const int twc_interop_num_cases = (int)(sizeof(twc_interop_cases) / sizeof(twc_interop_cases[0]));
 

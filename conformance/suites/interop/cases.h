@@ -21,6 +21,11 @@ typedef struct twc_interop_case {
 	/* Shapes message `index`: counts, lengths, devices (seeds are the
 	 * driver's). Returns -1 on allocation failure. */
 	int (*shape)(int index, twc_agent_msg *m);
+	/* The case checks a channel's framing or the DescriptorReply: both
+	 * contexts switch the eager extension off (spec/agent.md 6.2), so that
+	 * small tensors between two tensorwire IUTs still take the channel,
+	 * after a reply where they name no target (spec/wire.md 8.4). */
+	bool eager_off;
 } twc_interop_case;
 
 extern const twc_interop_case twc_interop_cases[];

@@ -55,12 +55,15 @@ static int shape_ordered(int i, twc_agent_msg *m)
 }
 
 /* Every other message has a tensor without a target device, so it waits for
- * its DescriptorReply while the one behind it is ready to go. */
+ * its DescriptorReply while the one behind it is ready to go. Every tensor
+ * is above 64 KiB, so between two tensorwire IUTs too, where smaller ones
+ * travel eagerly on D (spec/wire.md 8.4), each of them takes the channel. */
 static int shape_reply_gaps(int i, twc_agent_msg *m)
 {
 	if (shape_ordered(i, m))
 		return -1;
 	m->tensors[0].has_target_device = i % 2 != 0;
+	m->tensors[0].data.len = 65537 + (uint64_t)i * 13;
 	return 0;
 }
 
@@ -174,6 +177,87 @@ static twc_outcome_t run_ordering(const twc_case *c, twc_case_env *env)
 static twc_outcome_t run_ordering_behind_reply(const twc_case *c, twc_case_env *env)
 {
 	return both_ways(env, shape_reply_gaps, 40, 1500000);
+}
+
+/* Every kind of tensor spec 8.4 tells apart, in one message: empty and
+ * small ones without a target device (eager), one of exactly 64 KiB with
+ * a CPU target (eager), one of 64 KiB + 1 without a target (the channel,
+ * after a DescriptorReply) and a small targeted one behind it (eager). */
+static int shape_eager_mix(int i, twc_agent_msg *m)
+{
+	static const uint64_t len[5] = {0, 1000, 65536, 65537, 3};
+	if (parts(m, 1, 5))
+		return -1;
+	m->metadata.len = 4 + (uint64_t)i;
+	m->payloads[0].data.len = 7 + (uint64_t)i;
+	for (size_t k = 0; k < 5; k++) {
+		m->tensors[k].data.len = len[k] + (k == 1 || k == 3 ? (uint64_t)i : 0);
+		m->tensors[k].has_target_device = k == 2 || k == 4;
+	}
+	return 0;
+}
+
+/* What both ends' info says of eager (spec/agent.md 6.9), against `want`. */
+static int check_eager_used(twc_session *s, bool want)
+{
+	for (int side = 0; side < 2; side++) {
+		const char *xs = s->exts[side], *who = side ? "client" : "server";
+		if (!strcmp(xs, "?")) {
+			printf("# the %s cannot tell which extensions its pipe uses\n", who);
+			continue;
+		}
+		if ((strstr(xs, ",eager,") != NULL) != want)
+			return twc_session_fail(s, "the %s reports extensions [%s]; the pipe should %suse "
+			                           "eager (8.4.a)",
+			                        who, xs, want ? "" : "not ");
+	}
+	return 0;
+}
+
+/* One session where the client asks eager or not, and the server agrees to
+ * it or not (spec/agent.md 6.2 "extensions"): messages of every kind go
+ * both ways, the first direction in a burst, and arrive intact; the pipe
+ * uses eager exactly when both ends have it on. */
+static int eager_session(twc_case_env *env, bool client_on, bool server_on, int n,
+                         twc_session *s)
+{
+	json_t *ctx = twc_session_combo_context();
+	json_object_set_new(ctx, "extensions_by_role",
+	                    json_pack("{s:{s:b},s:{s:b}}", "client", "eager", client_on, "server",
+	                              "eager", server_on));
+	printf("# eager: client %s, server %s\n", client_on ? "on" : "off", server_on ? "on" : "off");
+	int rc = begin(s, env, ctx, NULL);
+	json_decref(ctx);
+	if (rc == 0)
+		rc = twc_session_transfer(s, true, shape_eager_mix, n, true, 17000000);
+	if (rc == 0)
+		rc = twc_session_transfer(s, false, shape_eager_mix, n, false, 17500000);
+	if (rc == 0)
+		rc = twc_session_check_info(s, NULL, NULL);
+	if (rc == 0)
+		rc = check_eager_used(s, client_on && server_on);
+	if (rc == 0)
+		rc = twc_session_finish(s);
+	return rc;
+}
+
+/* Spec 8.4: with both ends on, small CPU tensors travel on D and the rest
+ * on the channel, mixed in one message, in both directions; with either
+ * end off, the pipe follows 3.10 and 3.11 only. The data is the judge: a
+ * tensor taken from the wrong place, or a reply missing or extra, fails
+ * its checksum or hangs. An IUT without eager SKIPs. */
+static twc_outcome_t run_eager(const twc_case *c, twc_case_env *env)
+{
+	static const bool on[3][2] = {{true, true}, {false, true}, {true, false}};
+	twc_session s;
+	int rc = 0;
+	for (int k = 0;; k++) {
+		rc = eager_session(env, on[k][0], on[k][1], k == 0 ? 30 : 5, &s);
+		if (rc || k == 2)
+			break;
+		twc_session_destroy(&s);
+	}
+	return from_session(&s, env, rc);
 }
 
 /* "Stock sender pipelining: [...] up to several descriptors can be in flight
@@ -1235,12 +1319,24 @@ static const twc_case cases[] = {
 	 .timeout_s = 300, .run = run_ordering, .cross = true},
 	{.id = "semantic.ordering_behind_reply", .battery = true, .suite = "semantic",
 	 .section = "wire.md 3.12 (3.12.a), wire.md 3.11 (3.11.a)", .level = TWC_MUST, .needs = "",
-	 .description = "40 messages each way, every other one waiting for its DescriptorReply: "
-	                "tensors arrive in write order",
+	 .description = "40 messages each way, every other one waiting for its DescriptorReply, "
+	                "tensors above 64 KiB: tensors arrive in write order",
 	 .requirement = "(3.12.a) D carries, per direction, descriptor0, payloads0..., descriptor1, "
 	                "payloads1..., strictly in message order; a message that waits for its "
 	                "DescriptorReply (3.11.a) holds back the tensors of the messages behind it.",
 	 .timeout_s = 120, .run = run_ordering_behind_reply, .cross = true},
+	{.id = "semantic.eager", .battery = true, .suite = "semantic",
+	 .section = "wire.md 8.4 (8.4.a, 8.4.b, 8.4.c, 8.4.e)", .level = TWC_MUST, .needs = "",
+	 .description = "eager on at both ends, then off at either: messages mixing empty, small, "
+	                "64 KiB and 64 KiB + 1 tensors, with and without a target device, arrive "
+	                "intact both ways, and info says eager is used exactly when both are on",
+	 .requirement = "(8.4.a) each end MUST treat the pipe as eager exactly when it was asked "
+	                "and acknowledged and every device pair is CPU to CPU; (8.4.b) an eager "
+	                "tensor travels as one frame on D after the payloads; (8.4.c) a "
+	                "DescriptorReply lists only the tensors that are not eager and lack a "
+	                "target device; (8.4.e) a pipe that did not agree follows 3.10 and 3.11. "
+	                "SKIP where an IUT does not implement eager (spec/agent.md 6.2).",
+	 .timeout_s = 120, .run = run_eager, .cross = true},
 	{.id = "semantic.writes_in_flight", .battery = true, .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "1000 writes of 64 KiB tensors queued before the first read",

@@ -558,7 +558,7 @@ static int send_registration_timeout(ctx *c)
 
 /* A Brochure offering uv and basic that asks for the extensions `asked`
  * (spec 8.1), handshaken; the answer is in c->ans. */
-static int ext_handshake(ctx *c, const char *asked)
+static int ext_handshake(ctx *c, const char *asked, bool open_conns)
 {
 	unsigned char b[256];
 	size_t n = 0, an = strlen(asked);
@@ -579,15 +579,15 @@ static int ext_handshake(ctx *c, const char *asked)
 	memcpy(b + n, twc_raw_brochure_uv_basic + 14, twc_raw_brochure_uv_basic_len - 14);
 	n += twc_raw_brochure_uv_basic_len - 14;
 	int fd = twc_raw_open(c);
-	if (fd < 0 || twc_raw_say_hello(c, fd, "ext") || twc_raw_handshake(c, fd, b, n, false))
+	if (fd < 0 || twc_raw_say_hello(c, fd, "ext") || twc_raw_handshake(c, fd, b, n, open_conns))
 		return -1;
-	return 0;
+	return fd;
 }
 
 /* Only names it does not know: no acknowledgement at all (8.1.b, 8.1.c). */
 static int send_ext_unknown_only(ctx *c)
 {
-	if (ext_handshake(c, "zz-unknown,tensorwire.none"))
+	if (ext_handshake(c, "zz-unknown,tensorwire.none", false) < 0)
 		return -1;
 	if (c->ans.has_ext)
 		twc_raw_check(c, "asked only for unknown extensions, the answer acknowledges mask 0x%llx "
@@ -599,7 +599,7 @@ static int send_ext_unknown_only(ctx *c)
 /* goodbye among unknown names: at most bit 0 (8.1.b, 8.1.c). */
 static int send_ext_bits_asked(ctx *c)
 {
-	if (ext_handshake(c, "zz-first,goodbye,zz-last"))
+	if (ext_handshake(c, "zz-first,goodbye,zz-last", false) < 0)
 		return -1;
 	if (c->ans.has_ext && (c->ans.ext_mask & ~UINT64_C(1)))
 		twc_raw_check(c, "asked for goodbye (bit 0) among unknown names, the answer sets mask "
@@ -611,6 +611,27 @@ static int send_ext_bits_asked(ctx *c)
 	printf("# acknowledgement: %s 0x%llx\n", c->ans.has_ext ? "mask" : "none",
 	       (unsigned long long)c->ans.ext_mask);
 	return 0;
+}
+
+/* An eager tensor's frame one byte short of its length (8.4.d): the
+ * Descriptor of one 16-byte CPU tensor with a CPU target, then 15 bytes on
+ * D. Only an IUT that acknowledges eager reads it there. */
+static int send_eager_short_frame(ctx *c)
+{
+	unsigned char t[15];
+	c->want_read = true;
+	int fd = ext_handshake(c, "eager", true);
+	if (fd < 0)
+		return -1;
+	if (!c->ans.has_ext || !(c->ans.ext_mask & 4)) {
+		twc_raw_skip(c, "the IUT does not acknowledge eager (answer mask %s0x%llx, spec 8.4: "
+		                "bit 2): it implements no eager tensors, so 8.4.d does not apply",
+		             c->ans.has_ext ? "" : "absent, ", (unsigned long long)c->ans.ext_mask);
+		return 0;
+	}
+	twc_agent_gen_fill(t, sizeof(t), 6);
+	return twc_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
+	       twc_raw_frame(c, fd, t, sizeof(t)) ? -1 : 0;
 }
 
 /* Sections: spec/wire.md, with the numbered requirement checked. */
@@ -800,6 +821,13 @@ static const twc_case cases[] = {
 	    "fail the pipe with a protocol error. And always: "
 	    ALWAYS,
 	    send_payload_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto", NULL),
+	RAW("eager_short_frame", "8.4 (8.4.d)", TWC_MUST,
+	    "asks for eager; a Descriptor announcing a 16-byte CPU tensor, then a 15-byte frame on D",
+	    "(8.4.d) A receiver MUST fail the pipe with a protocol error if an eager tensor's frame "
+	    "length differs from the tensor's length. SKIP where the IUT does not acknowledge "
+	    "eager. And always: "
+	    ALWAYS,
+	    send_eager_short_frame, "pipe-failed", NULL, NULL, 0, "proto", NULL),
 	RAW("tensor_length_mismatch", "4.2 (4.2.a)", TWC_MUST,
 	    "Descriptor announcing a 16-byte tensor, then a 17-byte frame on the basic channel",
 	    "(4.2.a) A receiver MUST fail the channel (and pipe) with a protocol error if the frame's "

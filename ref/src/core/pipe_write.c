@@ -397,10 +397,12 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 		st = tw__pipe_d_frame(p, m, m->payloads[i].data, m->payloads[i].length,
 		                      --after ? TW_WRITE_MORE : 0);
 	}
-	for (size_t i = 0; i < m->msg.num_tensors && st == TW_OK; i++)
+	for (size_t j = 0; j < m->msg.num_tensors && st == TW_OK; j++) {
+		size_t i = TW_MUTANT("eager_tensors_reordered") ? m->msg.num_tensors - 1 - j : j;
 		if (tw__pipe_eager(p, &m->tensors[i]))
 			st = tw__pipe_d_frame(p, m, m->tensors[i].data, m->tensors[i].length,
 			                      --after ? TW_WRITE_MORE : 0);
+	}
 	if (st != TW_OK)
 		return st;
 	if (m->num_untargeted > 0 && p->ext_goodbye) {

@@ -24,6 +24,7 @@ static const char *const tw__mutants[] = {
 	"descriptor_cb_twice",
 	"descriptor_reply_unchecked",
 	"empty_variant_kept",
+	"eager_tensors_reordered",
 	"eof_as_reset",
 	"ext_acked_unasked",
 	"frame_length_unchecked",
