@@ -131,23 +131,24 @@ static bool twd_strip(char *s, const char *suffix)
 static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 {
 	tw_context *ctx;
-	/* "<transport>-<channel>[-spin|-sleep][-td]": -spin asks the transport
+	/* "<transport>-<channel>[-spin|-sleep][-td][-noeager]": -spin asks the transport
 	 * (uv, shm or ibv) to busy-poll for 100 ms after the last activity
 	 * (option busy_poll_us), as stock's shm and ibv poll all the time;
 	 * -sleep asks it not to poll at all (busy_poll_us=0: shm and ibv
 	 * otherwise poll for 1 ms after activity);
 	 * -td: every tensor names its target device (twd_target);
-	 * -eager: small CPU tensors on the descriptor connection (spec 8.4) */
+	 * -noeager: eager tensors (spec 8.4, on by default) switched off, so
+	 * every tensor takes the channel */
 	char sys[64], channel[32];
 	snprintf(sys, sizeof(sys), "%s", a->system);
-	bool eager = twd_strip(sys, "-eager");
+	bool noeager = twd_strip(sys, "-noeager");
 	twd_target = twd_strip(sys, "-td");
 	bool spin = twd_strip(sys, "-spin");
 	bool nopoll = !spin && twd_strip(sys, "-sleep");
 	const char *dash = strchr(sys, '-');
 	if (!dash || (size_t)(dash - sys) >= tlen || !dash[1] || strlen(dash + 1) >= sizeof(channel))
 		twb_die(2,
-		        "bad --system '%s' (want <transport>-<channel>[-spin|-sleep][-td][-eager], e.g. "
+		        "bad --system '%s' (want <transport>-<channel>[-spin|-sleep][-td][-noeager], e.g. "
 		        "uv-basic)",
 		        a->system);
 	memcpy(transport, sys, (size_t)(dash - sys));
@@ -164,8 +165,8 @@ static tw_context *twd_context(const twb_args *a, char *transport, size_t tlen)
 	}
 	twd_check(tw_context_create(a->role == TWB_ROLE_SERVER ? "twb-server" : "twb-client", &ctx),
 	          "tw_context_create");
-	if (eager)
-		twd_check(tw_context_set_eager(ctx, true), "tw_context_set_eager");
+	if (noeager)
+		twd_check(tw_context_set_eager(ctx, false), "tw_context_set_eager");
 	twd_check(tw_context_register_transport(ctx, transport, NULL, 0,
 	                                        spin     ? "busy_poll_us=100000"
 	                                        : nopoll ? "busy_poll_us=0"

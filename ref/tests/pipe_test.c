@@ -434,12 +434,12 @@ static void check_info(tw_pipe *p, bool is_server)
 	char ch[32];
 	CHECK_OK(tw_pipe_channel_for(p, &cpu, &cpu, ch, sizeof(ch)));
 	CHECK(strcmp(ch, tu_combo_get()->channel) == 0);
-	/* Both ends run with TW_EAGER=1 or neither (spec 8.4): the verdicts
-	 * say the extension is used, or say nothing of it. */
+	/* Both ends run with eager on (the default) or with TW_EAGER=0 (spec
+	 * 8.4): the verdicts say the extension is used, or say nothing of it. */
 	char v[2048];
 	CHECK_OK(tw_pipe_get_verdicts(p, v, sizeof(v)));
 	const char *eager = getenv("TW_EAGER");
-	bool want = eager && !strcmp(eager, "1");
+	bool want = !(eager && !strcmp(eager, "0"));
 	bool used = strstr(v, "extension eager: used:") != NULL;
 	bool said = strstr(v, "extension eager") != NULL;
 	if (want != used || (!want && said))

@@ -326,8 +326,9 @@ TW_NODISCARD tw_status_t tw_context_set_operation_timeout(tw_context *ctx,
  * on any pipe whose channels are all CPU ones. The write of a message
  * whose tensors are all eager completes once its bytes are handed to the
  * transport, as a message of payloads does, without waiting for the
- * receiver's buffers. Default: off, or TW_EAGER=1 in the environment at
- * tw_context_create (0 or empty: off; any other value makes
+ * receiver's buffers: a write's callback never means the receiver has
+ * read it. Default: on, or TW_EAGER=0 in the environment at
+ * tw_context_create turns it off (1 or empty: on; any other value makes
  * tw_context_create fail with TW_ERR_INVAL naming it). Any thread, any
  * time; applies to pipes connected or accepted after the call.
  * TW_ERR_INVAL if ctx is NULL. */

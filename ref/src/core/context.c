@@ -553,7 +553,8 @@ tw_status_t tw_context_create(const char *name, tw_context **ctx_out)
 		tw__free(ctx);
 		return tw__api_fail(TW_ERR_INVAL, "%s: TW_EAGER ('%s') is not 0 or 1", fn, env_eager);
 	}
-	ctx->eager = env_eager && strcmp(env_eager, "1") == 0;
+	/* spec 8.4: on unless TW_EAGER=0 */
+	ctx->eager = !(env_eager && strcmp(env_eager, "0") == 0);
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->join_mu, NULL);
 	tw__list_init(&ctx->all_pipes);
