@@ -14,7 +14,12 @@
  *   - client: ours connects with eager on to a raw server that acknowledges
  *     it: the tensor comes on D right after the payload, and the write
  *     completes with no reply; client_unacked: the raw server acknowledges
- *     goodbye only, so the tensor waits for the reply and takes the channel.
+ *     goodbye only, so the tensor waits for the reply and takes the channel;
+ *   - noreply (spec/wire.md 8.5): server_noreply: a raw client that asks
+ *     for "goodbye,noreply" sends an untargeted tensor on the channel at
+ *     once and gets it delivered with nothing on R; client_noreply: our
+ *     client, told noreply but not eager, sends it on the channel with no
+ *     reply, and its write completes.
  * What a user checks: the bytes (checksums), each callback once with its
  * status, no hang (watchdog).
  *
@@ -29,6 +34,7 @@
 #define EXT_ANSWER_KEY UINT64_C(0x74770001)
 #define EXT_GOODBYE_BIT UINT64_C(1)
 #define EXT_EAGER_BIT UINT64_C(4)
+#define EXT_NOREPLY_BIT UINT64_C(8)
 #define EAGER_MAX 65536
 
 enum { PAY_LEN = 3000, A_LEN = 1000 };
@@ -228,6 +234,35 @@ static void case_server(void)
 	raw_client_close(&rc);
 }
 
+/* noreply without eager (spec 8.5): the untargeted tensor comes on the
+ * channel right behind its Descriptor, and no DescriptorReply is written. */
+static void case_server_noreply(void)
+{
+	raw_client rc;
+	raw_client_open_asking(&rc, true, "goodbye,noreply");
+	CHECK(rc.mask == (EXT_GOODBYE_BIT | EXT_NOREPLY_BIT));
+	uint64_t len = A_LEN;
+	bool untargeted = false;
+	send_descriptor(rc.d, 1, &len, &untargeted);
+	uint8_t *pay = filled(PAY_LEN, 50), *src = filled(len, 51);
+	raw_send_frame(rc.d, pay, PAY_LEN);
+	raw_send_frame(rc.basic, src, len);
+	uint8_t *got_pay, *got[1];
+	tu_rec r;
+	tu_rec_init(&r);
+	start_read(rc.p, 1, &got_pay, got, &r);
+	tu_expect(&r, TW_OK, NULL);
+	CHECK(memcmp(got_pay, pay, PAY_LEN) == 0 && memcmp(got[0], src, len) == 0);
+	CHECK(!readable(rc.r, 200));
+	char v[2048];
+	CHECK_OK(tw_pipe_get_verdicts(rc.p, v, sizeof(v)));
+	CHECK(strstr(v, "extension noreply: used"));
+	CHECK(strstr(v, "extension eager: not used: the client did not ask for it"));
+	free(got[0]), free(got_pay), free(pay), free(src);
+	tu_once(&r);
+	raw_client_close(&rc);
+}
+
 static void case_server_off(void)
 {
 	raw_client rc;
@@ -297,6 +332,13 @@ static void client_vs_raw_server(uint64_t mask)
 		free(f);
 		tu_expect(&wr, TW_OK, NULL);
 		CHECK(!readable(basic, 100));
+	} else if (mask & EXT_NOREPLY_BIT) {
+		/* spec 8.5: on the channel at once, no reply awaited */
+		f = raw_recv_frame(basic, &n);
+		CHECK(n == A_LEN && memcmp(f, ten, n) == 0);
+		free(f);
+		tu_expect(&wr, TW_OK, NULL);
+		CHECK(!readable(boot, 100));
 	} else {
 		/* Not acknowledged: spec 3.11 as stock, the reply first. */
 		CHECK(!tu_wait_for(&wr.w, 1, 100));
@@ -312,6 +354,9 @@ static void client_vs_raw_server(uint64_t mask)
 	printf("%s", v);
 	CHECK(strstr(v, (mask & EXT_EAGER_BIT) ? "extension eager: used"
 	                                       : "extension eager: not used: the server did not") !=
+	      NULL);
+	CHECK(strstr(v, (mask & EXT_NOREPLY_BIT) ? "extension noreply: used"
+	                                         : "extension noreply: not used: the server did not") !=
 	      NULL);
 	tw_pipe_destroy(p);
 	CHECK_OK(tw_context_join(c));
@@ -331,11 +376,18 @@ static void case_client_unacked(void)
 	client_vs_raw_server(EXT_GOODBYE_BIT);
 }
 
+static void case_client_noreply(void)
+{
+	client_vs_raw_server(EXT_GOODBYE_BIT | EXT_NOREPLY_BIT);
+}
+
 static const tu_case cases[] = {
 	{ "server", case_server },
 	{ "server_off", case_server_off },
 	{ "client", case_client },
 	{ "client_unacked", case_client_unacked },
+	{ "server_noreply", case_server_noreply },
+	{ "client_noreply", case_client_noreply },
 };
 
 int main(int argc, char **argv)

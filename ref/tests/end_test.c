@@ -734,11 +734,12 @@ static void two_process(enum peer_end how, tw_status_t want, const char *substr)
 	char b;
 	CHECK(read(ready[0], &b, 1) == 1);
 	/* Pending when the peer goes: a descriptor read, and a write that waits
-	 * for a DescriptorReply the child never sends (it reads nothing). Its
-	 * tensor is above spec 8.4's eager bound (64 KiB): a smaller one would
-	 * travel on the descriptor connection, and its write need no reply. */
+	 * for the child, which reads nothing: for its DescriptorReply, or with
+	 * spec 8.5 (noreply, the default) for its read of a 64 MiB tensor that
+	 * no socket buffer holds. A tensor under 8.4's eager bound (64 KiB)
+	 * would go on the descriptor connection, and its write complete. */
 	out_msg o;
-	out_msg_make_len(&o, 900, false, 128 * 1024);
+	out_msg_make_len(&o, 900, false, (size_t)64 << 20);
 	CHECK_OK(tw_pipe_read_descriptor(p, tu_on_desc, &rd));
 	CHECK_OK(tw_pipe_write(p, &o.m, tu_on_status, &w));
 	CHECK(!tu_wait_for(&rd.w, 1, 100));

@@ -32,11 +32,13 @@ static void destroy_pair(tu_pair *p)
 }
 
 /* A message whose write cannot complete while the peer does not read: a
- * tensor without a target device needs the peer's DescriptorReply. 128 KiB:
- * above spec 8.4's eager bound (64 KiB), so also with TW_EAGER=1, where a
- * smaller one goes on the descriptor connection and needs no reply. */
-static uint8_t small[128 << 10];
-static tw_tensor untargeted_tensor = { small, sizeof(small), { "cpu", 0 }, false, { "cpu", 0 }, NULL, 0, NULL };
+ * tensor without a target device needs the peer's DescriptorReply, or,
+ * where spec 8.5 (noreply, on by default) drops the reply, the peer's read
+ * to drain it off the channel. 64 MiB: more than any transport buffers
+ * (socket buffers, 2 MiB shm rings), and above 8.4's eager bound (64 KiB),
+ * under which it would go on the descriptor connection and complete. */
+static uint8_t unbuffered[64 << 20];
+static tw_tensor untargeted_tensor = { unbuffered, sizeof(unbuffered), { "cpu", 0 }, false, { "cpu", 0 }, NULL, 0, NULL };
 static const tw_message waits_for_reply = { NULL, 0, 0, NULL, 1, &untargeted_tensor };
 
 static void case_close_pending(void)

@@ -313,16 +313,25 @@ static void cmd_context(json_int_t id, const json_t *req)
 		st = tw_context_set_operation_timeout(ctx, r.operation_timeout_ms);
 		fn = "tw_context_set_operation_timeout";
 	}
-	/* spec/agent.md 6.2: eager (spec/wire.md 8.4) is the one extension a
-	 * user can switch; any other name is one this library does not have */
+	/* spec/agent.md 6.2: eager and noreply (spec/wire.md 8.4, 8.5) are the
+	 * extensions a user can switch, both with one call; any other name is
+	 * one this library does not have */
 	json_t *unhonoured = json_array();
 	const char *ext;
 	const json_t *on;
+	int small = -1; /* the eager/noreply switch as asked, -1: not asked */
 	json_object_foreach((json_t *)r.extensions, ext, on) {
-		if (st == TW_OK && !strcmp(ext, "eager")) {
-			st = tw_context_set_eager(ctx, json_is_true(on));
+		bool ours = !strcmp(ext, "eager") || !strcmp(ext, "noreply");
+		if (ours && small >= 0 && small != json_is_true(on)) {
+			json_array_append_new(unhonoured,
+			                      json_pack("{s:s,s:s}", "name", ext, "reason",
+			                                "tensorwire switches eager and noreply together "
+			                                "(tw_context_set_eager)"));
+		} else if (ours && st == TW_OK) {
+			small = json_is_true(on);
+			st = tw_context_set_eager(ctx, small);
 			fn = "tw_context_set_eager";
-		} else if (json_is_true(on)) {
+		} else if (!ours && json_is_true(on)) {
 			json_array_append_new(unhonoured,
 			                      json_pack("{s:s,s:s}", "name", ext, "reason",
 			                                "tensorwire implements no extension of that name"));

@@ -22,9 +22,10 @@ typedef struct twc_interop_case {
 	 * driver's). Returns -1 on allocation failure. */
 	int (*shape)(int index, twc_agent_msg *m);
 	/* The case checks a channel's framing or the DescriptorReply: both
-	 * contexts switch the eager extension off (spec/agent.md 6.2), so that
-	 * small tensors between two tensorwire IUTs still take the channel,
-	 * after a reply where they name no target (spec/wire.md 8.4). */
+	 * contexts switch the eager and noreply extensions off (spec/agent.md
+	 * 6.2), so that small tensors between two tensorwire IUTs still take the
+	 * channel, after a reply where they name no target (spec/wire.md 8.4,
+	 * 8.5). */
 	bool eager_off;
 } twc_interop_case;
 

@@ -63,7 +63,7 @@ int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char
 	json_t *ctx = NULL;
 	if (c->eager_off) {
 		ctx = twc_session_combo_context();
-		json_object_set_new(ctx, "extensions", json_pack("{s:b}", "eager", 0));
+		json_object_set_new(ctx, "extensions", json_pack("{s:b,s:b}", "eager", 0, "noreply", 0));
 	}
 	int rc = twc_session_start(&s, ccmd, scmd, cname, sname,
 	                          (wait_s > 0 ? wait_s : c->wait_s) * 1000, ctx, NULL);

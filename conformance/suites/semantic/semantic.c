@@ -55,9 +55,9 @@ static int shape_ordered(int i, twc_agent_msg *m)
 }
 
 /* Every other message has a tensor without a target device, so it waits for
- * its DescriptorReply while the one behind it is ready to go. Every tensor
- * is above 64 KiB, so between two tensorwire IUTs too, where smaller ones
- * travel eagerly on D (spec/wire.md 8.4), each of them takes the channel. */
+ * its DescriptorReply while the one behind it is ready to go (the case
+ * switches spec 8.4 and 8.5 off, which would send none). Every tensor is
+ * above 64 KiB, the bound of 8.4's eager tensors. */
 static int shape_reply_gaps(int i, twc_agent_msg *m)
 {
 	if (shape_ordered(i, m))
@@ -148,10 +148,11 @@ static int expect_error_event(twc_session *s, twc_adapter *a, json_int_t id, con
 /* ---- cases ----------------------------------------------------------------------------- */
 
 /* n messages shaped by `shape` each way, all written before the first read. */
-static twc_outcome_t both_ways(twc_case_env *env, twc_shape_fn shape, int n, uint64_t seed)
+static twc_outcome_t both_ways_ctx(twc_case_env *env, const json_t *ctx, twc_shape_fn shape,
+                                   int n, uint64_t seed)
 {
 	twc_session s;
-	int rc = begin(&s, env, NULL, NULL);
+	int rc = begin(&s, env, ctx, NULL);
 	if (rc == 0)
 		rc = twc_session_transfer(&s, true, shape, n, true, seed);
 	if (rc == 0)
@@ -161,6 +162,11 @@ static twc_outcome_t both_ways(twc_case_env *env, twc_shape_fn shape, int n, uin
 	if (rc == 0)
 		rc = twc_session_finish(&s);
 	return from_session(&s, env, rc);
+}
+
+static twc_outcome_t both_ways(twc_case_env *env, twc_shape_fn shape, int n, uint64_t seed)
+{
+	return both_ways_ctx(env, NULL, shape, n, seed);
 }
 
 /* "D carries, per direction: descriptor0, payloads0..., descriptor1,
@@ -176,7 +182,12 @@ static twc_outcome_t run_ordering(const twc_case *c, twc_case_env *env)
  * tensors on the channel, never overtake them. */
 static twc_outcome_t run_ordering_behind_reply(const twc_case *c, twc_case_env *env)
 {
-	return both_ways(env, shape_reply_gaps, 40, 1500000);
+	/* replies are what the case is about: spec 8.5 would drop them all */
+	json_t *ctx = twc_session_combo_context();
+	json_object_set_new(ctx, "extensions", json_pack("{s:b,s:b}", "eager", 0, "noreply", 0));
+	twc_outcome_t o = both_ways_ctx(env, ctx, shape_reply_gaps, 40, 1500000);
+	json_decref(ctx);
+	return o;
 }
 
 /* Every kind of tensor spec 8.4 tells apart, in one message: empty and
@@ -197,35 +208,40 @@ static int shape_eager_mix(int i, twc_agent_msg *m)
 	return 0;
 }
 
-/* What both ends' info says of eager (spec/agent.md 6.9), against `want`. */
-static int check_eager_used(twc_session *s, bool want)
+/* What both ends' info says of extension `ext` (spec/agent.md 6.9),
+ * against `want`. */
+static int check_ext_used(twc_session *s, const char *ext, bool want)
 {
+	char key[40];
+	snprintf(key, sizeof(key), ",%s,", ext);
 	for (int side = 0; side < 2; side++) {
 		const char *xs = s->exts[side], *who = side ? "client" : "server";
 		if (!strcmp(xs, "?")) {
 			printf("# the %s cannot tell which extensions its pipe uses\n", who);
 			continue;
 		}
-		if ((strstr(xs, ",eager,") != NULL) != want)
+		if ((strstr(xs, key) != NULL) != want)
 			return twc_session_fail(s, "the %s reports extensions [%s]; the pipe should %suse "
-			                           "eager (8.4.a)",
-			                        who, xs, want ? "" : "not ");
+			                           "%s (8.4.a, 8.5.a)",
+			                        who, xs, want ? "" : "not ", ext);
 	}
 	return 0;
 }
 
-/* One session where the client asks eager or not, and the server agrees to
- * it or not (spec/agent.md 6.2 "extensions"): messages of every kind go
- * both ways, the first direction in a burst, and arrive intact; the pipe
- * uses eager exactly when both ends have it on. */
-static int eager_session(twc_case_env *env, bool client_on, bool server_on, int n,
-                         twc_session *s)
+/* One session where the client asks extension `ext` (eager or noreply) or
+ * not, and the server agrees to it or not (spec/agent.md 6.2
+ * "extensions"): messages of every kind go both ways, the first direction
+ * in a burst, and arrive intact; the pipe uses it exactly when both ends
+ * have it on. */
+static int ext_session(twc_case_env *env, const char *ext, bool client_on, bool server_on, int n,
+                       twc_session *s)
 {
 	json_t *ctx = twc_session_combo_context();
 	json_object_set_new(ctx, "extensions_by_role",
-	                    json_pack("{s:{s:b},s:{s:b}}", "client", "eager", client_on, "server",
-	                              "eager", server_on));
-	printf("# eager: client %s, server %s\n", client_on ? "on" : "off", server_on ? "on" : "off");
+	                    json_pack("{s:{s:b},s:{s:b}}", "client", ext, client_on, "server", ext,
+	                              server_on));
+	printf("# %s: client %s, server %s\n", ext, client_on ? "on" : "off",
+	       server_on ? "on" : "off");
 	int rc = begin(s, env, ctx, NULL);
 	json_decref(ctx);
 	if (rc == 0)
@@ -235,7 +251,7 @@ static int eager_session(twc_case_env *env, bool client_on, bool server_on, int 
 	if (rc == 0)
 		rc = twc_session_check_info(s, NULL, NULL);
 	if (rc == 0)
-		rc = check_eager_used(s, client_on && server_on);
+		rc = check_ext_used(s, ext, client_on && server_on);
 	if (rc == 0)
 		rc = twc_session_finish(s);
 	return rc;
@@ -246,18 +262,31 @@ static int eager_session(twc_case_env *env, bool client_on, bool server_on, int 
  * end off, the pipe follows 3.10 and 3.11 only. The data is the judge: a
  * tensor taken from the wrong place, or a reply missing or extra, fails
  * its checksum or hangs. An IUT without eager SKIPs. */
-static twc_outcome_t run_eager(const twc_case *c, twc_case_env *env)
+static twc_outcome_t run_ext_sessions(twc_case_env *env, const char *ext)
 {
 	static const bool on[3][2] = {{true, true}, {false, true}, {true, false}};
 	twc_session s;
 	int rc = 0;
 	for (int k = 0;; k++) {
-		rc = eager_session(env, on[k][0], on[k][1], k == 0 ? 30 : 5, &s);
+		rc = ext_session(env, ext, on[k][0], on[k][1], k == 0 ? 30 : 5, &s);
 		if (rc || k == 2)
 			break;
 		twc_session_destroy(&s);
 	}
 	return from_session(&s, env, rc);
+}
+
+static twc_outcome_t run_eager(const twc_case *c, twc_case_env *env)
+{
+	return run_ext_sessions(env, "eager");
+}
+
+/* Spec 8.5 the same way: with both ends on, no DescriptorReply, and the
+ * tensors without a target device (the 64 KiB + 1 one on the channel,
+ * the small ones eager where 8.4 is on too) land in CPU buffers. */
+static twc_outcome_t run_noreply(const twc_case *c, twc_case_env *env)
+{
+	return run_ext_sessions(env, "noreply");
 }
 
 /* "Stock sender pipelining: [...] up to several descriptors can be in flight
@@ -1337,6 +1366,18 @@ static const twc_case cases[] = {
 	                "target device; (8.4.e) a pipe that did not agree follows 3.10 and 3.11. "
 	                "SKIP where an IUT does not implement eager (spec/agent.md 6.2).",
 	 .timeout_s = 120, .run = run_eager, .cross = true},
+	{.id = "semantic.noreply", .battery = true, .suite = "semantic",
+	 .section = "wire.md 8.5 (8.5.a, 8.5.b, 8.5.c)", .level = TWC_MUST, .needs = "",
+	 .description = "noreply on at both ends, then off at either: the messages of "
+	                "semantic.eager arrive intact both ways, and info says noreply is used "
+	                "exactly when both are on",
+	 .requirement = "(8.5.a) each end MUST treat the pipe as noreply exactly when it was asked "
+	                "and acknowledged and every device pair is CPU to CPU; (8.5.b) then no "
+	                "DescriptorReply is sent and a sender MUST send each tensor without a "
+	                "target device to the receiver's CPU at once; (8.5.c) a pipe that did not "
+	                "agree follows 3.11. SKIP where an IUT does not implement noreply "
+	                "(spec/agent.md 6.2).",
+	 .timeout_s = 120, .run = run_noreply, .cross = true},
 	{.id = "semantic.writes_in_flight", .battery = true, .suite = "semantic", .section = "wire.md 3.12 (3.12.a)",
 	 .level = TWC_MUST, .needs = "",
 	 .description = "1000 writes of 64 KiB tensors queued before the first read",

@@ -58,6 +58,12 @@
 /* The largest tensor that travels eagerly (spec 8.4: a fixed bound, so that
  * both ends pick the same tensors without saying which). */
 #define TW_EAGER_MAX_BYTES 65536
+/* noreply (spec 8.5): on a pipe whose device pairs are all CPU to CPU, no
+ * DescriptorReply at all: a tensor without a target device is received on
+ * the CPU, so it takes its channel at once. Asked for and acknowledged with
+ * eager (the same switch). */
+#define TW_EXT_NOREPLY "noreply"
+#define TW_EXT_NOREPLY_BIT UINT64_C(8)
 /* Bounds of the end of a pipe (spec 8.2): how long an established goodbye
  * pipe whose peer is leaving waits for the verdict (the goodbye, or R's end
  * without one) after the first end it noticed; how long a closing pipe waits
@@ -453,6 +459,8 @@ struct tw_pipe {
 	/* spec 8.4: eager agreed and every device pair of the pipe is CPU to
 	 * CPU; then tw__pipe_eager says which tensors go on D */
 	bool ext_eager;
+	bool noreply_acked;         /* spec 8.5, as eager_acked */
+	bool ext_noreply;           /* spec 8.5: noreply agreed and every pair CPU to CPU */
 	tw_conn *r_goodbye;         /* R after a local close, until the goodbye is written */
 	/* The end of an established pipe (spec 5.6): the first connection that
 	 * ends (EOF or reset) starts it. Once the verdict is known (goodbye

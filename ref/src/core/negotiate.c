@@ -58,7 +58,8 @@ static bool tw__ext_we_ask_proof(const tw_context *ctx)
 	return false;
 }
 
-/* eager (spec 8.4) holds on a pipe whose every device pair is CPU to CPU:
+/* eager and noreply (spec 8.4, 8.5) hold on a pipe whose every device pair
+ * is CPU to CPU:
  * then a tensor's receiver can only choose a CPU buffer, and both ends,
  * which hold the same pairs, pick the same tensors. */
 static bool tw__pairs_cpu_only(const tw_pipe *p)
@@ -95,7 +96,7 @@ tw_status_t tw__negotiate_brochure(tw_pipe *p, tw_nop_writer *w)
 	char asked[64];
 	snprintf(asked, sizeof(asked), "%s%s%s", TW_EXT_GOODBYE,
 	         tw__ext_we_ask_proof(ctx) ? "," TW_EXT_PROOF : "",
-	         p->eager_asked ? "," TW_EXT_EAGER : "");
+	         p->eager_asked ? "," TW_EXT_EAGER "," TW_EXT_NOREPLY : "");
 	kv[ctx->num_transports].value.s = asked;
 	kv[ctx->num_transports].value.n = strlen(asked);
 	b.num_transports = ctx->num_transports + 1;
@@ -284,7 +285,9 @@ static uint64_t tw__ext_asked(const tw_wire_brochure *b)
 			return (tw__ext_list_has(&b->transports[i].value, TW_EXT_GOODBYE) ? TW_EXT_GOODBYE_BIT
 			                                                                   : 0) |
 			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_PROOF) ? TW_EXT_PROOF_BIT : 0) |
-			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_EAGER) ? TW_EXT_EAGER_BIT : 0);
+			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_EAGER) ? TW_EXT_EAGER_BIT : 0) |
+			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_NOREPLY) ? TW_EXT_NOREPLY_BIT
+			                                                                   : 0);
 	}
 	return 0;
 }
@@ -392,7 +395,9 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	 * a client that asked for nothing (any stock client) gets no key. */
 	uint64_t acked = tw__ext_asked(b) &
 	                 (TW_EXT_GOODBYE_BIT | (tw__ext_we_ask_proof(ctx) ? TW_EXT_PROOF_BIT : 0) |
-	                  (__atomic_load_n(&ctx->eager, __ATOMIC_RELAXED) ? TW_EXT_EAGER_BIT : 0));
+	                  (__atomic_load_n(&ctx->eager, __ATOMIC_RELAXED)
+	                           ? TW_EXT_EAGER_BIT | TW_EXT_NOREPLY_BIT
+	                           : 0));
 	if (TW_MUTANT("ext_acked_unasked"))
 		acked |= TW_EXT_PROOF_BIT;
 	if (acked) {
@@ -405,6 +410,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	p->eager_asked = __atomic_load_n(&ctx->eager, __ATOMIC_RELAXED);
 	p->eager_acked = (acked & TW_EXT_EAGER_BIT) != 0;
 	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
+	p->noreply_acked = (acked & TW_EXT_NOREPLY_BIT) != 0;
+	p->ext_noreply = p->noreply_acked && tw__pairs_cpu_only(p);
 	a.transport_ids = ids;
 	a.transport_domain_descriptor.s = (char *)tdesc;
 	a.transport_domain_descriptor.n = strlen(tdesc);
@@ -505,6 +512,7 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 	p->ext_goodbye = (acked & TW_EXT_GOODBYE_BIT) != 0;
 	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0 && tw__ext_we_ask_proof(ctx);
 	p->eager_acked = (acked & TW_EXT_EAGER_BIT) != 0 && p->eager_asked;
+	p->noreply_acked = (acked & TW_EXT_NOREPLY_BIT) != 0 && p->eager_asked;
 	if (!have_r) {
 		tw__detail(detail, detail_len,
 		           "BrochureAnswer has no registration id for the descriptor-reply connection (key 1)");
@@ -580,5 +588,6 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 		}
 	}
 	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
+	p->ext_noreply = p->noreply_acked && tw__pairs_cpu_only(p);
 	return TW_OK;
 }

@@ -239,11 +239,12 @@ bool tw__pipe_eager(const tw_pipe *p, const tw_tensor *t)
 	       (!t->has_target_device || tw__device_is_cpu(&t->target_device));
 }
 
-/* Spec 3.11 with 8.4: the DescriptorReply names the device of each tensor
- * that has no target device and is not eager. Both ends. */
+/* Spec 3.11 with 8.4 and 8.5: the DescriptorReply names the device of each
+ * tensor that has no target device and is not eager; a noreply pipe sends
+ * none (such tensors are received on the CPU). Both ends. */
 bool tw__pipe_needs_reply(const tw_pipe *p, const tw_tensor *t)
 {
-	return !t->has_target_device && !tw__pipe_eager(p, t);
+	return !t->has_target_device && !tw__pipe_eager(p, t) && !p->ext_noreply;
 }
 
 /* Sets an operation's deadline from the operation timeout it was called
@@ -425,6 +426,16 @@ static void tw__verdicts_build(void *arg)
 	else if (p->eager_asked)
 		tw__verdicts_add(v, "extension eager: not used: the %s (a stock peer, or eager off "
 		                    "there)\n",
+		                 p->is_server ? "client did not ask for it"
+		                              : "server did not acknowledge it");
+	if (p->ext_noreply)
+		tw__verdicts_add(v, "extension noreply: used: tensors without a target device are "
+		                    "received on the CPU, with no DescriptorReply (spec 8.5)\n");
+	else if (p->noreply_acked)
+		tw__verdicts_add(v, "extension noreply: not used: a channel of the pipe moves memory "
+		                    "other than CPU to CPU (spec 8.5)\n");
+	else if (p->eager_asked)
+		tw__verdicts_add(v, "extension noreply: not used: the %s\n",
 		                 p->is_server ? "client did not ask for it"
 		                              : "server did not acknowledge it");
 	pthread_mutex_lock(&ctx->mu);
