@@ -331,6 +331,13 @@ static void cmd_context(json_int_t id, const json_t *req)
 			small = json_is_true(on);
 			st = tw_context_set_eager(ctx, small);
 			fn = "tw_context_set_eager";
+		} else if (!ours && (!strcmp(ext, "goodbye") || !strcmp(ext, "proof"))) {
+			/* always asked for (proof: where a registered channel speaks it) */
+			if (!json_is_true(on))
+				json_array_append_new(unhonoured,
+				                      json_pack("{s:s,s:s}", "name", ext, "reason",
+				                                "tensorwire always uses it where it applies; "
+				                                "it cannot be switched off"));
 		} else if (!ours && json_is_true(on)) {
 			json_array_append_new(unhonoured,
 			                      json_pack("{s:s,s:s}", "name", ext, "reason",

@@ -329,8 +329,9 @@ TW_NODISCARD tw_status_t tw_context_set_operation_timeout(tw_context *ctx,
  * receiver's buffers: a write's callback never means the receiver has
  * read it. The same switch asks for noreply (spec/wire.md 8.5): on such
  * pipes no DescriptorReply at all, and a larger tensor without a target
- * device takes its channel at once, to be received in CPU memory. Default: on, or TW_EAGER=0 in the environment at
- * tw_context_create turns it off (1 or empty: on; any other value makes
+ * device takes its channel at once, to be received in CPU memory.
+ * Default: on, or TW_EAGER=0 in the environment at tw_context_create
+ * turns both off (1 or empty: on; any other value makes
  * tw_context_create fail with TW_ERR_INVAL naming it). Any thread, any
  * time; applies to pipes connected or accepted after the call.
  * TW_ERR_INVAL if ctx is NULL. */
