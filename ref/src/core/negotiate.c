@@ -70,6 +70,15 @@ static bool tw__pairs_cpu_only(const tw_pipe *p)
 	return true;
 }
 
+/* Both ends, once the pairs and the acknowledged bits are known: which of
+ * eager and noreply the pipe uses. */
+static void tw__settle_cpu_exts(tw_pipe *p)
+{
+	bool cpu_only = tw__pairs_cpu_only(p);
+	p->ext_eager = p->eager_acked && cpu_only;
+	p->ext_noreply = p->noreply_acked && cpu_only;
+}
+
 /* ---- Brochure (client) ------------------------------------------------------ */
 
 tw_status_t tw__negotiate_brochure(tw_pipe *p, tw_nop_writer *w)
@@ -409,9 +418,8 @@ tw_status_t tw__negotiate_server(tw_pipe *p, const tw_wire_brochure *b, tw_nop_w
 	p->ext_proof = (acked & TW_EXT_PROOF_BIT) != 0;
 	p->eager_asked = __atomic_load_n(&ctx->eager, __ATOMIC_RELAXED);
 	p->eager_acked = (acked & TW_EXT_EAGER_BIT) != 0;
-	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
 	p->noreply_acked = (acked & TW_EXT_NOREPLY_BIT) != 0;
-	p->ext_noreply = p->noreply_acked && tw__pairs_cpu_only(p);
+	tw__settle_cpu_exts(p);
 	a.transport_ids = ids;
 	a.transport_domain_descriptor.s = (char *)tdesc;
 	a.transport_domain_descriptor.n = strlen(tdesc);
@@ -587,7 +595,6 @@ tw_status_t tw__negotiate_client(tw_pipe *p, const tw_wire_brochure_answer *a, u
 			return TW_ERR_PROTO;
 		}
 	}
-	p->ext_eager = p->eager_acked && tw__pairs_cpu_only(p);
-	p->ext_noreply = p->noreply_acked && tw__pairs_cpu_only(p);
+	tw__settle_cpu_exts(p);
 	return TW_OK;
 }

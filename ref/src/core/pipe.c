@@ -244,7 +244,7 @@ bool tw__pipe_eager(const tw_pipe *p, const tw_tensor *t)
  * none (such tensors are received on the CPU). Both ends. */
 bool tw__pipe_needs_reply(const tw_pipe *p, const tw_tensor *t)
 {
-	return !t->has_target_device && !tw__pipe_eager(p, t) && !p->ext_noreply;
+	return !t->has_target_device && !p->ext_noreply && !tw__pipe_eager(p, t);
 }
 
 /* Sets an operation's deadline from the operation timeout it was called
@@ -386,6 +386,25 @@ static void tw__verdicts_add(tw_verdicts_call *v, const char *fmt, ...)
 	}
 }
 
+/* The line of one of the small-message extensions (spec 8.4, 8.5), which
+ * this end asks for, or acknowledges, together (eager_asked): used, agreed
+ * but not usable on this pipe, or not agreed. */
+static void tw__verdict_ext(tw_verdicts_call *v, const tw_pipe *p, const char *name,
+                            const char *section, bool used, bool acked, const char *how)
+{
+	if (used)
+		tw__verdicts_add(v, "extension %s: used: %s (spec %s)\n", name, how, section);
+	else if (acked)
+		tw__verdicts_add(v, "extension %s: not used: a channel of the pipe moves memory other "
+		                    "than CPU to CPU (spec %s)\n",
+		                 name, section);
+	else if (p->eager_asked)
+		tw__verdicts_add(v, "extension %s: not used: the %s (a stock peer, or it is off "
+		                    "there)\n",
+		                 name, p->is_server ? "client did not ask for it"
+		                                    : "server did not acknowledge it");
+}
+
 /* Loop thread (channels describe themselves there). */
 static void tw__verdicts_build(void *arg)
 {
@@ -416,28 +435,14 @@ static void tw__verdicts_build(void *arg)
 			pc->ch->ops->describe(pc->ch, how, sizeof(how));
 		tw__verdicts_add(v, "channel %s: selected%s%s\n", c->name, how[0] ? ": " : "", how);
 	}
-	if (p->ext_eager)
-		tw__verdicts_add(v, "extension eager: used: CPU tensors of at most %d bytes travel on "
-		                    "the descriptor connection (spec 8.4)\n",
-		                 TW_EAGER_MAX_BYTES);
-	else if (p->eager_acked)
-		tw__verdicts_add(v, "extension eager: not used: a channel of the pipe moves memory "
-		                    "other than CPU to CPU (spec 8.4)\n");
-	else if (p->eager_asked)
-		tw__verdicts_add(v, "extension eager: not used: the %s (a stock peer, or eager off "
-		                    "there)\n",
-		                 p->is_server ? "client did not ask for it"
-		                              : "server did not acknowledge it");
-	if (p->ext_noreply)
-		tw__verdicts_add(v, "extension noreply: used: tensors without a target device are "
-		                    "received on the CPU, with no DescriptorReply (spec 8.5)\n");
-	else if (p->noreply_acked)
-		tw__verdicts_add(v, "extension noreply: not used: a channel of the pipe moves memory "
-		                    "other than CPU to CPU (spec 8.5)\n");
-	else if (p->eager_asked)
-		tw__verdicts_add(v, "extension noreply: not used: the %s\n",
-		                 p->is_server ? "client did not ask for it"
-		                              : "server did not acknowledge it");
+	char eager_used[96];
+	snprintf(eager_used, sizeof(eager_used),
+	         "CPU tensors of at most %d bytes travel on the descriptor connection",
+	         TW_EAGER_MAX_BYTES);
+	tw__verdict_ext(v, p, TW_EXT_EAGER, "8.4", p->ext_eager, p->eager_acked, eager_used);
+	tw__verdict_ext(v, p, TW_EXT_NOREPLY, "8.5", p->ext_noreply, p->noreply_acked,
+	                "tensors without a target device are received on the CPU, with no "
+	                "DescriptorReply");
 	pthread_mutex_lock(&ctx->mu);
 	tw__verdicts_add(v, "%s", ctx->refused);
 	pthread_mutex_unlock(&ctx->mu);
