@@ -321,6 +321,13 @@ json_t *twc_session_combo_context(void)
 	                 cb->channel, "kind", cb->channel, "priority", 0);
 }
 
+json_t *twc_session_reply_context(void)
+{
+	json_t *ctx = twc_session_combo_context();
+	json_object_set_new(ctx, "extensions", json_pack("{s:b,s:b}", "eager", 0, "noreply", 0));
+	return ctx;
+}
+
 /* An extension asked on (spec/agent.md 6.2) that the IUT does not implement
  * leaves nothing to test: the case SKIPs with the IUT's reason. */
 static int check_extensions(twc_session *s, twc_adapter *a, const json_t *asked, const json_t *r)

@@ -64,6 +64,11 @@ const char *twc_session_unchecked(void);
  * reference; a case adds members (e.g. "extensions") and passes it to
  * twc_session_start. */
 json_t *twc_session_combo_context(void);
+/* The same with the extensions of spec/wire.md 8.4 and 8.5 switched off
+ * (spec/agent.md 6.2), for cases about the channels or the
+ * DescriptorReply: between two IUTs that have them, small tensors would
+ * not touch the channel and no reply would be sent. */
+json_t *twc_session_reply_context(void);
 
 /* (A member "extensions_by_role": {"server": {...}, "client": {...}} of the
  * ctx given to twc_session_start, not sent, gives each role its own

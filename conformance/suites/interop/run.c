@@ -60,11 +60,7 @@ int twc_interop_run_case(const twc_interop_case *c, const char *ccmd, const char
 	twc_session s;
 	printf("# case %s: %s; client %s, server %s\n", c->id, c->title, cname, sname);
 	fflush(stdout);
-	json_t *ctx = NULL;
-	if (c->eager_off) {
-		ctx = twc_session_combo_context();
-		json_object_set_new(ctx, "extensions", json_pack("{s:b,s:b}", "eager", 0, "noreply", 0));
-	}
+	json_t *ctx = c->eager_off ? twc_session_reply_context() : NULL;
 	int rc = twc_session_start(&s, ccmd, scmd, cname, sname,
 	                          (wait_s > 0 ? wait_s : c->wait_s) * 1000, ctx, NULL);
 	json_decref(ctx);

@@ -183,8 +183,7 @@ static twc_outcome_t run_ordering(const twc_case *c, twc_case_env *env)
 static twc_outcome_t run_ordering_behind_reply(const twc_case *c, twc_case_env *env)
 {
 	/* replies are what the case is about: spec 8.5 would drop them all */
-	json_t *ctx = twc_session_combo_context();
-	json_object_set_new(ctx, "extensions", json_pack("{s:b,s:b}", "eager", 0, "noreply", 0));
+	json_t *ctx = twc_session_reply_context();
 	twc_outcome_t o = both_ways_ctx(env, ctx, shape_reply_gaps, 40, 1500000);
 	json_decref(ctx);
 	return o;
