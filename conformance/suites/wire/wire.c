@@ -613,25 +613,41 @@ static int send_ext_bits_asked(ctx *c)
 	return 0;
 }
 
-/* An eager tensor's frame one byte short of its length (8.4.d): the
- * Descriptor of one 16-byte CPU tensor with a CPU target, then 15 bytes on
- * D. Only an IUT that acknowledges eager reads it there. */
-static int send_eager_short_frame(ctx *c)
+/* After asking for eager: the Descriptor of one 16-byte CPU tensor with a
+ * CPU target, then its frame on D, `len` bytes (spec 8.4). Only an IUT that
+ * acknowledges eager reads it there; one that does not SKIPs. */
+static int send_eager_frame_of(ctx *c, size_t len, const char *rule)
 {
-	unsigned char t[15];
+	unsigned char t[16];
 	c->want_read = true;
 	int fd = ext_handshake(c, "eager", true);
 	if (fd < 0)
 		return -1;
 	if (!c->ans.has_ext || !(c->ans.ext_mask & 4)) {
 		twc_raw_skip(c, "the IUT does not acknowledge eager (answer mask %s0x%llx, spec 8.4: "
-		                "bit 2): it implements no eager tensors, so 8.4.d does not apply",
-		             c->ans.has_ext ? "" : "absent, ", (unsigned long long)c->ans.ext_mask);
+		                "bit 2): it implements no eager tensors, so %s does not apply",
+		             c->ans.has_ext ? "" : "absent, ", (unsigned long long)c->ans.ext_mask, rule);
 		return 0;
 	}
-	twc_agent_gen_fill(t, sizeof(t), 6);
+	twc_agent_gen_fill(t, len, 6);
 	return twc_raw_frame(c, fd, one_tensor_descriptor, sizeof(one_tensor_descriptor)) ||
-	       twc_raw_frame(c, fd, t, sizeof(t)) ? -1 : 0;
+	       twc_raw_frame(c, fd, t, len) ? -1 : 0;
+}
+
+/* 8.4.b: the tensor's whole frame on D is delivered, byte for byte. An IUT
+ * that acknowledged eager but reads tensors elsewhere would take the frame
+ * for the next Descriptor and fail the pipe instead. */
+static int send_eager_frame(ctx *c)
+{
+	c->nexpect = 1;
+	c->expect[0] = (twc_agent_buf){.len = 16, .seed = 6};
+	return send_eager_frame_of(c, 16, "8.4.b");
+}
+
+/* 8.4.d: the frame one byte short. */
+static int send_eager_short_frame(ctx *c)
+{
+	return send_eager_frame_of(c, 15, "8.4.d");
 }
 
 /* Sections: spec/wire.md, with the numbered requirement checked. */
@@ -821,6 +837,13 @@ static const twc_case cases[] = {
 	    "fail the pipe with a protocol error. And always: "
 	    ALWAYS,
 	    send_payload_mismatch, "pipe-failed", "crash", "Expected readLength_", 0, "proto", NULL),
+	RAW("eager_frame", "8.4 (8.4.b)", TWC_MUST,
+	    "asks for eager; a Descriptor announcing a 16-byte CPU tensor, then its 16 bytes on D",
+	    "(8.4.b) On an eager pipe, a sender MUST write each eager tensor as one frame on D after "
+	    "the payload frames: a receiver takes the tensor from there. SKIP where the IUT does "
+	    "not acknowledge eager. And always: "
+	    ALWAYS,
+	    send_eager_frame, "message-delivered", NULL, NULL, 0, NULL, NULL),
 	RAW("eager_short_frame", "8.4 (8.4.d)", TWC_MUST,
 	    "asks for eager; a Descriptor announcing a 16-byte CPU tensor, then a 15-byte frame on D",
 	    "(8.4.d) A receiver MUST fail the pipe with a protocol error if an eager tensor's frame "
