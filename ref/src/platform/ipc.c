@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -244,6 +245,11 @@ int tw__sys_futex_wake_shared(const uint32_t *addr)
 {
 	long rc = syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 	return rc < 0 ? -1 : (int)rc;
+}
+
+void tw__sys_thread_name(const char *name)
+{
+	(void)prctl(PR_SET_NAME, name, 0, 0, 0);
 }
 
 ssize_t tw__sys_process_vm_readv(pid_t pid, const struct iovec *local, unsigned long nlocal,

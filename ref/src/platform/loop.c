@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "platform/error.h"
+#include "platform/platform.h"
 
 struct tw_sync_call {
 	tw_deferred node;
@@ -242,6 +243,7 @@ static void *tw__loop_thread(void *arg)
 {
 	tw_loop *l = arg;
 	current_loop = l;
+	tw__sys_thread_name("tw-loop");
 	uv_run(&l->uv, UV_RUN_DEFAULT);
 	__atomic_store_n(&l->exited, true, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&l->mu);

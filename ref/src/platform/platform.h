@@ -128,6 +128,10 @@ int tw__sys_munmap(void *p, size_t len);
 int tw__sys_futex_wait_shared(const uint32_t *addr, uint32_t expected, uint64_t timeout_ns);
 int tw__sys_futex_wake_shared(const uint32_t *addr);
 
+/* Names the calling thread (at most 15 characters shown), so that the
+ * library's threads can be told apart in top -H, /proc and a debugger. */
+void tw__sys_thread_name(const char *name);
+
 /* ---- cross-memory attach (ipc.c) ---- */
 /* process_vm_readv(pid, local, nlocal, remote, nremote, 0). Like readv it
  * may copy less than asked (a partial copy stops at an iovec boundary or a

@@ -165,6 +165,7 @@ static void *tw__shm_reactor_main(void *arg)
 {
 	tw_shm_reactor *r = arg;
 	uint64_t bound_us = TW_SHM_REACTOR_BUSY_MIN_US;
+	tw__sys_thread_name("tw-shm-reactor");
 	while (!atomic_load(&r->stop)) {
 		/* Read the word before looking for tokens: a token written after
 		 * the look changes it, so the sleep below returns at once. */
