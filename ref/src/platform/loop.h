@@ -43,8 +43,8 @@ typedef struct tw_deferred {
  * ring read by a thread, completion queues with their events). After
  * activity (tw__loop_poller_kick) the loop calls `poll` on each of its
  * passes, never sleeping in between, until `busy_ns` (or, while an answer
- * is due, TW_LOOP_ANSWER_DUE_US) have passed with nothing found; then the
- * poller is off its list, `stopped` runs (re-arm the wake-up) and the loop
+ * is due, TW_LOOP_ANSWER_DUE_US) have passed with nothing found and the
+ * loop has no work queued for its next pass; then the poller is off its list, `stopped` runs (re-arm the wake-up) and the loop
  * calls `poll` once more, for what came before the wake-up was armed.
  * `started` runs when polling begins. A pass on which neither work nor any poller
  * found anything lets another thread of this CPU run first (the peer

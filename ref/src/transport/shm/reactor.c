@@ -14,7 +14,11 @@
  * 18 of the ring's header says so (spec 2.3.1.e), our producers skip their
  * futex wake and the reading thread stays asleep. When polling stops the
  * byte is cleared and the reading thread woken, so that a token whose
- * producer still saw the byte set is taken.
+ * producer still saw the byte set is taken. While the loop polls, the
+ * reading thread sleeps on a word of its own (`ended`, bumped when polling
+ * ends), waking only for the watch (TW_SHM_REACTOR_WATCH_NS): a wake-up on
+ * every bound there would take the CPU from the loop's work (a copy) for
+ * nothing, since the loop takes the tokens on its next pass anyway.
  */
 #include "transport/shm/reactor.h"
 
@@ -41,6 +45,7 @@ struct tw_shm_reactor {
 	bool thread_started; /* loop thread */
 	atomic_bool stop;
 	atomic_bool polling;     /* the loop polls the ring (byte 18 is shared: not trusted) */
+	_Atomic uint32_t ended;  /* bumped (and woken) when polling ends and at stop */
 	atomic_bool rewake;      /* tokens were lost to a repair: wake every connection */
 	pthread_mutex_t cmu;     /* our consumers (this thread, the loop's polling) */
 	bool producer_seen;      /* reading thread: the producer flag at the last watch */
@@ -111,6 +116,15 @@ tw_status_t tw__shm_reactor_new(tw_loop *loop, uint64_t idle_us, void (*wake)(vo
 
 /* ---- the reading thread ---- */
 
+/* Wakes the reading thread, wherever it sleeps, after a change it must
+ * see (polling ended, or stop). Any thread. */
+static void tw__shm_reactor_wake_thread(tw_shm_reactor *r)
+{
+	atomic_fetch_add(&r->ended, 1);
+	(void)tw__sys_futex_wake_shared((const uint32_t *)&r->ended);
+	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+}
+
 static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
 {
 	uint32_t slot = token / 2;
@@ -166,22 +180,15 @@ static void *tw__shm_reactor_main(void *arg)
 	tw_shm_reactor *r = arg;
 	uint64_t bound_us = TW_SHM_REACTOR_BUSY_MIN_US;
 	tw__sys_thread_name("tw-shm-reactor");
-	while (!atomic_load(&r->stop)) {
-		/* Read the word before looking for tokens: a token written after
-		 * the look changes it, so the sleep below returns at once. */
+	for (;;) {
+		/* Read the words before looking: a token written after the look
+		 * changes the head word, and the end of polling (or stop) `ended`,
+		 * so the sleeps below return at once. */
+		uint32_t ended = atomic_load(&r->ended);
+		if (atomic_load(&r->stop))
+			break;
 		uint32_t seen = __atomic_load_n(tw__shm_head_word(&r->ring), __ATOMIC_ACQUIRE);
-		if (atomic_load(&r->polling)) {
-			/* the loop polls the ring; it wakes us when it stops */
-			(void)tw__sys_futex_wait_shared(tw__shm_head_word(&r->ring), seen,
-			                                r->idle_us * 1000);
-			continue;
-		}
-		bool any = false;
-		uint32_t token;
-		while (tw__shm_reactor_next(r, &token)) {
-			tw__shm_reactor_mark(r, token);
-			any = true;
-		}
+		bool polling = atomic_load(&r->polling);
 		uint64_t now = uv_hrtime();
 		if (now - r->watch_ns >= TW_SHM_REACTOR_WATCH_NS) {
 			/* a producer flag taken at two looks this far apart is held
@@ -194,6 +201,18 @@ static void *tw__shm_reactor_main(void *arg)
 			if (!atomic_load(&r->polling))
 				__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
 			r->watch_ns = now;
+		}
+		if (polling) {
+			/* the loop polls the ring; it wakes us when it stops */
+			(void)tw__sys_futex_wait_shared((const uint32_t *)&r->ended, ended,
+			                                TW_SHM_REACTOR_WATCH_NS);
+			continue;
+		}
+		bool any = false;
+		uint32_t token;
+		while (tw__shm_reactor_next(r, &token)) {
+			tw__shm_reactor_mark(r, token);
+			any = true;
 		}
 		if (any || atomic_load(&r->rewake))
 			uv_async_send(&r->async);
@@ -244,7 +263,7 @@ static void tw__shm_reactor_unspin(tw_loop_poller *p)
 	tw_shm_reactor *r = tw__shm_poller_reactor(p);
 	atomic_store(&r->polling, false);
 	__atomic_store_n(tw__shm_polling_byte(&r->ring), 0, __ATOMIC_SEQ_CST);
-	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+	tw__shm_reactor_wake_thread(r);
 }
 
 /* A pass of the loop while busy polling: the tokens in the ring wake their
@@ -360,7 +379,7 @@ void tw__shm_reactor_stop(tw_shm_reactor *r)
 	if (!r || !r->thread_started)
 		return;
 	atomic_store(&r->stop, true);
-	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+	tw__shm_reactor_wake_thread(r);
 	pthread_join(r->thread, NULL);
 	r->thread_started = false;
 	uv_close((uv_handle_t *)&r->async, NULL); /* r outlives the loop */
@@ -375,7 +394,7 @@ void tw__shm_reactor_free(tw_shm_reactor *r)
 		return;
 	if (r->thread_started) { /* a loop that never shut the transport down */
 		atomic_store(&r->stop, true);
-		(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
+		tw__shm_reactor_wake_thread(r);
 		pthread_join(r->thread, NULL);
 	}
 	pthread_mutex_destroy(&r->mu);
