@@ -150,7 +150,8 @@ void tw__loop_answer_due(tw_loop *l, bool due)
  * found stop, and take one more look once `stopped` has re-armed their
  * wake-up (what came in between raises none), unless `stopped` kicked them
  * again. None stops while the loop has work for its next pass (a long copy
- * in steps): the loop looks on every pass anyway, and a wake-up re-armed
+ * in steps, or what a poller before it in this pass found): the loop
+ * looks on every pass anyway, and a wake-up re-armed
  * then would wake a thread only to hand the loop what its next pass takes,
  * taking the CPU from that work meanwhile. A poller's callbacks may kick
  * any poller and cancel only themselves. Returns whether any found
@@ -158,7 +159,6 @@ void tw__loop_answer_due(tw_loop *l, bool due)
 static bool tw__loop_run_pollers(tw_loop *l)
 {
 	bool found = false;
-	const bool busy = l->def_head || l->yield_head || l->posted_here;
 	const uint64_t cap_ns = (uint64_t)TW_LOOP_ANSWER_DUE_US * 1000;
 	uint64_t due_ns =
 	    l->answers_due && uv_hrtime() - l->due_since_ns < cap_ns ? cap_ns : 0;
@@ -170,7 +170,8 @@ static bool tw__loop_run_pollers(tw_loop *l)
 		if (n) {
 			p->last_ns = now;
 			found = true;
-		} else if (p->active && !busy && now - p->last_ns > bound) {
+		} else if (p->active && now - p->last_ns > bound &&
+		           !(l->def_head || l->yield_head || l->posted_here)) {
 			tw__loop_poller_unlink(l, p);
 			if (p->stopped)
 				p->stopped(p);
