@@ -386,7 +386,7 @@ tw_status_t tw__ring_read_all(tw_ring *r, void *buf, uint64_t len, bool *done_ou
 	return tw__ring_move_all(r, TW_RING_CONSUMER, buf, len, done_out, detail, detail_len);
 }
 
-unsigned tw__ring_repair(tw_ring *r, uint64_t item, bool *producer_seen)
+unsigned tw__ring_repair(tw_ring *r, uint64_t item, tw_ring_watch *watch)
 {
 	unsigned mended = 0;
 	/* called on every look at an empty reactor: loads only, unless
@@ -404,14 +404,16 @@ unsigned tw__ring_repair(tw_ring *r, uint64_t item, bool *producer_seen)
 		__atomic_store_n(tw__ring_marker(r, TW_RING_CONSUMER), head, __ATOMIC_RELEASE);
 		mended |= TW_RING_REPAIRED_MARKERS;
 	}
-	if (producer_seen) {
+	if (watch) {
 		bool taken = __atomic_load_n(tw__ring_flag(r, TW_RING_PRODUCER), __ATOMIC_ACQUIRE) != 0;
-		if (taken && *producer_seen) {
+		head = tw__ring_load_marker(r, TW_RING_PRODUCER);
+		if (taken && watch->taken && head == watch->head) {
 			__atomic_store_n(tw__ring_flag(r, TW_RING_PRODUCER), 0, __ATOMIC_RELEASE);
 			mended |= TW_RING_REPAIRED_PRODUCER_FLAG;
 			taken = false;
 		}
-		*producer_seen = taken;
+		watch->taken = taken;
+		watch->head = head;
 	}
 	return mended;
 }

@@ -158,13 +158,19 @@ enum {
  * consumer flag can only be a stranger's. Markers more than capacity apart,
  * or not a whole number of `item`-byte items apart (0: any distance; every
  * later item would be read shifted), are re-synchronised, dropping what the
- * ring held. When *producer_seen is
- * true (the flag was taken at the caller's previous look, far enough back
- * that no producer holds it that long) and the flag is still taken, it is
- * released; *producer_seen is then set to what this look saw. Returns the
+ * ring held. With `watch` (the caller's previous look, far enough back
+ * that no producer holds the flag that long): a producer flag taken at
+ * both looks, with no item written in between (the head where it was), is
+ * released, and *watch becomes this look. Under traffic the flag can be
+ * taken at any two looks, by different producers; the head they move tells
+ * those apart from one that stopped holding it. Returns the
  * TW_RING_REPAIRED_* mask: the items dropped or blocked are lost, so the
  * caller must re-check everything they would have announced. */
-unsigned tw__ring_repair(tw_ring *r, uint64_t item, bool *producer_seen);
+typedef struct tw_ring_watch {
+	bool taken;    /* the producer flag at the last look */
+	uint64_t head; /* the head marker then */
+} tw_ring_watch;
+unsigned tw__ring_repair(tw_ring *r, uint64_t item, tw_ring_watch *watch);
 
 /* ---- frames (spec 2.3.3) ---- */
 

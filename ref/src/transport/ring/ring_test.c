@@ -281,8 +281,8 @@ static void test_hostile(void)
 	 * giving up on it. Nothing wrong: nothing done. */
 	mem_ring_init(&m, 16);
 	CHECK(tw__ring_write_all(&m.r, "abcd", 4, &done, detail, sizeof(detail)) == TW_OK && done);
-	bool seen = false;
-	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && !seen);
+	tw_ring_watch seen = { false, 0 };
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && !seen.taken && seen.head == 4);
 	CHECK(le64(m.header + TW_RING_OFF_HEAD) == 4 && le64(m.header + TW_RING_OFF_TAIL) == 0);
 	/* Markers apart by more than the capacity: the tail joins the head and
 	 * the ring reads empty, then works again. */
@@ -313,16 +313,26 @@ static void test_hostile(void)
 	 * alone when the caller did not ask. */
 	m.header[TW_RING_OFF_PRODUCER_FLAG] = 1;
 	CHECK(tw__ring_repair(&m.r, 4, NULL) == 0 && m.header[TW_RING_OFF_PRODUCER_FLAG] == 1);
-	seen = false;
-	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen);
+	seen = (tw_ring_watch){ false, 0 };
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen.taken);
 	CHECK(m.header[TW_RING_OFF_PRODUCER_FLAG] == 1);
-	CHECK(tw__ring_repair(&m.r, 4, &seen) == TW_RING_REPAIRED_PRODUCER_FLAG && !seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == TW_RING_REPAIRED_PRODUCER_FLAG && !seen.taken);
 	CHECK(m.header[TW_RING_OFF_PRODUCER_FLAG] == 0);
 	/* taken, released in between, taken again: never two looks in a row */
 	m.header[TW_RING_OFF_PRODUCER_FLAG] = 1;
-	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen.taken);
 	m.header[TW_RING_OFF_PRODUCER_FLAG] = 0;
-	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && !seen);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && !seen.taken);
+	/* taken at both looks, but items were written in between (the head
+	 * moved): producers at work, each holding it a moment; left alone */
+	m.header[TW_RING_OFF_PRODUCER_FLAG] = 1;
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen.taken);
+	put_le64(m.header + TW_RING_OFF_HEAD, le64(m.header + TW_RING_OFF_HEAD) + 4);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == 0 && seen.taken);
+	CHECK(m.header[TW_RING_OFF_PRODUCER_FLAG] == 1);
+	CHECK(tw__ring_repair(&m.r, 4, &seen) == TW_RING_REPAIRED_PRODUCER_FLAG && !seen.taken);
+	CHECK(tw__ring_read_all(&m.r, buf, 4, &done, detail, sizeof(detail)) == TW_OK && done);
+	m.header[TW_RING_OFF_PRODUCER_FLAG] = 0;
 	CHECK(tw__ring_write_all(&m.r, "abcd", 4, &done, detail, sizeof(detail)) == TW_OK && done);
 }
 

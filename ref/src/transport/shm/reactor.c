@@ -48,7 +48,7 @@ struct tw_shm_reactor {
 	_Atomic uint32_t ended;  /* bumped (and woken) when polling ends and at stop */
 	atomic_bool rewake;      /* tokens were lost to a repair: wake every connection */
 	pthread_mutex_t cmu;     /* our consumers (this thread, the loop's polling) */
-	bool producer_seen;      /* reading thread: the producer flag at the last watch */
+	tw_ring_watch watch;     /* reading thread: the producer flag at the last watch */
 	uint64_t watch_ns;       /* reading thread: uv_hrtime() of the last watch */
 	atomic_uchar *flag;      /* TW_SHM_MAX_CONNS: slot pending */
 	pthread_mutex_t mu;
@@ -142,9 +142,9 @@ static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
  * giving up on it; the tokens lost with the repair are made up for by
  * waking every connection, which re-checks both its rings (tokens are never
  * trusted to say which ring changed). Called with cmu held. */
-static unsigned tw__shm_reactor_mend(tw_shm_reactor *r, bool *producer_seen)
+static unsigned tw__shm_reactor_mend(tw_shm_reactor *r, tw_ring_watch *watch)
 {
-	unsigned mended = tw__ring_repair(&r->ring, 4, producer_seen);
+	unsigned mended = tw__ring_repair(&r->ring, 4, watch);
 	if (mended)
 		atomic_store(&r->rewake, true);
 	return mended;
@@ -194,7 +194,7 @@ static void *tw__shm_reactor_main(void *arg)
 			/* a producer flag taken at two looks this far apart is held
 			 * by no producer at work: released */
 			pthread_mutex_lock(&r->cmu);
-			tw__shm_reactor_mend(r, &r->producer_seen);
+			tw__shm_reactor_mend(r, &r->watch);
 			pthread_mutex_unlock(&r->cmu);
 			/* a polling byte set by a stranger would only cost our peers
 			 * their futex wakes (we wake on the bound): put it back */
