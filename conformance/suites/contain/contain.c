@@ -1,11 +1,12 @@
 /*
  * contain.c - the containment suite: same-host mechanisms between processes
  * that a container, a sandbox or a hardened host set apart (issue 11 item
- * 4; field failures T01, T04 and T07 of the shared field-failures list;
+ * 4; field failures T01, T02, T04 and T07 of the shared field-failures list;
  * spec/wire.md 6.b and 8.3).
  *
  * Each case starts both adapters the way the situation needs, through
- * tw-sandbox (seccomp denials, capability drops, a small /dev/shm; built
+ * tw-sandbox (seccomp denials, capability drops, a small /dev/shm, a YAMA
+ * ptrace scope as read in the peer's mount namespace; built
  * beside tensorwire-conform) and unshare(1) (namespaces), gives them
  * contexts with the same-host backends and their fallbacks, moves checked
  * tensors both ways and asks what was selected. A case passes when every
@@ -177,6 +178,9 @@ static const contain_spec refused_in_use = {
 	.sandbox = "--drop-cap sys_ptrace", .transports = "uv", .channels = "cma,basic",
 	.tensor_len = 8 * MiB, .messages = 2, .harden = HARDEN_IN_USE,
 	.want_transport = "uv", .want_channel = "cma"};
+static const contain_spec yama_scope2 = {
+	.sandbox = "--yama-scope 2", .transports = "uv", .channels = "cma,basic",
+	.tensor_len = 8 * MiB, .messages = 2, .want_transport = "uv", .want_channel = "basic"};
 static const contain_spec namespaces = {
 	.sandbox = "", .unshare = "--pid --fork --kill-child --ipc --mount --user --map-root-user",
 	.transports = "shm,uv", .channels = "cma,basic", .tensor_len = 8 * MiB, .messages = 2,
@@ -213,6 +217,14 @@ static const twc_case cases[] = {
 	        "(4.4.c) A receiver whose copy fails MUST fail the channel and close both "
 	        "connections; there is no error message on the wire.",
 	        refused_in_use),
+	CONTAIN("cma_yama_scope2", "wire.md 6 (6.b)",
+	        "both peers on a host whose YAMA ptrace_scope reads 2 (admin-only attach: no process "
+	        "may copy from another): cma is not selected, 8 MiB each way arrive over basic (T02; "
+	        "the scope is what each peer reads in its own mount namespace, the kernel's own "
+	        "setting is left alone)",
+	        "(6.b) An implementation MUST advertise a same-host mechanism only when its own check "
+	        "(connect, test copy) says it would work",
+	        yama_scope2),
 	CONTAIN("namespaces", "wire.md 6 (6.b)",
 	        "each peer in its own pid, ipc, mount and user namespace on one host (same boot_id, "
 	        "same netns): shm carries 8 MiB each way, cma is not selected",

@@ -19,6 +19,7 @@ static const char *const tw__mutants[] = {
 	"close_cb_never",
 	"closed_as_eof",
 	"cma_pid_trusted",
+	"cma_yama_ignored",
 	"data_dropped_at_end",
 	"descriptor_cb_late",
 	"descriptor_cb_twice",
