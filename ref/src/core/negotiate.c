@@ -284,19 +284,30 @@ static bool tw__ext_list_has(const tw_wire_str *list, const char *token)
 	return false;
 }
 
+/* The extensions of spec section 8 by name and answer bit. */
+static const struct {
+	const char *name;
+	uint64_t bit;
+} tw__exts[] = {
+	{ TW_EXT_GOODBYE, TW_EXT_GOODBYE_BIT },
+	{ TW_EXT_PROOF, TW_EXT_PROOF_BIT },
+	{ TW_EXT_EAGER, TW_EXT_EAGER_BIT },
+	{ TW_EXT_NOREPLY, TW_EXT_NOREPLY_BIT },
+};
+
 /* The extensions a Brochure asks for, as a bit mask (unknown ones ignored). */
 static uint64_t tw__ext_asked(const tw_wire_brochure *b)
 {
 	size_t n = strlen(TW_EXT_BROCHURE_NAME);
 	for (size_t i = 0; i < b->num_transports; i++) {
 		/* Duplicate keys were dropped by the decoder: the first one counts. */
-		if (tw__wire_str_eq(&b->transports[i].key, TW_EXT_BROCHURE_NAME, n))
-			return (tw__ext_list_has(&b->transports[i].value, TW_EXT_GOODBYE) ? TW_EXT_GOODBYE_BIT
-			                                                                   : 0) |
-			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_PROOF) ? TW_EXT_PROOF_BIT : 0) |
-			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_EAGER) ? TW_EXT_EAGER_BIT : 0) |
-			       (tw__ext_list_has(&b->transports[i].value, TW_EXT_NOREPLY) ? TW_EXT_NOREPLY_BIT
-			                                                                   : 0);
+		if (!tw__wire_str_eq(&b->transports[i].key, TW_EXT_BROCHURE_NAME, n))
+			continue;
+		uint64_t mask = 0;
+		for (size_t k = 0; k < sizeof(tw__exts) / sizeof(tw__exts[0]); k++)
+			if (tw__ext_list_has(&b->transports[i].value, tw__exts[k].name))
+				mask |= tw__exts[k].bit;
+		return mask;
 	}
 	return 0;
 }

@@ -384,13 +384,12 @@ static tw_status_t tw__pipe_post_descriptor(tw_pipe *p, tw_out_msg *m)
 	 * for the other tensors without a target device. */
 	size_t after = m->msg.num_payloads; /* frames behind the Descriptor */
 	m->num_untargeted = 0;
-	tw_device cpu = tw_device_cpu();
 	for (size_t i = 0; i < m->msg.num_tensors; i++) {
 		after += tw__pipe_eager(p, &m->tensors[i]);
 		m->num_untargeted += tw__pipe_needs_reply(p, &m->tensors[i]);
 		/* noreply (spec 8.5): the receiver can only take it on the CPU */
 		if (p->ext_noreply && !m->tensors[i].has_target_device)
-			m->targets[i] = cpu;
+			m->targets[i] = tw_device_cpu();
 	}
 	/* Every frame but the last says more follow: one system call for the
 	 * message where the transport can (TW_WRITE_MORE). */
