@@ -69,10 +69,15 @@ static void tw__loop_idle_on(tw_loop *l)
 	}
 }
 
+/* Is there work for the loop's next pass (deferred, yielded or posted)? */
+static bool tw__loop_queued(const tw_loop *l)
+{
+	return l->def_head || l->yield_head || l->posted_here;
+}
+
 static void tw__loop_check(tw_loop *l)
 {
-	if (l->def_head == NULL && l->yield_head == NULL && !l->posted_here && !l->pollers &&
-	    l->idle_active) {
+	if (!tw__loop_queued(l) && !l->pollers && l->idle_active) {
 		uv_idle_stop(&l->idle);
 		l->idle_active = false;
 	}
@@ -170,8 +175,7 @@ static bool tw__loop_run_pollers(tw_loop *l)
 		if (n) {
 			p->last_ns = now;
 			found = true;
-		} else if (p->active && now - p->last_ns > bound &&
-		           !(l->def_head || l->yield_head || l->posted_here)) {
+		} else if (p->active && now - p->last_ns > bound && !tw__loop_queued(l)) {
 			tw__loop_poller_unlink(l, p);
 			if (p->stopped)
 				p->stopped(p);

@@ -44,8 +44,9 @@ typedef struct tw_deferred {
  * activity (tw__loop_poller_kick) the loop calls `poll` on each of its
  * passes, never sleeping in between, until `busy_ns` (or, while an answer
  * is due, TW_LOOP_ANSWER_DUE_US) have passed with nothing found and the
- * loop has no work queued for its next pass; then the poller is off its list, `stopped` runs (re-arm the wake-up) and the loop
- * calls `poll` once more, for what came before the wake-up was armed.
+ * loop has no work queued for its next pass; then the poller is off its
+ * list, `stopped` runs (re-arm the wake-up) and the loop calls `poll` once
+ * more, for what came before the wake-up was armed.
  * `started` runs when polling begins. A pass on which neither work nor any poller
  * found anything lets another thread of this CPU run first (the peer
  * waited for may share it). Every callback is optional. Loop thread. */

@@ -125,6 +125,14 @@ static void tw__shm_reactor_wake_thread(tw_shm_reactor *r)
 	(void)tw__sys_futex_wake_shared(tw__shm_head_word(&r->ring));
 }
 
+/* Ends the reading thread. */
+static void tw__shm_reactor_join(tw_shm_reactor *r)
+{
+	atomic_store(&r->stop, true);
+	tw__shm_reactor_wake_thread(r);
+	pthread_join(r->thread, NULL);
+}
+
 static void tw__shm_reactor_mark(tw_shm_reactor *r, uint32_t token)
 {
 	uint32_t slot = token / 2;
@@ -378,9 +386,7 @@ void tw__shm_reactor_stop(tw_shm_reactor *r)
 {
 	if (!r || !r->thread_started)
 		return;
-	atomic_store(&r->stop, true);
-	tw__shm_reactor_wake_thread(r);
-	pthread_join(r->thread, NULL);
+	tw__shm_reactor_join(r);
 	r->thread_started = false;
 	uv_close((uv_handle_t *)&r->async, NULL); /* r outlives the loop */
 	tw__loop_poller_cancel(r->loop, &r->poller);
@@ -392,11 +398,8 @@ void tw__shm_reactor_free(tw_shm_reactor *r)
 {
 	if (!r)
 		return;
-	if (r->thread_started) { /* a loop that never shut the transport down */
-		atomic_store(&r->stop, true);
-		tw__shm_reactor_wake_thread(r);
-		pthread_join(r->thread, NULL);
-	}
+	if (r->thread_started) /* a loop that never shut the transport down */
+		tw__shm_reactor_join(r);
 	pthread_mutex_destroy(&r->mu);
 	pthread_mutex_destroy(&r->cmu);
 	tw__ring_unmap(&r->ring);
