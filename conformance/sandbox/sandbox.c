@@ -185,10 +185,14 @@ static int kernel_dir_copy(void)
 		char from[PATH_MAX], to[PATH_MAX];
 		snprintf(from, sizeof(from), "/proc/self/fd/%d/%s", dirfd, e->d_name);
 		snprintf(to, sizeof(to), "/proc/sys/kernel/%s", e->d_name);
-		int made = e->d_type == DT_DIR ? mkdir(to, 0555)
-		                               : close(open(to, O_CREAT | O_WRONLY | O_CLOEXEC, 0444));
-		if (made != 0 || mount(from, to, NULL, MS_BIND | MS_REC, NULL) != 0)
-			rc = unavailable("bind mount of /proc/sys/kernel entry", errno);
+		int fd = -1;
+		if (e->d_type == DT_DIR ? mkdir(to, 0555) != 0
+		                        : (fd = open(to, O_CREAT | O_WRONLY | O_CLOEXEC, 0444)) < 0)
+			rc = unavailable("creating a mount point on /proc/sys/kernel's tmpfs", errno);
+		else if (mount(from, to, NULL, MS_BIND | MS_REC, NULL) != 0)
+			rc = unavailable("bind mount of a /proc/sys/kernel entry", errno);
+		if (fd >= 0)
+			close(fd);
 	}
 	closedir(d);
 	close(dirfd);
