@@ -256,11 +256,10 @@ static int ext_session(twc_case_env *env, const char *ext, bool client_on, bool 
 	return rc;
 }
 
-/* Spec 8.4: with both ends on, small CPU tensors travel on D and the rest
- * on the channel, mixed in one message, in both directions; with either
- * end off, the pipe follows 3.10 and 3.11 only. The data is the judge: a
- * tensor taken from the wrong place, or a reply missing or extra, fails
- * its checksum or hangs. An IUT without eager SKIPs. */
+/* Extension `ext` on at both ends, then off at the client, then at the
+ * server (ext_session). The data is the judge: a tensor taken from the
+ * wrong place, or a reply missing or extra, fails its checksum or hangs.
+ * An IUT without the extension SKIPs. */
 static twc_outcome_t run_ext_sessions(twc_case_env *env, const char *ext)
 {
 	static const bool on[3][2] = {{true, true}, {false, true}, {true, false}};
@@ -275,6 +274,9 @@ static twc_outcome_t run_ext_sessions(twc_case_env *env, const char *ext)
 	return from_session(&s, env, rc);
 }
 
+/* Spec 8.4: with both ends on, small CPU tensors travel on D and the rest
+ * on the channel, mixed in one message, in both directions; with either
+ * end off, the pipe follows 3.10 and 3.11 only. */
 static twc_outcome_t run_eager(const twc_case *c, twc_case_env *env)
 {
 	return run_ext_sessions(env, "eager");
